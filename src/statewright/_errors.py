@@ -1,0 +1,109 @@
+"""The statewright error tree.
+
+    StatewrightError
+    ├── DefinitionError (ValueError)        a workflow or loop file breaks a rule
+    ├── IllegalEventError                   the reducer refuses an event; state unchanged
+    ├── StoreError
+    │   ├── VersionConflictError            a stale expected version lost the race
+    │   ├── StaleLeaseError                 a report carries an old fencing token
+    │   ├── NotAStatewrightDatabaseError    the file is not a statewright database
+    │   └── SchemaVersionError              the database is from a newer statewright
+    ├── TaskNotFoundError (LookupError)
+    ├── InputError (ValueError)             bad task input or bad CLI input
+    ├── ApprovalError                       the approver is not allowed to act
+    └── ExecutorError
+        ├── TransientError                  retryable: timeout, throttle, connection
+        └── PermanentError                  not retryable: a poisoned command
+"""
+
+from __future__ import annotations
+
+
+class StatewrightError(Exception):
+    """Root of every error statewright raises on purpose."""
+
+
+class DefinitionError(StatewrightError, ValueError):
+    """A workflow or loop definition breaks a rule. Carries every problem found."""
+
+    def __init__(self, problems: list[str], source: str = "<definition>") -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
+
+
+class IllegalEventError(StatewrightError):
+    """The reducer refused an event; the state is unchanged."""
+
+    def __init__(self, msg: str, *, status: str = "", event_type: str = "") -> None:
+        self.status = status
+        self.event_type = event_type
+        super().__init__(msg)
+
+
+class StoreError(StatewrightError):
+    """A storage backend could not do what was asked."""
+
+
+class VersionConflictError(StoreError):
+    """Another writer appended first: the expected version is stale."""
+
+    def __init__(self, task_id: str, expected: int, actual: int) -> None:
+        self.task_id = task_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"task {task_id}: expected version {expected}, found {actual}; reload and retry"
+        )
+
+
+class StaleLeaseError(StoreError):
+    """A report carries a fencing token older than the command's current claim."""
+
+    def __init__(self, command_id: str, token: int, current: int) -> None:
+        self.command_id = command_id
+        self.token = token
+        self.current = current
+        super().__init__(
+            f"command {command_id}: fencing token {token} is stale (current {current})"
+        )
+
+
+class NotAStatewrightDatabaseError(StoreError):
+    """The database file exists but was not made by statewright."""
+
+
+class SchemaVersionError(StoreError):
+    """The database schema is newer than this statewright, or needs an upgrade."""
+
+
+class TaskNotFoundError(StatewrightError, LookupError):
+    """No task has that id."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task with id {task_id!r}; list tasks with 'statewright tasks'")
+
+
+class InputError(StatewrightError, ValueError):
+    """Bad input: malformed JSON, input that fails the schema, a bad option."""
+
+
+class ApprovalError(StatewrightError):
+    """The approver may not act on this step (role, separation of duty, hash, expiry)."""
+
+
+class ExecutorError(StatewrightError):
+    """An executor could not perform a command."""
+
+    def __init__(self, msg: str, *, reason: str = "error") -> None:
+        self.reason = reason
+        super().__init__(msg)
+
+
+class TransientError(ExecutorError):
+    """A retryable failure: timeout, throttling, a dropped connection."""
+
+
+class PermanentError(ExecutorError):
+    """A failure that retrying cannot fix."""
