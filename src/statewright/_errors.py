@@ -3,6 +3,7 @@
     StatewrightError
     ├── DefinitionError (ValueError)        a workflow or loop file breaks a rule
     ├── IllegalEventError                   the reducer refuses an event; state unchanged
+    │   └── ApprovalError                   the approver may not act (role, duty, hash, expiry)
     ├── StoreError
     │   ├── VersionConflictError            a stale expected version lost the race
     │   ├── StaleLeaseError                 a report carries an old fencing token
@@ -10,7 +11,6 @@
     │   └── SchemaVersionError              the database is from a newer statewright
     ├── TaskNotFoundError (LookupError)
     ├── InputError (ValueError)             bad task input or bad CLI input
-    ├── ApprovalError                       the approver is not allowed to act
     └── ExecutorError
         ├── TransientError                  retryable: timeout, throttle, connection
         └── PermanentError                  not retryable: a poisoned command
@@ -89,7 +89,7 @@ class InputError(StatewrightError, ValueError):
     """Bad input: malformed JSON, input that fails the schema, a bad option."""
 
 
-class ApprovalError(StatewrightError):
+class ApprovalError(IllegalEventError):
     """The approver may not act on this step (role, separation of duty, hash, expiry)."""
 
 

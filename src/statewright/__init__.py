@@ -1,0 +1,41 @@
+"""statewright: run AI-agent work as explicit, durable state machines."""
+
+from statewright._errors import (
+    ApprovalError,
+    DefinitionError,
+    IllegalEventError,
+    InputError,
+    StatewrightError,
+    TaskNotFoundError,
+    VersionConflictError,
+)
+from statewright.definition import (
+    Workflow,
+    WorkflowBuilder,
+    load_workflow,
+    workflow_from_dict,
+    workflow_from_yaml,
+)
+from statewright.machine.state import TaskState, TaskStatus
+from statewright.machine.task import transition
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApprovalError",
+    "DefinitionError",
+    "IllegalEventError",
+    "InputError",
+    "StatewrightError",
+    "TaskNotFoundError",
+    "TaskState",
+    "TaskStatus",
+    "VersionConflictError",
+    "Workflow",
+    "WorkflowBuilder",
+    "__version__",
+    "load_workflow",
+    "transition",
+    "workflow_from_dict",
+    "workflow_from_yaml",
+]

@@ -1,0 +1,131 @@
+"""Frozen, typed workflow definitions. Built only by the loader (from YAML, dicts or the
+builder), which checks every rule first; nothing here does I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class StepKind(StrEnum):
+    AI = "ai"
+    HUMAN = "human"
+    WAIT = "wait"
+    CODE = "code"
+
+
+class RouteKind(StrEnum):
+    HALT = "halt"
+    CONTINUE = "continue"
+    LOOP_BACK = "loop_back"
+    COMPLETE = "complete"
+
+
+class OutcomeRoute(StrEnum):
+    """Where a verdict's ``outcome`` value sends the task."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    HALT = "halt"  # a policy stop that no loop budget overrides
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: RouteKind
+    target: str | None = None
+    max_attempts: int | None = None
+
+    def describe(self) -> str:
+        if self.kind is RouteKind.LOOP_BACK:
+            return f"loop_back->{self.target} (max {self.max_attempts})"
+        return self.kind.value
+
+
+HALT = Route(RouteKind.HALT)
+CONTINUE = Route(RouteKind.CONTINUE)
+COMPLETE = Route(RouteKind.COMPLETE)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retries of one *command* on transient errors, apart from step failures."""
+
+    max_attempts: int = 3
+    initial_backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 60.0
+    multiplier: float = 2.0
+    jitter: bool = True
+    non_retryable: tuple[str, ...] = ()
+
+    def backoff_seconds(self, failures: int, unit_random: float) -> float:
+        """Delay before the next try after ``failures`` failures; ``unit_random`` in [0, 1)."""
+        base = min(
+            self.max_backoff_seconds,
+            self.initial_backoff_seconds * self.multiplier ** max(0, failures - 1),
+        )
+        return base * (0.5 + unit_random / 2) if self.jitter else base
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    kind: StepKind
+    owner: str
+    description: str = ""
+    instructions: str = ""
+    agent: Mapping[str, Any] | None = None
+    run: Mapping[str, Any] | None = None
+    check: Mapping[str, Any] | None = None
+    every_seconds: float = 0.0
+    max_checks: int = 0
+    timeout_seconds: float | None = None
+    output_schema: Mapping[str, Any] | None = None
+    outcomes: Mapping[str, OutcomeRoute] = field(default_factory=dict)
+    on_failure: Route = HALT
+    on_success: Route = CONTINUE
+    approvers_role: str | None = None
+    separate_from: tuple[str, ...] = ()
+    expires_after_seconds: float | None = None
+    retry: RetryPolicy = RetryPolicy()
+    protected: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Workflow:
+    name: str
+    version: int
+    steps: tuple[Step, ...]
+    description: str = ""
+    input_schema: Mapping[str, Any] | None = None
+    content_hash: str = ""
+    source: str = "<definition>"
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def index_of(self, step_id: str) -> int:
+        for i, step in enumerate(self.steps):
+            if step.id == step_id:
+                return i
+        msg = f"workflow {self.name!r} has no step {step_id!r}"
+        raise KeyError(msg)
+
+    def step(self, step_id: str) -> Step:
+        return self.steps[self.index_of(step_id)]
+
+    def describe(self) -> str:
+        """One readable line of steps with their routes."""
+        parts = []
+        for s in self.steps:
+            routes = []
+            if s.on_failure != HALT:
+                routes.append(f"fail: {s.on_failure.describe()}")
+            if s.on_success != CONTINUE:
+                routes.append(f"ok: {s.on_success.describe()}")
+            if s.outcomes:
+                routes.append(
+                    "outcomes: " + ", ".join(f"{k}={v.value}" for k, v in s.outcomes.items())
+                )
+            extra = f" [{'; '.join(routes)}]" if routes else ""
+            parts.append(f"{s.id}({s.kind.value}){extra}")
+        return f"{self.name} v{self.version}: " + " -> ".join(parts)

@@ -1,0 +1,129 @@
+"""The one narrow seam between the engine and the outside world.
+
+The worker builds an ExecContext for every command it performs and calls one of
+three functions in ``statewright.executors``:
+
+    run_agent(spec, brief, schema, ctx) -> AgentResult     # ai steps
+    run_code(spec, ctx) -> CodeResult                      # code steps
+    run_check(spec, ctx) -> CheckResult                    # wait steps (and loop oracles)
+
+Executors raise TransientError for retryable trouble (timeouts of the transport,
+HTTP 429/5xx, a dropped connection) and PermanentError for what retrying cannot fix.
+Anything the step itself got wrong (a failing command, a missing verdict) is *not*
+an exception: it comes back as a result with ``ok=False`` / ``passed=False`` and a
+reason code, and the reducer routes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What one attempt cost. Adapters fill what they know."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    money_usd: float = 0.0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "money_usd": self.money_usd,
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class ExecContext:
+    """Everything an executor may know about the command it performs."""
+
+    task_id: str
+    step: str
+    attempt: int
+    idempotency_key: str
+    workspace: Path
+    timeout_seconds: float | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def base_env(self) -> dict[str, str]:
+        """The STATEWRIGHT_* variables every command step receives."""
+        out = dict(self.env)
+        out.update(
+            {
+                "STATEWRIGHT_TASK_ID": self.task_id,
+                "STATEWRIGHT_STEP": self.step,
+                "STATEWRIGHT_ATTEMPT": str(self.attempt),
+                "STATEWRIGHT_IDEMPOTENCY_KEY": self.idempotency_key,
+                "STATEWRIGHT_WORKSPACE": str(self.workspace),
+            }
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """One agent turn: the verdict (only ever from the typed channel), artifacts,
+    cost, and the agent's own words kept as a note (never read as a verdict).
+    ``error`` is a reason code when the turn produced no usable verdict
+    (``no_verdict``, ``timeout``, ``exit_status``, ``protected_path_modified``)."""
+
+    verdict: Mapping[str, Any] | None
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    cost: Cost = Cost()
+    note: str = ""
+    error: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CodeResult:
+    """A deterministic step's outcome; ``output`` is kept (cut) for loop-back briefs."""
+
+    ok: bool
+    output: str = ""
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    reason: str | None = None
+    cost: Cost = Cost()
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """A check's outcome. An error or a timeout is ``passed=False``, never a pass."""
+
+    passed: bool
+    detail: str = ""
+    output: str = ""
+    reason: str | None = None
+
+
+class Reason(StrEnum):
+    """Why an attempt, a code step or a check did not succeed.
+
+    The one vocabulary for ``AgentResult.error``, ``CodeResult.reason`` and
+    ``CheckResult.reason`` (and ``ExecutorError.reason``).
+    """
+
+    NO_VERDICT = "no_verdict"  # no schema-valid verdict came through the typed channel
+    TIMEOUT = "timeout"  # the step ran out of time; its process group was killed
+    EXIT_STATUS = "exit_status"  # the command exited non-zero
+    PROTECTED_PATH_MODIFIED = "protected_path_modified"  # the diff touches a protected path
+    EXCEPTION = "exception"  # an in-process callable raised
+    BAD_RETURN = "bad_return"  # an in-process callable returned the wrong shape
+    HTTP_STATUS = "http_status"  # an HTTP check got an unexpected status
+    PREDICATE = "predicate"  # an HTTP check's JSON-path predicate did not hold
+    ERROR = "error"  # the check could not be performed (connection, bad spec, ...)
+    INVALID_SPEC = "invalid_spec"  # the step's spec is malformed
+    NOT_FOUND = "not_found"  # the command or callable does not exist
+    THROTTLED = "throttled"  # HTTP 429 from a model server
+    SERVER_ERROR = "server_error"  # HTTP 5xx from a model server
+    CONNECTION = "connection"  # the model server could not be reached
+    BAD_RESPONSE = "bad_response"  # the model server's reply breaks the wire format
+    MISSING_CREDENTIAL = "missing_credential"  # the API key variable is not set

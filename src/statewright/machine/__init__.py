@@ -1,0 +1,1 @@
+"""The pure core: events, commands, state and the task reducer."""

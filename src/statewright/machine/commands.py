@@ -1,0 +1,73 @@
+"""Commands: requests the reducer makes, performed by workers after the transition commits.
+
+Ids are deterministic (task, step, attempt), so a redelivered command keeps its
+idempotency key and a duplicate report is a duplicate event."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class Command:
+    type: ClassVar[str] = ""
+    command_id: str
+    task_id: str
+    step: str
+    attempt: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class RunStep(Command):
+    """Run one attempt of an ai or code step."""
+
+    type: ClassVar[str] = "RunStep"
+    kind: str = ""
+    idempotency_key: str = ""
+    brief: Mapping[str, Any] = field(default_factory=dict)
+    repair_error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunCheck(Command):
+    """Run check number ``check_number`` of a wait step."""
+
+    type: ClassVar[str] = "RunCheck"
+    check_number: int = 1
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
+class RequestApproval(Command):
+    """Notify the approvers that a proposal waits for them."""
+
+    type: ClassVar[str] = "RequestApproval"
+    proposal_hash: str = ""
+    role: str = ""
+    expires_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class StartTimer(Command):
+    """A durable timer: the store keeps it as a row; a worker fires it as TimerFired."""
+
+    type: ClassVar[str] = "StartTimer"
+    timer_id: str = ""
+    due_at_ms: int = 0
+    purpose: str = ""
+
+
+COMMAND_TYPES: Mapping[str, type[Command]] = {
+    cls.type: cls for cls in (RunStep, RunCheck, RequestApproval, StartTimer)
+}
+
+
+def command_from_dict(data: Mapping[str, Any]) -> Command:
+    cls = COMMAND_TYPES[str(data["type"])]
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,134 @@
+"""Events: facts that happened, written to the log under a stable ``type`` name.
+
+Time arrives inside events (``at_ms``, epoch milliseconds); the reducer never reads a clock.
+An event's ``event_id`` makes its append idempotent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+from statewright._errors import IllegalEventError
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = ""
+    event_id: str
+    at_ms: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class TaskSubmitted(Event):
+    type: ClassVar[str] = "TaskSubmitted"
+    input: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AttemptReported(Event):
+    """An ai or code step's command finished. ``error`` is a reason code when the executor
+    produced no usable result (``timeout``, ``exit_status``, ``no_verdict``,
+    ``retries_exhausted``, ...). The note is kept, never read as a verdict."""
+
+    type: ClassVar[str] = "AttemptReported"
+    command_id: str = ""
+    step: str = ""
+    attempt: int = 0
+    actor: str = ""
+    ok: bool = True
+    verdict: Mapping[str, Any] | None = None
+    error: str | None = None
+    detail: str = ""
+    output: str = ""
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    cost: Mapping[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class CheckReported(Event):
+    """One check of a wait step finished. An errored or timed-out check is ``passed=False``."""
+
+    type: ClassVar[str] = "CheckReported"
+    command_id: str = ""
+    step: str = ""
+    attempt: int = 0
+    check_number: int = 0
+    passed: bool = False
+    detail: str = ""
+    output: str = ""
+
+
+@dataclass(frozen=True)
+class TimerFired(Event):
+    type: ClassVar[str] = "TimerFired"
+    timer_id: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalGranted(Event):
+    type: ClassVar[str] = "ApprovalGranted"
+    step: str = ""
+    actor: str = ""
+    roles: tuple[str, ...] = ()
+    proposal_hash: str = ""
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalRejected(Event):
+    type: ClassVar[str] = "ApprovalRejected"
+    step: str = ""
+    actor: str = ""
+    roles: tuple[str, ...] = ()
+    proposal_hash: str = ""
+    reason_code: str = ""
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class TaskRetried(Event):
+    """An operator re-runs the halted step, with a recorded reason."""
+
+    type: ClassVar[str] = "TaskRetried"
+    actor: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TaskCancelled(Event):
+    type: ClassVar[str] = "TaskCancelled"
+    actor: str = ""
+    reason: str = ""
+
+
+EVENT_TYPES: Mapping[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        TaskSubmitted,
+        AttemptReported,
+        CheckReported,
+        TimerFired,
+        ApprovalGranted,
+        ApprovalRejected,
+        TaskRetried,
+        TaskCancelled,
+    )
+}
+
+
+def event_from_dict(data: Mapping[str, Any]) -> Event:
+    """Rebuild an event from its logged form."""
+    cls = EVENT_TYPES.get(str(data.get("type")))
+    if cls is None:
+        msg = f"unknown event type {data.get('type')!r}"
+        raise IllegalEventError(msg, event_type=str(data.get("type")))
+    names = {f.name for f in fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if "roles" in kwargs:
+        kwargs["roles"] = tuple(kwargs["roles"])
+    return cls(**kwargs)

@@ -1,0 +1,187 @@
+"""Task state: immutable, serialisable, rebuilt from the log by replaying the reducer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from statewright.definition.model import Workflow
+
+
+class TaskStatus(StrEnum):
+    NEW = "new"  # created, TaskSubmitted not yet applied
+    RUNNING = "running"  # a step command is outstanding
+    WAITING = "waiting"  # a wait step sleeps on a durable timer
+    AWAITING_APPROVAL = "awaiting_approval"
+    COMPLETED = "completed"
+    COMPLETED_EARLY = "completed_early"
+    HALTED = "halted"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset(
+    {TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED, TaskStatus.CANCELLED}
+)
+
+
+class Outcome(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    HALTED = "halted"  # a policy stop (verdict outcome mapped to halt)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One recorded attempt of one step: written once, when it ends."""
+
+    step: str
+    kind: str
+    owner: str
+    actor: str
+    number: int
+    outcome: Outcome
+    reason: str = ""
+    detail: str = ""
+    verdict: Mapping[str, Any] | None = None
+    artifacts: Mapping[str, str] = field(default_factory=dict)
+    output: str = ""
+    cost: Mapping[str, float] = field(default_factory=dict)
+    note: str = ""
+    started_at_ms: int = 0
+    ended_at_ms: int = 0
+    epoch: int = 0
+    route: str = ""
+    checks: int = 0
+
+
+@dataclass(frozen=True)
+class Current:
+    """The step in flight and what the reducer expects to hear about it next."""
+
+    step: str
+    attempt: int
+    started_at_ms: int
+    command_id: str = ""
+    repair_used: bool = False
+    checks: int = 0
+    timer_id: str = ""
+    proposal_hash: str = ""
+    expires_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class LoopBack:
+    """A failure that sent the task back: the memory the next brief carries."""
+
+    target: str
+    target_attempt: int
+    failed_step: str
+    failed_attempt: int
+    reason: str
+    must_fix: tuple[str, ...] = ()
+    output: str = ""
+
+
+@dataclass(frozen=True)
+class Approval:
+    step: str
+    actor: str
+    proposal_hash: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class OperatorAction:
+    action: str  # retry | cancel
+    actor: str
+    reason: str
+    at_ms: int
+    step: str = ""
+
+
+@dataclass(frozen=True)
+class HaltInfo:
+    step: str
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TaskState:
+    task_id: str
+    workflow: Workflow = field(compare=False, repr=False)
+    status: TaskStatus = TaskStatus.NEW
+    version: int = 0
+    input: Mapping[str, Any] = field(default_factory=dict)
+    step_index: int = 0
+    current: Current | None = None
+    attempts: tuple[Attempt, ...] = ()
+    loop_backs: tuple[LoopBack, ...] = ()
+    approvals: tuple[Approval, ...] = ()
+    operator_actions: tuple[OperatorAction, ...] = ()
+    halt: HaltInfo | None = None
+    epoch: int = 0
+    created_at_ms: int = 0
+    updated_at_ms: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def attempts_of(self, step_id: str, *, epoch: int | None = None) -> list[Attempt]:
+        return [
+            a
+            for a in self.attempts
+            if a.step == step_id and (epoch is None or a.epoch == epoch)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "workflow"}
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if isinstance(value, tuple):
+                out[key] = [asdict(v) for v in value]
+            elif value is not None and hasattr(value, "__dataclass_fields__"):
+                out[key] = asdict(value)
+            else:
+                out[key] = value
+        out["workflow"] = {
+            "name": self.workflow.name,
+            "version": self.workflow.version,
+            "hash": self.workflow.content_hash,
+        }
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], workflow: Workflow) -> TaskState:
+        cur = data.get("current")
+        halt = data.get("halt")
+        return cls(
+            task_id=data["task_id"],
+            workflow=workflow,
+            status=TaskStatus(data["status"]),
+            version=int(data["version"]),
+            input=data.get("input", {}),
+            step_index=int(data.get("step_index", 0)),
+            current=Current(**cur) if cur else None,
+            attempts=tuple(
+                Attempt(**{**a, "outcome": Outcome(a["outcome"])}) for a in data.get("attempts", [])
+            ),
+            loop_backs=tuple(
+                LoopBack(**{**lb, "must_fix": tuple(lb.get("must_fix", ()))})
+                for lb in data.get("loop_backs", [])
+            ),
+            approvals=tuple(Approval(**a) for a in data.get("approvals", [])),
+            operator_actions=tuple(OperatorAction(**o) for o in data.get("operator_actions", [])),
+            halt=HaltInfo(**halt) if halt else None,
+            epoch=int(data.get("epoch", 0)),
+            created_at_ms=int(data.get("created_at_ms", 0)),
+            updated_at_ms=int(data.get("updated_at_ms", 0)),
+        )
+
+
+def new_task(task_id: str, workflow: Workflow) -> TaskState:
+    """The state before TaskSubmitted: version 0, no commands."""
+    return TaskState(task_id=task_id, workflow=workflow)

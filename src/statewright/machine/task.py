@@ -1,0 +1,472 @@
+"""The pure task reducer: ``transition(state, event) -> (state, commands)``.
+
+No I/O, no clock, no randomness: time arrives inside events. An illegal event raises
+IllegalEventError (or its ApprovalError leaf) and the caller's state is unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
+from statewright._canonical import canonical_json
+from statewright._errors import ApprovalError, IllegalEventError
+from statewright.approvals.proposal import proposal_hash
+from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
+from statewright.machine.brief import build_brief, cut_output
+from statewright.machine.commands import (
+    Command,
+    RequestApproval,
+    RunCheck,
+    RunStep,
+    StartTimer,
+)
+from statewright.machine.events import (
+    ApprovalGranted,
+    ApprovalRejected,
+    AttemptReported,
+    CheckReported,
+    Event,
+    TaskCancelled,
+    TaskRetried,
+    TaskSubmitted,
+    TimerFired,
+)
+from statewright.machine.state import (
+    Approval,
+    Attempt,
+    Current,
+    HaltInfo,
+    LoopBack,
+    OperatorAction,
+    Outcome,
+    TaskState,
+    TaskStatus,
+)
+
+Result = tuple[TaskState, list[Command]]
+
+#: Which events each status accepts. Everything else is illegal.
+LEGAL: Mapping[TaskStatus, frozenset[str]] = {
+    TaskStatus.NEW: frozenset({TaskSubmitted.type}),
+    TaskStatus.RUNNING: frozenset(
+        {AttemptReported.type, CheckReported.type, TaskCancelled.type}
+    ),
+    TaskStatus.WAITING: frozenset({TimerFired.type, TaskCancelled.type}),
+    TaskStatus.AWAITING_APPROVAL: frozenset(
+        {ApprovalGranted.type, ApprovalRejected.type, TimerFired.type, TaskCancelled.type}
+    ),
+    TaskStatus.HALTED: frozenset({TaskRetried.type, TaskCancelled.type}),
+    TaskStatus.COMPLETED: frozenset(),
+    TaskStatus.COMPLETED_EARLY: frozenset(),
+    TaskStatus.CANCELLED: frozenset(),
+}
+
+
+def transition(state: TaskState, event: Event) -> Result:
+    """Apply one event. Returns the new state (version + 1) and the commands to perform."""
+    if event.type not in LEGAL[state.status]:
+        msg = (
+            f"task {state.task_id}: event {event.type} is not allowed while the task is "
+            f"{state.status.value}"
+        )
+        raise IllegalEventError(msg, status=state.status.value, event_type=event.type)
+    handler = _HANDLERS[event.type]
+    new, commands = handler(state, event)
+    return replace(new, version=state.version + 1, updated_at_ms=event.at_ms), commands
+
+
+def is_machine_actor(actor: str) -> bool:
+    """Agents and code report as ``agent:...`` / ``code:...``; people have plain names."""
+    return ":" in actor
+
+
+# --- entering steps -----------------------------------------------------------------------
+
+
+def _enter(state: TaskState, index: int, at_ms: int) -> Result:
+    wf = state.workflow
+    if index >= len(wf.steps):
+        return replace(state, status=TaskStatus.COMPLETED, current=None, step_index=index), []
+    step = wf.steps[index]
+    number = len(state.attempts_of(step.id)) + 1
+    cid = f"{state.task_id}/{step.id}/{number}"
+    state = replace(state, step_index=index)
+    if step.kind in (StepKind.AI, StepKind.CODE):
+        cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=cid)
+        state = replace(state, status=TaskStatus.RUNNING, current=cur)
+        brief = build_brief(state, step, number) if step.kind is StepKind.AI else {}
+        cmd = RunStep(
+            command_id=cid, task_id=state.task_id, step=step.id, attempt=number,
+            kind=step.kind.value, idempotency_key=cid, brief=brief,
+        )
+        return state, [cmd]
+    if step.kind is StepKind.WAIT:
+        check_id = f"{cid}/check-1"
+        cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=check_id)
+        state = replace(state, status=TaskStatus.RUNNING, current=cur)
+        return state, [
+            RunCheck(
+                command_id=check_id, task_id=state.task_id, step=step.id, attempt=number,
+                check_number=1, idempotency_key=check_id,
+            )
+        ]
+    h = proposal_hash(state, index)
+    expires = None
+    timer_id = ""
+    if step.expires_after_seconds is not None:
+        expires = at_ms + int(step.expires_after_seconds * 1000)
+        timer_id = f"{cid}/expiry"
+    cur = Current(
+        step=step.id, attempt=number, started_at_ms=at_ms, command_id=f"{cid}/notify",
+        proposal_hash=h, expires_at_ms=expires, timer_id=timer_id,
+    )
+    state = replace(state, status=TaskStatus.AWAITING_APPROVAL, current=cur)
+    cmds: list[Command] = [
+        RequestApproval(
+            command_id=f"{cid}/notify", task_id=state.task_id, step=step.id, attempt=number,
+            proposal_hash=h, role=step.approvers_role or "", expires_at_ms=expires,
+        )
+    ]
+    if expires is not None:
+        cmds.append(
+            StartTimer(
+                command_id=timer_id, task_id=state.task_id, step=step.id, attempt=number,
+                timer_id=timer_id, due_at_ms=expires, purpose="approval_expiry",
+            )
+        )
+    return state, cmds
+
+
+# --- finishing attempts -------------------------------------------------------------------
+
+
+def _finish(
+    state: TaskState,
+    at_ms: int,
+    outcome: Outcome,
+    *,
+    actor: str,
+    reason: str = "",
+    detail: str = "",
+    verdict: Mapping[str, Any] | None = None,
+    artifacts: Mapping[str, str] | None = None,
+    output: str = "",
+    cost: Mapping[str, float] | None = None,
+    note: str = "",
+) -> Result:
+    cur = _current(state)
+    wf = state.workflow
+    index = wf.index_of(cur.step)
+    step = wf.steps[index]
+    attempt = Attempt(
+        step=step.id, kind=step.kind.value, owner=step.owner, actor=actor, number=cur.attempt,
+        outcome=outcome, reason=reason, detail=detail,
+        verdict=dict(verdict) if verdict is not None else None,
+        artifacts=dict(artifacts or {}), output=cut_output(output), cost=dict(cost or {}),
+        note=note, started_at_ms=cur.started_at_ms, ended_at_ms=at_ms, epoch=state.epoch,
+        checks=cur.checks,
+    )
+
+    def record(route: str) -> TaskState:
+        return replace(state, attempts=(*state.attempts, replace(attempt, route=route)), current=None)
+
+    if outcome is Outcome.PASSED:
+        if step.on_success.kind is RouteKind.COMPLETE:
+            early = index < len(wf.steps) - 1
+            status = TaskStatus.COMPLETED_EARLY if early else TaskStatus.COMPLETED
+            return replace(record("complete"), status=status), []
+        return _enter(record("continue"), index + 1, at_ms)
+    if outcome is Outcome.HALTED:
+        halted = replace(
+            record("halt (policy)"), status=TaskStatus.HALTED,
+            halt=HaltInfo(step=step.id, reason=reason or "policy_halt", detail=detail),
+        )
+        return halted, []
+    route = step.on_failure
+    if route.kind is RouteKind.CONTINUE:
+        return _enter(record("continue (advisory)"), index + 1, at_ms)
+    if route.kind is RouteKind.LOOP_BACK and route.target is not None:
+        used = len(state.attempts_of(step.id, epoch=state.epoch)) + 1
+        limit = route.max_attempts or 1
+        if used < limit:
+            target_attempts = state.attempts_of(route.target)
+            lb = LoopBack(
+                target=route.target,
+                target_attempt=target_attempts[-1].number if target_attempts else 0,
+                failed_step=step.id, failed_attempt=cur.attempt, reason=reason,
+                must_fix=_must_fix(verdict), output=cut_output(output or detail),
+            )
+            looped = replace(record(f"loop_back->{route.target}"), loop_backs=(*state.loop_backs, lb))
+            return _enter(looped, wf.index_of(route.target), at_ms)
+        halted = replace(
+            record("halt (loop budget exhausted)"), status=TaskStatus.HALTED,
+            halt=HaltInfo(
+                step=step.id, reason="loop_budget_exhausted",
+                detail=f"{step.id} failed {used} of {limit} attempts; last reason: {reason}",
+            ),
+        )
+        return halted, []
+    halted = replace(
+        record("halt"), status=TaskStatus.HALTED,
+        halt=HaltInfo(step=step.id, reason=reason or "failed", detail=detail),
+    )
+    return halted, []
+
+
+def _must_fix(verdict: Mapping[str, Any] | None) -> tuple[str, ...]:
+    if verdict is not None:
+        items = verdict.get("must_fix")
+        if isinstance(items, list):
+            return tuple(str(i) for i in items)
+    return ()
+
+
+def _current(state: TaskState) -> Current:
+    if state.current is None:
+        msg = f"task {state.task_id}: no step is in flight (status {state.status.value})"
+        raise IllegalEventError(msg, status=state.status.value)
+    return state.current
+
+
+def _step(state: TaskState) -> Step:
+    return state.workflow.step(_current(state).step)
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: str) -> Any:
+    import json
+
+    schema = json.loads(schema_json)
+    return validator_for(schema)(schema)
+
+
+def verdict_error(schema: Mapping[str, Any], verdict: object) -> str | None:
+    """None when the verdict is valid; otherwise the validation message."""
+    if not isinstance(verdict, Mapping):
+        return f"the verdict must be a JSON object, got {type(verdict).__name__}"
+    err = best_match(_validator(canonical_json(schema)).iter_errors(dict(verdict)))
+    if err is None:
+        return None
+    path = "/".join(str(p) for p in err.absolute_path)
+    return f"{path or '(root)'}: {err.message}"
+
+
+# --- handlers -----------------------------------------------------------------------------
+
+
+def _on_submitted(state: TaskState, ev: TaskSubmitted) -> Result:
+    schema = state.workflow.input_schema
+    if schema is not None:
+        err = verdict_error(schema, ev.input)
+        if err is not None:
+            raise IllegalEventError(f"task {state.task_id}: input does not match input_schema: {err}")
+    started = replace(state, input=dict(ev.input), created_at_ms=ev.at_ms)
+    return _enter(started, 0, ev.at_ms)
+
+
+def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
+    cur = _current(state)
+    step = _step(state)
+    if step.kind not in (StepKind.AI, StepKind.CODE) or ev.command_id != cur.command_id:
+        msg = (
+            f"task {state.task_id}: report for command {ev.command_id!r} does not match the "
+            f"command in flight ({cur.command_id!r}); it is stale or duplicated"
+        )
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    common: dict[str, Any] = {
+        "actor": ev.actor, "artifacts": ev.artifacts, "output": ev.output,
+        "cost": ev.cost, "note": ev.note,
+    }
+    if ev.error == "invalid_verdict" or (
+        ev.ok and ev.error is None and step.output_schema is not None
+        and verdict_error(step.output_schema, ev.verdict) is not None
+    ):
+        problem = ev.detail if ev.error else verdict_error(step.output_schema or {}, ev.verdict)
+        if not cur.repair_used:
+            return _repair(state, step, cur, problem or "invalid verdict")
+        return _finish(state, ev.at_ms, Outcome.FAILED, reason="invalid_verdict",
+                       detail=problem or "", verdict=None, **common)
+    if not ev.ok or ev.error is not None:
+        return _finish(state, ev.at_ms, Outcome.FAILED, reason=ev.error or "failed",
+                       detail=ev.detail, verdict=ev.verdict, **common)
+    verdict = ev.verdict
+    if verdict is not None and step.outcomes:
+        name = str(verdict.get("outcome"))
+        mapped = step.outcomes.get(name)
+        if mapped is OutcomeRoute.PASS:
+            return _finish(state, ev.at_ms, Outcome.PASSED, verdict=verdict, **common)
+        outcome = Outcome.HALTED if mapped is OutcomeRoute.HALT else Outcome.FAILED
+        return _finish(state, ev.at_ms, outcome, reason=f"outcome:{name}", verdict=verdict,
+                       detail=str(verdict.get("summary", "")), **common)
+    if verdict is not None and verdict.get("approved") is False:
+        return _finish(state, ev.at_ms, Outcome.FAILED, reason="not_approved", verdict=verdict,
+                       detail="; ".join(_must_fix(verdict)), **common)
+    return _finish(state, ev.at_ms, Outcome.PASSED, verdict=verdict, **common)
+
+
+def _repair(state: TaskState, step: Step, cur: Current, problem: str) -> Result:
+    cid = f"{cur.command_id}/repair"
+    new = replace(state, current=replace(cur, command_id=cid, repair_used=True))
+    brief = build_brief(new, step, cur.attempt, repair_error=problem)
+    return new, [
+        RunStep(
+            command_id=cid, task_id=state.task_id, step=step.id, attempt=cur.attempt,
+            kind=step.kind.value, idempotency_key=cid, brief=brief, repair_error=problem,
+        )
+    ]
+
+
+def _on_check(state: TaskState, ev: CheckReported) -> Result:
+    cur = _current(state)
+    step = _step(state)
+    if step.kind is not StepKind.WAIT or ev.command_id != cur.command_id:
+        msg = f"task {state.task_id}: check report {ev.command_id!r} is not the check in flight"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    checks = cur.checks + 1
+    state = replace(state, current=replace(cur, checks=checks))
+    actor = f"check:{step.id}"
+    if ev.passed:
+        return _finish(state, ev.at_ms, Outcome.PASSED, actor=actor, detail=ev.detail, output=ev.output)
+    if checks >= step.max_checks:
+        return _finish(
+            state, ev.at_ms, Outcome.FAILED, actor=actor, reason="wait_exhausted",
+            detail=f"{checks} of {step.max_checks} checks failed; last: {ev.detail}", output=ev.output,
+        )
+    base = cur.command_id.rsplit("/check-", 1)[0]
+    timer_id = f"{base}/timer-{checks}"
+    due = ev.at_ms + int(step.every_seconds * 1000)
+    waiting = replace(
+        state, status=TaskStatus.WAITING,
+        current=replace(cur, checks=checks, timer_id=timer_id, command_id=""),
+    )
+    return waiting, [
+        StartTimer(
+            command_id=timer_id, task_id=state.task_id, step=step.id, attempt=cur.attempt,
+            timer_id=timer_id, due_at_ms=due, purpose="wait_check",
+        )
+    ]
+
+
+def _on_timer(state: TaskState, ev: TimerFired) -> Result:
+    cur = _current(state)
+    if not cur.timer_id or ev.timer_id != cur.timer_id:
+        msg = f"task {state.task_id}: timer {ev.timer_id!r} is not the timer the task waits on"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    if state.status is TaskStatus.AWAITING_APPROVAL:
+        return _finish(state, ev.at_ms, Outcome.FAILED, actor="timer:expiry",
+                       reason="approval_expired", detail="no approval before the deadline")
+    step = _step(state)
+    n = cur.checks + 1
+    base = cur.timer_id.rsplit("/timer-", 1)[0]
+    check_id = f"{base}/check-{n}"
+    running = replace(
+        state, status=TaskStatus.RUNNING,
+        current=replace(cur, command_id=check_id, timer_id=""),
+    )
+    return running, [
+        RunCheck(
+            command_id=check_id, task_id=state.task_id, step=step.id, attempt=cur.attempt,
+            check_number=n, idempotency_key=check_id,
+        )
+    ]
+
+
+def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: str) -> Step:
+    cur = _current(state)
+    step = _step(state)
+    where = f"task {state.task_id}, step {step.id!r}"
+    if ev.step and ev.step != step.id:
+        raise ApprovalError(f"{where}: the task waits at {step.id!r}, not {ev.step!r}")
+    if not ev.actor:
+        raise ApprovalError(f"{where}: an approver name is required")
+    if is_machine_actor(ev.actor):
+        raise ApprovalError(f"{where}: {ev.actor!r} is an agent or system actor and may never {verb}")
+    role = step.approvers_role or ""
+    if role and role not in ev.roles:
+        raise ApprovalError(
+            f"{where}: {ev.actor!r} lacks the role {role!r} needed to {verb} "
+            f"(has: {', '.join(ev.roles) or 'none'})"
+        )
+    for other in step.separate_from:
+        if any(a.actor == ev.actor for a in state.attempts_of(other)):
+            raise ApprovalError(
+                f"{where}: {ev.actor!r} acted in step {other!r} and may not {verb} it "
+                "(separation of duty)"
+            )
+    if cur.expires_at_ms is not None and ev.at_ms >= cur.expires_at_ms:
+        raise ApprovalError(f"{where}: the approval window closed at {cur.expires_at_ms} ms")
+    if ev.proposal_hash and ev.proposal_hash != cur.proposal_hash:
+        raise ApprovalError(
+            f"{where}: hash {ev.proposal_hash[:12]}... is not the current proposal "
+            f"{cur.proposal_hash[:12]}...; review the current proposal"
+        )
+    return step
+
+
+def _on_granted(state: TaskState, ev: ApprovalGranted) -> Result:
+    _authorise(state, ev, "approve")
+    cur = _current(state)
+    if ev.proposal_hash != cur.proposal_hash:
+        raise ApprovalError(f"task {state.task_id}: an approval must quote the proposal hash")
+    approved = replace(
+        state, approvals=(*state.approvals, Approval(cur.step, ev.actor, cur.proposal_hash, ev.at_ms))
+    )
+    return _finish(
+        approved, ev.at_ms, Outcome.PASSED, actor=ev.actor, detail=ev.comment,
+        verdict={"approved": True, "proposal_hash": cur.proposal_hash},
+    )
+
+
+def _on_rejected(state: TaskState, ev: ApprovalRejected) -> Result:
+    _authorise(state, ev, "reject")
+    if not ev.reason_code:
+        raise ApprovalError(f"task {state.task_id}: a rejection needs a reason code")
+    cur = _current(state)
+    return _finish(
+        state, ev.at_ms, Outcome.FAILED, actor=ev.actor, reason=ev.reason_code, detail=ev.comment,
+        verdict={"approved": False, "proposal_hash": cur.proposal_hash, "reason_code": ev.reason_code},
+    )
+
+
+def _operator(state: TaskState, ev: TaskRetried | TaskCancelled, action: str) -> OperatorAction:
+    if not ev.actor or not ev.reason:
+        msg = f"task {state.task_id}: {action} needs an operator name and a reason"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    step = state.halt.step if state.halt else (state.current.step if state.current else "")
+    return OperatorAction(action=action, actor=ev.actor, reason=ev.reason, at_ms=ev.at_ms, step=step)
+
+
+def _on_retried(state: TaskState, ev: TaskRetried) -> Result:
+    act = _operator(state, ev, "retry")
+    halt = state.halt
+    index = state.workflow.index_of(halt.step) if halt else state.step_index
+    retried = replace(
+        state, epoch=state.epoch + 1, halt=None,
+        operator_actions=(*state.operator_actions, act),
+    )
+    return _enter(retried, index, ev.at_ms)
+
+
+def _on_cancelled(state: TaskState, ev: TaskCancelled) -> Result:
+    act = _operator(state, ev, "cancel")
+    return replace(
+        state, status=TaskStatus.CANCELLED, current=None,
+        operator_actions=(*state.operator_actions, act),
+    ), []
+
+
+_HANDLERS: Mapping[str, Callable[[TaskState, Any], Result]] = {
+    TaskSubmitted.type: _on_submitted,
+    AttemptReported.type: _on_attempt,
+    CheckReported.type: _on_check,
+    TimerFired.type: _on_timer,
+    ApprovalGranted.type: _on_granted,
+    ApprovalRejected.type: _on_rejected,
+    TaskRetried.type: _on_retried,
+    TaskCancelled.type: _on_cancelled,
+}
