@@ -1,0 +1,250 @@
+"""The engine applies events: load the projection, run the pure reducer, and write the
+event, the new projection and the commands in one store transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from statewright._errors import (
+    ApprovalError,
+    DefinitionError,
+    IllegalEventError,
+    InputError,
+    TaskNotFoundError,
+    VersionConflictError,
+)
+from statewright.definition.loader import load_workflow, workflow_from_dict
+from statewright.definition.model import Workflow
+from statewright.machine.commands import Command, StartTimer
+from statewright.machine.events import (
+    ApprovalGranted,
+    ApprovalRejected,
+    Event,
+    TaskCancelled,
+    TaskRetried,
+    TaskSubmitted,
+    event_from_dict,
+)
+from statewright.machine.state import TaskState, TaskStatus, new_task
+from statewright.machine.task import transition, verdict_error
+from statewright.runtime.clock import Clock, SystemClock
+from statewright.runtime.users import Users, users_file
+from statewright.store import NewCommand, open_store
+from statewright.store.base import Claim
+from statewright.store.sql import SqlStore
+
+_CONFLICT_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class Applied:
+    state: TaskState
+    commands: Sequence[Command]
+    claimed: Claim | None = None
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """What a caller of ``run_task`` gets back."""
+
+    task_id: str
+    status: str
+    state: TaskState
+    cost: Mapping[str, float]
+
+
+def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand]:
+    out = []
+    for c in commands:
+        if isinstance(c, StartTimer):
+            out.append(NewCommand(c.timer_id, "TimerFired", {}, c.due_at_ms, timer=True, purpose=c.purpose))
+        else:
+            out.append(NewCommand(c.command_id, c.type, c.to_dict(), now_ms))
+    return out
+
+
+def total_cost(state: TaskState) -> dict[str, float]:
+    total: dict[str, float] = {"tokens_in": 0, "tokens_out": 0, "money_usd": 0.0, "seconds": 0.0}
+    for a in state.attempts:
+        for k, v in a.cost.items():
+            if isinstance(v, int | float):
+                total[k] = total.get(k, 0) + v
+    return total
+
+
+class Engine:
+    def __init__(
+        self, store: SqlStore, *, clock: Clock | None = None, workspace_root: Path | None = None,
+        users: Users | None = None,
+    ) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        db_dir = Path(store.url).parent if not store.url.startswith("postgres") else Path(".statewright")
+        self.workspace_root = workspace_root or db_dir / "workspaces"
+        self.users = users or Users(users_file(store.url))
+        self._defs: dict[str, Workflow] = {}
+
+    @classmethod
+    def open(cls, db: str | Path | None = None, **kwargs: Any) -> Engine:
+        return cls(open_store(db), **kwargs)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # --- definitions -------------------------------------------------------------------
+    def register(self, workflow: Workflow) -> None:
+        if workflow.content_hash not in self._defs:
+            self.store.put_definition(
+                workflow.content_hash, workflow.name, workflow.version, workflow.raw
+            )
+            self._defs[workflow.content_hash] = workflow
+
+    def workflow(self, content_hash: str) -> Workflow:
+        wf = self._defs.get(content_hash)
+        if wf is None:
+            body = self.store.get_definition(content_hash)
+            if body is None:
+                raise DefinitionError([f"definition {content_hash[:12]} is not stored"], self.store.url)
+            wf = workflow_from_dict(body, f"stored:{content_hash[:12]}")
+            self._defs[content_hash] = wf
+        return wf
+
+    # --- tasks -------------------------------------------------------------------------
+    def submit(
+        self,
+        workflow: Workflow | str | Path,
+        input: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        task_id: str | None = None,
+    ) -> str:
+        """Start a task; with ``key``, submitting again returns the same task id."""
+        wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
+        data = dict(input or {})
+        if wf.input_schema is not None:
+            err = verdict_error(wf.input_schema, data)
+            if err is not None:
+                raise InputError(f"input does not match {wf.name}'s input_schema: {err}")
+        if key is not None:
+            existing = self.store.task_by_key(key)
+            if existing is not None:
+                return existing
+        self.register(wf)
+        tid = task_id or f"t-{uuid.uuid4().hex[:12]}"
+        now = self.clock.now_ms()
+        ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
+        new, cmds = transition(new_task(tid, wf), ev)
+        res = self.store.append(
+            tid, 0, ev.to_dict(), new.to_dict(), to_new_commands(cmds, now),
+            workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
+        )
+        if res.duplicate and key is not None:
+            return self.store.task_by_key(key) or tid
+        return tid
+
+    def state(self, task_id: str) -> TaskState:
+        stored = self.store.load(task_id)
+        if stored is None:
+            raise TaskNotFoundError(task_id)
+        return TaskState.from_dict(stored.state, self.workflow(stored.workflow_hash))
+
+    def apply(
+        self,
+        task_id: str,
+        event: Event,
+        *,
+        complete: tuple[str, int] | None = None,
+        complete_timer: tuple[str, int] | None = None,
+        claim_for: tuple[str, int] | None = None,
+        state: TaskState | None = None,
+    ) -> Applied:
+        """Apply one event; retries on a lost version race; a duplicate event id returns
+        the recorded result. Raises IllegalEventError (state unchanged) when refused."""
+        for attempt in range(_CONFLICT_RETRIES):
+            st = state if (state is not None and attempt == 0) else self.state(task_id)
+            try:
+                new, cmds = transition(st, event)
+            except IllegalEventError:
+                if self.store.has_event(event.event_id):
+                    return Applied(st, [], duplicate=True)
+                raise
+            now = self.clock.now_ms()
+            try:
+                res = self.store.append(
+                    task_id, st.version, event.to_dict(), new.to_dict(), to_new_commands(cmds, now),
+                    complete=complete, complete_timer=complete_timer, terminal=new.terminal,
+                    claim_for=claim_for,
+                )
+            except VersionConflictError:
+                continue
+            if res.duplicate:
+                return Applied(self.state(task_id), [], duplicate=True)
+            return Applied(new, cmds, claimed=res.claimed)
+        raise VersionConflictError(task_id, -1, -1)
+
+    # --- people ------------------------------------------------------------------------
+    def approve(self, task_id: str, actor: str, *, proposal_hash: str | None = None, comment: str = "") -> TaskState:
+        st = self._awaiting(task_id)
+        cur = st.current
+        h = proposal_hash or (cur.proposal_hash if cur else "")
+        ev = ApprovalGranted(
+            event_id=f"{task_id}:approve:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            step=cur.step if cur else "", actor=actor, roles=self.users.roles(actor),
+            proposal_hash=h, comment=comment,
+        )
+        return self.apply(task_id, ev, state=st).state
+
+    def reject(self, task_id: str, actor: str, *, reason_code: str, comment: str = "") -> TaskState:
+        st = self._awaiting(task_id)
+        cur = st.current
+        ev = ApprovalRejected(
+            event_id=f"{task_id}:reject:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            step=cur.step if cur else "", actor=actor, roles=self.users.roles(actor),
+            proposal_hash=cur.proposal_hash if cur else "", reason_code=reason_code, comment=comment,
+        )
+        return self.apply(task_id, ev, state=st).state
+
+    def retry(self, task_id: str, actor: str, reason: str) -> TaskState:
+        ev = TaskRetried(
+            event_id=f"{task_id}:retry:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            actor=actor, reason=reason,
+        )
+        return self.apply(task_id, ev).state
+
+    def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
+        ev = TaskCancelled(
+            event_id=f"{task_id}:cancel:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            actor=actor, reason=reason,
+        )
+        return self.apply(task_id, ev).state
+
+    def _awaiting(self, task_id: str) -> TaskState:
+        st = self.state(task_id)
+        if st.status is not TaskStatus.AWAITING_APPROVAL or st.current is None:
+            raise ApprovalError(f"task {task_id} is {st.status.value}, not awaiting approval")
+        return st
+
+    # --- reading -----------------------------------------------------------------------
+    def events(self, task_id: str) -> list[Event]:
+        if self.store.load(task_id) is None:
+            raise TaskNotFoundError(task_id)
+        return [event_from_dict(r.body) for r in self.store.events(task_id)]
+
+    def run_task(self, task_id: str, *, lease_seconds: float = 30.0) -> TaskView:
+        """Work in-process until the task ends or parks at a human step."""
+        from statewright.runtime.worker import Worker
+
+        settled = {
+            TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED,
+            TaskStatus.CANCELLED, TaskStatus.AWAITING_APPROVAL,
+        }
+        Worker(self, lease_seconds=lease_seconds).run(
+            until=lambda: self.state(task_id).status in settled
+        )
+        st = self.state(task_id)
+        return TaskView(task_id=task_id, status=st.status.value, state=st, cost=total_cost(st))

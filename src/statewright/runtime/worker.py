@@ -1,0 +1,303 @@
+"""Workers claim due commands under a lease with a fencing token, perform them, and report
+the outcome as an event. The transaction that records an outcome also claims the task's
+next command for the same worker, so a step costs one commit."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from statewright._crash import crash_point
+from statewright._errors import (
+    IllegalEventError,
+    PermanentError,
+    StaleLeaseError,
+    TaskNotFoundError,
+    TransientError,
+)
+from statewright.definition.model import Step, StepKind
+from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
+from statewright.machine.state import TaskState
+from statewright.runtime.engine import Engine
+from statewright.store.base import Claim
+
+log = logging.getLogger("statewright.worker")
+
+DEFAULT_LEASE_SECONDS = 30.0
+IDLE_POLL_SECONDS = 0.02
+
+
+@dataclass
+class WorkerStats:
+    commands: int = 0
+    timers: int = 0
+    retries: int = 0
+    stale: int = 0
+
+
+class Worker:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        worker_id: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        concurrency: int = 1,
+        idle_poll_seconds: float = IDLE_POLL_SECONDS,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.engine = engine
+        self.store = engine.store
+        self.clock = engine.clock
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.lease_ms = int(lease_seconds * 1000)
+        self.concurrency = max(1, concurrency)
+        self.idle_poll_seconds = idle_poll_seconds
+        self.rng = rng or random.Random()
+        self.stats = WorkerStats()
+        self.stopping = threading.Event()
+        self._held: dict[str, int] = {}
+        self._held_lock = threading.Lock()
+
+    # --- lifecycle ---------------------------------------------------------------------
+    def install_signal_handlers(self) -> None:
+        """SIGTERM / Ctrl-C: stop claiming, finish what is held, exit cleanly."""
+
+        def handler(signum: int, frame: object) -> None:
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self, *, until_idle: bool = False, until: Callable[[], bool] | None = None) -> WorkerStats:
+        heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
+        heartbeat.start()
+        threads = [
+            threading.Thread(target=self._loop, args=(until_idle, until), daemon=True)
+            for _ in range(self.concurrency - 1)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            self._loop(until_idle, until)
+        finally:
+            self.stopping.set()
+            for t in threads:
+                t.join()
+            self._release_all()
+        return self.stats
+
+    def _loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
+        while not self.stopping.is_set():
+            if until is not None and until():
+                self.stopping.set()
+                return
+            did = self.run_once()
+            if did:
+                continue
+            if until_idle:
+                self.stopping.set()
+                return
+            self.clock.sleep(self._idle_wait(), self.stopping)
+
+    def _idle_wait(self) -> float:
+        due = self.store.next_due_ms()
+        if due is None:
+            return self.idle_poll_seconds
+        gap = (due - self.clock.now_ms()) / 1000
+        return max(0.0, min(self.idle_poll_seconds, gap)) if gap > 0 else 0.0
+
+    def run_once(self) -> bool:
+        """Fire due timers, then claim and perform one command (and the chain of commands
+        its outcome claims for us). Returns whether anything was done."""
+        did = self._fire_timers()
+        if self.stopping.is_set():
+            return did
+        claims = self.store.claim(self.worker_id, self.clock.now_ms(), self.lease_ms, 1)
+        for claim in claims:
+            nxt: Claim | None = claim
+            while nxt is not None:
+                crash_point("after_claim")
+                nxt = self._perform(nxt)
+                if self.stopping.is_set() and nxt is not None:
+                    self.store.release(nxt.command_id, nxt.token, self.clock.now_ms(), failed=False)
+                    nxt = None
+            did = True
+        return did
+
+    # --- timers ------------------------------------------------------------------------
+    def _fire_timers(self) -> bool:
+        timers = self.store.claim_timers(self.worker_id, self.clock.now_ms(), self.lease_ms, 10)
+        for t in timers:
+            ev = TimerFired(event_id=f"{t.timer_id}:fired", at_ms=self.clock.now_ms(), timer_id=t.timer_id)
+            try:
+                applied = self.engine.apply(t.task_id, ev, complete_timer=(t.timer_id, t.token),
+                                            claim_for=self._claim_for())
+            except (IllegalEventError, TaskNotFoundError):
+                self.store.drop_timer(t.timer_id, t.token)
+                continue
+            except StaleLeaseError:
+                continue
+            self.stats.timers += 1
+            nxt = applied.claimed
+            while nxt is not None:
+                nxt = self._perform(nxt)
+        return bool(timers)
+
+    # --- commands ----------------------------------------------------------------------
+    def _claim_for(self) -> tuple[str, int]:
+        return (self.worker_id, self.clock.now_ms() + self.lease_ms)
+
+    def _perform(self, claim: Claim) -> Claim | None:
+        """Perform one claimed command; returns the next command claimed for us, if any."""
+        with self._held_lock:
+            self._held[claim.command_id] = claim.token
+        try:
+            return self._perform_held(claim)
+        finally:
+            with self._held_lock:
+                self._held.pop(claim.command_id, None)
+
+    def _perform_held(self, claim: Claim) -> Claim | None:
+        body = claim.body
+        result_id = f"{claim.command_id}:result"
+        if claim.deliveries > 1 and self.store.has_event(result_id):
+            self.store.ack(claim.command_id, claim.token)  # outcome already recorded
+            return None
+        if claim.type == "RequestApproval":
+            log.info(
+                "task %s waits for approval at %s (role %s, proposal %s)",
+                claim.task_id, body.get("step"), body.get("role"), body.get("proposal_hash"),
+            )
+            self.store.ack(claim.command_id, claim.token)
+            self.stats.commands += 1
+            return None
+        try:
+            state = self.engine.state(claim.task_id)
+            step = state.workflow.step(str(body["step"]))
+        except (TaskNotFoundError, KeyError):
+            self.store.ack(claim.command_id, claim.token)
+            return None
+        crash_point("before_effect")
+        try:
+            event = self._execute(claim, state, step, result_id)
+        except Exception as exc:  # classified: transient -> retry later; else a step failure
+            event = self._on_error(claim, step, exc, result_id)
+            if event is None:
+                return None
+        crash_point("after_effect")
+        try:
+            applied = self.engine.apply(
+                claim.task_id, event, complete=(claim.command_id, claim.token),
+                claim_for=None if self.stopping.is_set() else self._claim_for(),
+            )
+        except IllegalEventError:
+            self.stats.stale += 1
+            self.store.ack(claim.command_id, claim.token)
+            return None
+        except StaleLeaseError:
+            self.stats.stale += 1
+            log.warning("lease on %s was lost; the report was refused", claim.command_id)
+            return None
+        crash_point("after_append")
+        self.stats.commands += 1
+        return applied.claimed
+
+    def _context(self, claim: Claim, state: TaskState, step: Step) -> Any:
+        from statewright.executors.base import ExecContext
+
+        ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
+        workspace = Path(str(ws)) if ws else self.engine.workspace_root / state.task_id
+        workspace.mkdir(parents=True, exist_ok=True)
+        return ExecContext(
+            task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
+            idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
+            workspace=workspace.resolve(), timeout_seconds=step.timeout_seconds,
+        )
+
+    def _execute(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event:
+        from statewright import executors
+
+        ctx = self._context(claim, state, step)
+        now = self.clock.now_ms
+        body = claim.body
+        if claim.type == "RunCheck":
+            res = executors.run_check(step.check or {}, ctx)
+            return CheckReported(
+                event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
+                attempt=ctx.attempt, check_number=int(body.get("check_number", 1)),
+                passed=res.passed, detail=res.detail or (res.reason or ""), output=res.output,
+            )
+        if step.kind is StepKind.AI:
+            brief = body.get("brief") or {}
+            ares = executors.run_agent(step.agent or {}, brief, step.output_schema, ctx)
+            kind = str((step.agent or {}).get("type", "agent"))
+            return AttemptReported(
+                event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
+                attempt=ctx.attempt, actor=f"agent:{kind}", ok=ares.error is None,
+                verdict=dict(ares.verdict) if ares.verdict is not None else None,
+                error=ares.error, detail=ares.detail, output=ares.detail,
+                artifacts=dict(ares.artifacts), cost=ares.cost.to_dict(), note=ares.note,
+            )
+        cres = executors.run_code(step.run or {}, ctx)
+        return AttemptReported(
+            event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
+            attempt=ctx.attempt, actor=f"code:{step.id}", ok=cres.ok,
+            error=None if cres.ok else (cres.reason or "failed"), output=cres.output,
+            detail=cres.reason or "", artifacts=dict(cres.artifacts), cost=cres.cost.to_dict(),
+        )
+
+    def _on_error(self, claim: Claim, step: Step, exc: Exception, result_id: str) -> Event | None:
+        policy = step.retry
+        name = type(exc).__name__
+        failures = claim.failures + 1
+        retryable = isinstance(exc, TransientError) and name not in policy.non_retryable
+        if retryable and failures < policy.max_attempts:
+            delay = policy.backoff_seconds(failures, self.rng.random())
+            self.stats.retries += 1
+            self.store.release(
+                claim.command_id, claim.token, self.clock.now_ms() + int(delay * 1000),
+                failed=True, error=f"{name}: {exc}",
+            )
+            return None
+        if isinstance(exc, TransientError):
+            reason = "retries_exhausted"
+        elif isinstance(exc, PermanentError):
+            reason = exc.reason if exc.reason != "error" else "permanent_error"
+        else:
+            reason = "executor_error"
+        detail = f"{name}: {exc} (after {failures} tries)"
+        if claim.type == "RunCheck":
+            return CheckReported(
+                event_id=result_id, at_ms=self.clock.now_ms(), command_id=claim.command_id,
+                step=step.id, attempt=int(claim.body.get("attempt", 1)),
+                check_number=int(claim.body.get("check_number", 1)), passed=False, detail=detail,
+            )
+        return AttemptReported(
+            event_id=result_id, at_ms=self.clock.now_ms(), command_id=claim.command_id,
+            step=step.id, attempt=int(claim.body.get("attempt", 1)), actor=f"worker:{self.worker_id}",
+            ok=False, error=reason, detail=detail,
+        )
+
+    # --- leases ------------------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        interval = max(0.05, self.lease_ms / 3000)
+        while not self.stopping.wait(interval):
+            with self._held_lock:
+                held = list(self._held.items())
+            for cid, token in held:
+                self.store.renew(cid, token, self.clock.now_ms(), self.lease_ms)
+
+    def _release_all(self) -> None:
+        with self._held_lock:
+            held = list(self._held.items())
+        for cid, token in held:
+            self.store.release(cid, token, self.clock.now_ms(), failed=False)

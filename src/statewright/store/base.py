@@ -1,0 +1,136 @@
+"""The Store protocol: the one seam between the engine and durable storage.
+
+Per task: an append-only, hash-chained event log, a state projection and an outbox of
+commands, all written in ONE transaction that checks the expected version. Timers are
+rows. Leases carry a fencing token so a late worker cannot report over a newer claim."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class StoredTask:
+    task_id: str
+    workflow: str
+    workflow_hash: str
+    status: str
+    version: int
+    state: Mapping[str, Any]
+    created_at_ms: int
+    updated_at_ms: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A command held under a lease. ``token`` is the fencing token of this claim."""
+
+    command_id: str
+    task_id: str
+    type: str
+    body: Mapping[str, Any]
+    token: int
+    deliveries: int
+    failures: int
+    lease_expires_ms: int
+
+
+@dataclass(frozen=True)
+class TimerClaim:
+    timer_id: str
+    task_id: str
+    due_at_ms: int
+    purpose: str
+    token: int
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    version: int
+    duplicate: bool = False
+    claimed: Claim | None = None
+
+
+@dataclass(frozen=True)
+class NewCommand:
+    """A command to insert: outbox row, or a timer row when ``due_at_ms`` and ``timer``."""
+
+    command_id: str
+    type: str
+    body: Mapping[str, Any]
+    available_at_ms: int
+    timer: bool = False
+    purpose: str = ""
+
+
+@dataclass(frozen=True)
+class EventRow:
+    task_id: str
+    version: int
+    event_id: str
+    type: str
+    body: Mapping[str, Any]
+    at_ms: int
+    prev_hash: str
+    hash: str
+
+
+class Store(Protocol):
+    """What the engine needs from a backend. Both SQLite and PostgreSQL implement it."""
+
+    url: str
+
+    def close(self) -> None: ...
+
+    def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None: ...
+
+    def get_definition(self, content_hash: str) -> Mapping[str, Any] | None: ...
+
+    def append(
+        self,
+        task_id: str,
+        expected_version: int,
+        event: Mapping[str, Any],
+        state: Mapping[str, Any],
+        commands: Sequence[NewCommand],
+        *,
+        workflow: str = "",
+        workflow_hash: str = "",
+        idem_key: str | None = None,
+        complete: tuple[str, int] | None = None,
+        complete_timer: tuple[str, int] | None = None,
+        terminal: bool = False,
+        claim_for: tuple[str, int] | None = None,
+    ) -> AppendResult: ...
+
+    def load(self, task_id: str) -> StoredTask | None: ...
+
+    def task_by_key(self, idem_key: str) -> str | None: ...
+
+    def list_tasks(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 1000
+    ) -> list[StoredTask]: ...
+
+    def events(self, task_id: str) -> list[EventRow]: ...
+
+    def task_ids(self) -> list[str]: ...
+
+    def has_event(self, event_id: str) -> bool: ...
+
+    def claim(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1) -> list[Claim]: ...
+
+    def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool: ...
+
+    def release(self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "") -> None: ...
+
+    def ack(self, command_id: str, token: int) -> None: ...
+
+    def claim_timers(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10) -> list[TimerClaim]: ...
+
+    def drop_timer(self, timer_id: str, token: int) -> None: ...
+
+    def next_due_ms(self) -> int | None: ...
+
+    def counts_by_status(self) -> dict[str, int]: ...

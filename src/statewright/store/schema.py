@@ -1,0 +1,66 @@
+"""Versioned schema migrations, shared by both backends (plain portable SQL)."""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE IF NOT EXISTS sw_definitions (
+            hash TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            body TEXT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS sw_tasks (
+            task_id TEXT PRIMARY KEY,
+            workflow TEXT NOT NULL,
+            workflow_hash TEXT NOT NULL,
+            status TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            state TEXT NOT NULL,
+            idem_key TEXT UNIQUE,
+            last_hash TEXT NOT NULL,
+            created_at_ms BIGINT NOT NULL,
+            updated_at_ms BIGINT NOT NULL
+        )""",
+        "CREATE INDEX IF NOT EXISTS sw_tasks_status ON sw_tasks (status, updated_at_ms)",
+        """CREATE TABLE IF NOT EXISTS sw_events (
+            task_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            event_id TEXT NOT NULL UNIQUE,
+            type TEXT NOT NULL,
+            body TEXT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL,
+            PRIMARY KEY (task_id, version)
+        )""",
+        """CREATE TABLE IF NOT EXISTS sw_outbox (
+            command_id TEXT PRIMARY KEY,
+            task_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            body TEXT NOT NULL,
+            available_at_ms BIGINT NOT NULL,
+            lease_owner TEXT,
+            lease_expires_ms BIGINT,
+            token INTEGER NOT NULL DEFAULT 0,
+            deliveries INTEGER NOT NULL DEFAULT 0,
+            failures INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT
+        )""",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_due ON sw_outbox (available_at_ms)",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_task ON sw_outbox (task_id)",
+        """CREATE TABLE IF NOT EXISTS sw_timers (
+            timer_id TEXT PRIMARY KEY,
+            task_id TEXT NOT NULL,
+            due_at_ms BIGINT NOT NULL,
+            purpose TEXT NOT NULL,
+            lease_owner TEXT,
+            lease_expires_ms BIGINT,
+            token INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX IF NOT EXISTS sw_timers_due ON sw_timers (due_at_ms)",
+        "CREATE INDEX IF NOT EXISTS sw_timers_task ON sw_timers (task_id)",
+    ],
+}

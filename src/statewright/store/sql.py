@@ -1,0 +1,400 @@
+"""The shared SQL of both backends. Dialects override a few hooks: how a transaction is
+opened, the placeholder style, the row-lock clause, and how driver errors are classified."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from statewright._canonical import canonical_json
+from statewright._crash import crash_point
+from statewright._errors import (
+    NotAStatewrightDatabaseError,
+    SchemaVersionError,
+    StaleLeaseError,
+    VersionConflictError,
+)
+from statewright.store.base import (
+    AppendResult,
+    Claim,
+    EventRow,
+    NewCommand,
+    StoredTask,
+    TimerClaim,
+)
+from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+GENESIS_HASH = "0" * 64
+_CLAIM_COLS = "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms"
+_TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
+
+
+def chain_hash(prev_hash: str, version: int, body: str) -> str:
+    """The hash of one event row: it covers the previous row's hash, so edits show."""
+    return hashlib.sha256(f"{prev_hash}|{version}|{body}".encode()).hexdigest()
+
+
+class SqlStore:
+    url: str = ""
+    skip_locked: str = ""
+
+    # --- dialect hooks ---------------------------------------------------------------
+    def _tx(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError  # pragma: no cover - every dialect defines it
+
+    def _is_unique_violation(self, exc: BaseException) -> bool:
+        raise NotImplementedError  # pragma: no cover - every dialect defines it
+
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def _tables(self, cur: Any) -> set[str]:
+        raise NotImplementedError  # pragma: no cover - every dialect defines it
+
+    def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        cur.execute(self._sql(sql), tuple(params))
+        return cur
+
+    # --- schema ----------------------------------------------------------------------
+    def schema_version(self) -> int:
+        with self._tx() as cur:
+            tables = self._tables(cur)
+            if "sw_meta" not in tables:
+                return 0
+            row = self._x(cur, "SELECT value FROM sw_meta WHERE key = ?", ("schema_version",)).fetchone()
+            return int(row[0]) if row else 0
+
+    def ensure_schema(self, *, upgrade: bool = True) -> int:
+        """Create a fresh schema, or apply pending migrations; refuse foreign or newer ones."""
+        with self._tx() as cur:
+            tables = self._tables(cur)
+            if "sw_meta" not in tables:
+                if tables - {"sw_meta"} and not any(t.startswith("loop_") for t in tables):
+                    msg = (
+                        f"{self.url}: this database has tables but is not a statewright database "
+                        f"(found: {', '.join(sorted(tables)[:5])}); point --db at another file"
+                    )
+                    raise NotAStatewrightDatabaseError(msg)
+                self._x(cur, "CREATE TABLE IF NOT EXISTS sw_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                self._x(cur, "INSERT INTO sw_meta (key, value) VALUES (?, ?)", ("app", "statewright"))
+                self._x(cur, "INSERT INTO sw_meta (key, value) VALUES (?, ?)", ("schema_version", "0"))
+                current = 0
+            else:
+                row = self._x(cur, "SELECT value FROM sw_meta WHERE key = ?", ("schema_version",)).fetchone()
+                current = int(row[0]) if row else 0
+            if current > SCHEMA_VERSION:
+                msg = (
+                    f"{self.url}: the database schema is version {current}, newer than this "
+                    f"statewright understands ({SCHEMA_VERSION}); upgrade statewright"
+                )
+                raise SchemaVersionError(msg)
+            if current < SCHEMA_VERSION and not upgrade:
+                msg = f"{self.url}: schema version {current} needs an upgrade; run 'statewright db upgrade'"
+                raise SchemaVersionError(msg)
+            for v in range(current + 1, SCHEMA_VERSION + 1):
+                for stmt in MIGRATIONS[v]:
+                    self._x(cur, stmt)
+                self._x(cur, "UPDATE sw_meta SET value = ? WHERE key = ?", (str(v), "schema_version"))
+            return SCHEMA_VERSION
+
+    # --- definitions -----------------------------------------------------------------
+    def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None:
+        with self._tx() as cur:
+            if self._x(cur, "SELECT 1 FROM sw_definitions WHERE hash = ?", (content_hash,)).fetchone():
+                return
+            self._x(
+                cur, "INSERT INTO sw_definitions (hash, name, version, body) VALUES (?, ?, ?, ?)",
+                (content_hash, name, version, canonical_json(body)),
+            )
+
+    def get_definition(self, content_hash: str) -> Mapping[str, Any] | None:
+        with self._tx() as cur:
+            row = self._x(cur, "SELECT body FROM sw_definitions WHERE hash = ?", (content_hash,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    # --- the one transaction ---------------------------------------------------------
+    def append(
+        self,
+        task_id: str,
+        expected_version: int,
+        event: Mapping[str, Any],
+        state: Mapping[str, Any],
+        commands: Sequence[NewCommand],
+        *,
+        workflow: str = "",
+        workflow_hash: str = "",
+        idem_key: str | None = None,
+        complete: tuple[str, int] | None = None,
+        complete_timer: tuple[str, int] | None = None,
+        terminal: bool = False,
+        claim_for: tuple[str, int] | None = None,
+    ) -> AppendResult:
+        body = canonical_json(event)
+        event_id = str(event["event_id"])
+        at_ms = int(event["at_ms"])
+        version = expected_version + 1
+        state_json = canonical_json(state)
+        status = str(state.get("status", ""))
+        try:
+            with self._tx() as cur:
+                dup = self._x(cur, "SELECT task_id, version FROM sw_events WHERE event_id = ?", (event_id,)).fetchone()
+                if dup is not None:
+                    return AppendResult(version=int(dup[1]), duplicate=True)
+                if expected_version == 0:
+                    if idem_key is not None:
+                        row = self._x(cur, "SELECT task_id, version FROM sw_tasks WHERE idem_key = ?", (idem_key,)).fetchone()
+                        if row is not None:
+                            return AppendResult(version=int(row[1]), duplicate=True)
+                    prev = GENESIS_HASH
+                    h = chain_hash(prev, version, body)
+                    self._x(
+                        cur,
+                        "INSERT INTO sw_tasks (task_id, workflow, workflow_hash, status, version, state,"
+                        " idem_key, last_hash, created_at_ms, updated_at_ms)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (task_id, workflow, workflow_hash, status, version, state_json, idem_key, h, at_ms, at_ms),
+                    )
+                else:
+                    row = self._x(cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
+                    if row is None or int(row[0]) != expected_version:
+                        actual = int(row[0]) if row is not None else 0
+                        raise VersionConflictError(task_id, expected_version, actual)
+                    prev = str(row[1])
+                    h = chain_hash(prev, version, body)
+                    upd = self._x(
+                        cur,
+                        "UPDATE sw_tasks SET status = ?, version = ?, state = ?, last_hash = ?,"
+                        " updated_at_ms = ? WHERE task_id = ? AND version = ?",
+                        (status, version, state_json, h, at_ms, task_id, expected_version),
+                    )
+                    if upd.rowcount != 1:
+                        raise VersionConflictError(task_id, expected_version, expected_version + 1)
+                self._x(
+                    cur,
+                    "INSERT INTO sw_events (task_id, version, event_id, type, body, at_ms, prev_hash, hash)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (task_id, version, event_id, str(event["type"]), body, at_ms, prev, h),
+                )
+                if complete is not None:
+                    self._finish_command_txn(cur, *complete)
+                if complete_timer is not None:
+                    gone = self._x(
+                        cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", complete_timer
+                    )
+                    if gone.rowcount != 1:
+                        raise StaleLeaseError(complete_timer[0], complete_timer[1], -1)
+                if terminal:
+                    self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ?", (task_id,))
+                    self._x(cur, "DELETE FROM sw_timers WHERE task_id = ?", (task_id,))
+                claimed = None
+                for c in commands:
+                    if c.timer:
+                        self._x(
+                            cur,
+                            "INSERT INTO sw_timers (timer_id, task_id, due_at_ms, purpose) VALUES (?, ?, ?, ?)",
+                            (c.command_id, task_id, c.available_at_ms, c.purpose),
+                        )
+                        continue
+                    self._x(
+                        cur,
+                        "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (c.command_id, task_id, c.type, canonical_json(c.body), c.available_at_ms),
+                    )
+                    if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
+                        claimed = self._claim_one_txn(cur, c.command_id, *claim_for)
+                crash_point("in_append_txn")
+                return AppendResult(version=version, claimed=claimed)
+        except (VersionConflictError, StaleLeaseError):
+            raise
+        except Exception as exc:
+            if self._is_unique_violation(exc):
+                raise VersionConflictError(task_id, expected_version, expected_version + 1) from None
+            raise
+
+    def _finish_command_txn(self, cur: Any, command_id: str, token: int) -> None:
+        gone = self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
+        if gone.rowcount != 1:
+            row = self._x(cur, "SELECT token FROM sw_outbox WHERE command_id = ?", (command_id,)).fetchone()
+            raise StaleLeaseError(command_id, token, int(row[0]) if row else -1)
+
+    def _claim_one_txn(self, cur: Any, command_id: str, worker_id: str, lease_expires_ms: int) -> Claim | None:
+        row = self._x(
+            cur,
+            "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
+            f" deliveries = deliveries + 1 WHERE command_id = ? RETURNING {_CLAIM_COLS}",
+            (worker_id, lease_expires_ms, command_id),
+        ).fetchone()
+        return _claim(row) if row else None
+
+    # --- reads -----------------------------------------------------------------------
+    def load(self, task_id: str) -> StoredTask | None:
+        with self._tx() as cur:
+            row = self._x(cur, f"SELECT {_TASK_COLS} FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return _task(row) if row else None
+
+    def task_by_key(self, idem_key: str) -> str | None:
+        with self._tx() as cur:
+            row = self._x(cur, "SELECT task_id FROM sw_tasks WHERE idem_key = ?", (idem_key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def list_tasks(self, status: str | None = None, workflow: str | None = None, limit: int = 1000) -> list[StoredTask]:
+        where, params = [], []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if workflow:
+            where.append("workflow = ?")
+            params.append(workflow)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        with self._tx() as cur:
+            rows = self._x(
+                cur, f"SELECT {_TASK_COLS} FROM sw_tasks{clause} ORDER BY created_at_ms, task_id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+        return [_task(r) for r in rows]
+
+    def task_ids(self) -> list[str]:
+        with self._tx() as cur:
+            rows = self._x(cur, "SELECT task_id FROM sw_tasks ORDER BY task_id").fetchall()
+        return [str(r[0]) for r in rows]
+
+    def events(self, task_id: str) -> list[EventRow]:
+        with self._tx() as cur:
+            rows = self._x(
+                cur,
+                "SELECT task_id, version, event_id, type, body, at_ms, prev_hash, hash FROM sw_events"
+                " WHERE task_id = ? ORDER BY version",
+                (task_id,),
+            ).fetchall()
+        return [
+            EventRow(str(r[0]), int(r[1]), str(r[2]), str(r[3]), json.loads(r[4]), int(r[5]), str(r[6]), str(r[7]))
+            for r in rows
+        ]
+
+    def raw_events(self, task_id: str) -> list[tuple[int, str, str, str]]:
+        """(version, body text, prev_hash, hash) as stored, for chain verification."""
+        with self._tx() as cur:
+            rows = self._x(
+                cur, "SELECT version, body, prev_hash, hash FROM sw_events WHERE task_id = ? ORDER BY version",
+                (task_id,),
+            ).fetchall()
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    def has_event(self, event_id: str) -> bool:
+        with self._tx() as cur:
+            return self._x(cur, "SELECT 1 FROM sw_events WHERE event_id = ?", (event_id,)).fetchone() is not None
+
+    def counts_by_status(self) -> dict[str, int]:
+        with self._tx() as cur:
+            rows = self._x(cur, "SELECT status, COUNT(*) FROM sw_tasks GROUP BY status").fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
+
+    def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        sql = f"SELECT {_CLAIM_COLS}, available_at_ms, lease_owner FROM sw_outbox"
+        params: tuple[Any, ...] = ()
+        if task_id is not None:
+            sql += " WHERE task_id = ?"
+            params = (task_id,)
+        with self._tx() as cur:
+            rows = self._x(cur, sql + " ORDER BY available_at_ms", params).fetchall()
+        return [
+            {"command_id": r[0], "task_id": r[1], "type": r[2], "token": int(r[4]),
+             "deliveries": int(r[5]), "failures": int(r[6]), "lease_expires_ms": r[7],
+             "available_at_ms": int(r[8]), "lease_owner": r[9]}
+            for r in rows
+        ]
+
+    def timers(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT timer_id, task_id, due_at_ms, purpose FROM sw_timers"
+        params: tuple[Any, ...] = ()
+        if task_id is not None:
+            sql += " WHERE task_id = ?"
+            params = (task_id,)
+        with self._tx() as cur:
+            rows = self._x(cur, sql + " ORDER BY due_at_ms", params).fetchall()
+        return [{"timer_id": r[0], "task_id": r[1], "due_at_ms": int(r[2]), "purpose": r[3]} for r in rows]
+
+    # --- leases ----------------------------------------------------------------------
+    def claim(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1) -> list[Claim]:
+        with self._tx() as cur:
+            rows = self._x(
+                cur,
+                "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
+                " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
+                " WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
+                f" ORDER BY available_at_ms LIMIT ?{self.skip_locked}) RETURNING {_CLAIM_COLS}",
+                (worker_id, now_ms + lease_ms, now_ms, now_ms, limit),
+            ).fetchall()
+        return [_claim(r) for r in rows]
+
+    def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool:
+        with self._tx() as cur:
+            r = self._x(
+                cur, "UPDATE sw_outbox SET lease_expires_ms = ? WHERE command_id = ? AND token = ?",
+                (now_ms + lease_ms, command_id, token),
+            )
+            return bool(r.rowcount == 1)
+
+    def release(self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "") -> None:
+        with self._tx() as cur:
+            self._x(
+                cur,
+                "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+                " failures = failures + ?, last_error = ? WHERE command_id = ? AND token = ?",
+                (available_at_ms, 1 if failed else 0, error[:2000], command_id, token),
+            )
+
+    def ack(self, command_id: str, token: int) -> None:
+        with self._tx() as cur:
+            self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
+
+    def claim_timers(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10) -> list[TimerClaim]:
+        with self._tx() as cur:
+            rows = self._x(
+                cur,
+                "UPDATE sw_timers SET lease_owner = ?, lease_expires_ms = ?, token = token + 1"
+                " WHERE timer_id IN (SELECT timer_id FROM sw_timers WHERE due_at_ms <= ?"
+                " AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
+                f" ORDER BY due_at_ms LIMIT ?{self.skip_locked})"
+                " RETURNING timer_id, task_id, due_at_ms, purpose, token",
+                (worker_id, now_ms + lease_ms, now_ms, now_ms, limit),
+            ).fetchall()
+        return [TimerClaim(str(r[0]), str(r[1]), int(r[2]), str(r[3]), int(r[4])) for r in rows]
+
+    def drop_timer(self, timer_id: str, token: int) -> None:
+        with self._tx() as cur:
+            self._x(cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", (timer_id, token))
+
+    def next_due_ms(self) -> int | None:
+        with self._tx() as cur:
+            a = self._x(
+                cur,
+                "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
+                " ELSE lease_expires_ms END) FROM sw_outbox",
+            ).fetchone()
+            b = self._x(
+                cur,
+                "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN due_at_ms"
+                " ELSE lease_expires_ms END) FROM sw_timers",
+            ).fetchone()
+        vals = [int(v[0]) for v in (a, b) if v is not None and v[0] is not None]
+        return min(vals) if vals else None
+
+
+def _claim(r: Any) -> Claim:
+    return Claim(
+        command_id=str(r[0]), task_id=str(r[1]), type=str(r[2]), body=json.loads(r[3]),
+        token=int(r[4]), deliveries=int(r[5]), failures=int(r[6]), lease_expires_ms=int(r[7]),
+    )
+
+
+def _task(r: Any) -> StoredTask:
+    return StoredTask(
+        task_id=str(r[0]), workflow=str(r[1]), workflow_hash=str(r[2]), status=str(r[3]),
+        version=int(r[4]), state=json.loads(r[5]), created_at_ms=int(r[6]), updated_at_ms=int(r[7]),
+    )
+
