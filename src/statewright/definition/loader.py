@@ -173,7 +173,8 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         steps=tuple(steps),
         description=description,
         input_schema=input_schema,
-        content_hash=sha256_hex(_plain(data)),
+        # A file that leaves out 'version' means version 1 and hashes like one that says so.
+        content_hash=sha256_hex({**_plain(data), "version": version}),
         source=source,
         raw=_plain(data),
     )
@@ -451,13 +452,26 @@ def _check_routes(steps: list[Step], problems: _Problems) -> None:
         r = s.on_failure
         if r.kind is RouteKind.LOOP_BACK and r.target is not None:
             if r.target == s.id:
-                problems.add(where, f"loop_back target {r.target!r} is the step itself; loops may only go back to an earlier step")
+                problems.add(
+                    where, f"loop_back target {r.target!r} is the step itself; "
+                    "loops may only go back to an earlier step",
+                )
             elif r.target not in index:
                 problems.add(where, f"loop_back target {r.target!r} does not exist")
             elif index[r.target] > i:
                 problems.add(where, f"loop_back target {r.target!r} comes after it; loops may only go back")
-        if r.kind is RouteKind.CONTINUE and i == len(steps) - 1:
-            problems.add(where, "on_failure: continue on the last step would complete a task whose last step failed; use halt or loop_back")
+        if r.kind is RouteKind.CONTINUE and s.kind is StepKind.HUMAN:
+            problems.add(
+                where,
+                "on_failure: continue on a human step would let the work pass a rejected or "
+                "expired approval; use halt or loop_back",
+            )
+        elif r.kind is RouteKind.CONTINUE and i == len(steps) - 1:
+            problems.add(
+                where,
+                "on_failure: continue on the last step would complete a task whose last step failed; "
+                "use halt or loop_back",
+            )
         for other in s.separate_from:
             if other not in index:
                 problems.add(where, f"separate_from names {other!r}, which is not a step")
