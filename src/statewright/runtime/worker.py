@@ -187,12 +187,13 @@ class Worker:
             self.store.ack(claim.command_id, claim.token)
             return None
         crash_point("before_effect")
+        event: Event | None
         try:
             event = self._execute(claim, state, step, result_id)
         except Exception as exc:  # classified: transient -> retry later; else a step failure
             event = self._on_error(claim, step, exc, result_id)
-            if event is None:
-                return None
+        if event is None:
+            return None
         crash_point("after_effect")
         try:
             applied = self.engine.apply(
@@ -252,7 +253,8 @@ class Worker:
             event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
             attempt=ctx.attempt, actor=f"code:{step.id}", ok=cres.ok,
             error=None if cres.ok else (cres.reason or "failed"), output=cres.output,
-            detail=cres.reason or "", artifacts=dict(cres.artifacts), cost=cres.cost.to_dict(),
+            detail="" if cres.ok else _last_line(cres.output), artifacts=dict(cres.artifacts),
+            cost=cres.cost.to_dict(),
         )
 
     def _on_error(self, claim: Claim, step: Step, exc: Exception, result_id: str) -> Event | None:
@@ -301,3 +303,8 @@ class Worker:
             held = list(self._held.items())
         for cid, token in held:
             self.store.release(cid, token, self.clock.now_ms(), failed=False)
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""

@@ -47,7 +47,8 @@ def open_store(url: str | Path | None = None, *, create: bool = True) -> SqlStor
     if target.startswith(("postgresql://", "postgres://")):
         from statewright.store.postgres import PostgresStore
 
-        return PostgresStore(target)
+        store: SqlStore = PostgresStore(target)
+        return store
     synchronous = "FULL"
     if target.startswith("sqlite:"):
         parts = urlsplit(target)

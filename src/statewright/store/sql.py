@@ -42,6 +42,9 @@ class SqlStore:
     skip_locked: str = ""
 
     # --- dialect hooks ---------------------------------------------------------------
+    def close(self) -> None:
+        """Release connections; dialects override."""
+
     def _tx(self) -> AbstractContextManager[Any]:
         raise NotImplementedError  # pragma: no cover - every dialect defines it
 
@@ -145,7 +148,9 @@ class SqlStore:
                     return AppendResult(version=int(dup[1]), duplicate=True)
                 if expected_version == 0:
                     if idem_key is not None:
-                        row = self._x(cur, "SELECT task_id, version FROM sw_tasks WHERE idem_key = ?", (idem_key,)).fetchone()
+                        row = self._x(
+                            cur, "SELECT task_id, version FROM sw_tasks WHERE idem_key = ?", (idem_key,)
+                        ).fetchone()
                         if row is not None:
                             return AppendResult(version=int(row[1]), duplicate=True)
                     prev = GENESIS_HASH
@@ -158,7 +163,9 @@ class SqlStore:
                         (task_id, workflow, workflow_hash, status, version, state_json, idem_key, h, at_ms, at_ms),
                     )
                 else:
-                    row = self._x(cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
+                    row = self._x(
+                        cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)
+                    ).fetchone()
                     if row is None or int(row[0]) != expected_version:
                         actual = int(row[0]) if row is not None else 0
                         raise VersionConflictError(task_id, expected_version, actual)

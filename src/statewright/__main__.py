@@ -1,0 +1,3 @@
+from statewright.cli import main
+
+main()

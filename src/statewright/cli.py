@@ -1,0 +1,366 @@
+"""The ``statewright`` command line. Bad input gets one clear line on stderr, never a
+traceback, and changes nothing."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from statewright._errors import DefinitionError, InputError, StatewrightError
+from statewright.store import DEFAULT_DB
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _db_option(fn: F) -> F:
+    return click.option(
+        "--db", envvar="STATEWRIGHT_DB", default=DEFAULT_DB, show_default=True,
+        help="SQLite path or postgresql:// URL (env STATEWRIGHT_DB).",
+    )(fn)
+
+
+def _json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(code)
+
+
+def _guard(fn: F) -> F:
+    """Turn statewright errors into one clear line and a non-zero exit."""
+
+    @wraps(fn)
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DefinitionError as exc:
+            for p in exc.problems:
+                click.echo(f"error: {exc.source}: {p}", err=True)
+            sys.exit(1)
+        except StatewrightError as exc:
+            _fail(str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+
+    return inner  # type: ignore[return-value]
+
+
+def _engine(db: str, *, create: bool = False) -> Any:
+    from statewright.runtime.engine import Engine
+    from statewright.store import open_store
+
+    return Engine(open_store(db, create=create))
+
+
+def _parse_input(raw: str | None) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    text = raw
+    if raw.startswith("@"):
+        path = Path(raw[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"--input {raw}: cannot read the file ({exc.strerror})") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--input is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    if not isinstance(value, dict):
+        raise InputError(f"--input must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+@click.group()
+@click.version_option(package_name="statewright")
+def cli() -> None:
+    """Run AI-agent work as explicit, durable state machines."""
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True)
+def validate(files: tuple[str, ...]) -> None:
+    """Check workflow files; print OK per file or the errors."""
+    from statewright.definition import load_workflow
+
+    bad = 0
+    for f in files:
+        try:
+            wf = load_workflow(f)
+        except DefinitionError as exc:
+            bad += 1
+            for p in exc.problems:
+                click.echo(f"{f}: {p}")
+            continue
+        click.echo(f"{f}: OK  {wf.describe()}")
+    sys.exit(1 if bad else 0)
+
+
+@cli.command()
+@click.argument("file")
+@click.option("--input", "input_", help="JSON object, or @file.json")
+@click.option("--key", help="Idempotency key: submitting again returns the same task.")
+@_db_option
+@_guard
+def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
+    """Submit a task; prints its id."""
+    from statewright.definition import load_workflow
+
+    wf = load_workflow(file)
+    data = _parse_input(input_)
+    engine = _engine(db, create=True)
+    click.echo(engine.submit(wf, data, key=key))
+
+
+@cli.command()
+@click.option("--until-idle", is_flag=True, help="Exit when nothing is due.")
+@click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option("--lease", "lease", default=30.0, show_default=True, type=click.FloatRange(0.5, 60.0),
+              help="Lease length in seconds.")
+@_db_option
+@_guard
+def worker(until_idle: bool, concurrency: int, lease: float, db: str) -> None:
+    """Claim and perform due commands. SIGTERM/Ctrl-C stops cleanly."""
+    from statewright.runtime.worker import Worker
+
+    engine = _engine(db, create=True)
+    w = Worker(engine, lease_seconds=lease, concurrency=concurrency)
+    w.install_signal_handlers()
+    stats = w.run(until_idle=until_idle)
+    click.echo(f"worker stopped: {stats.commands} commands, {stats.timers} timers, {stats.retries} retries")
+
+
+@cli.command()
+@click.argument("file")
+@click.option("--input", "input_", help="JSON object, or @file.json")
+@click.option("--key", help="Idempotency key.")
+@_db_option
+@_guard
+def run(file: str, input_: str | None, key: str | None, db: str) -> None:
+    """Submit, then work until the task ends or parks at a human step; print the history."""
+    from statewright.definition import load_workflow
+
+    wf = load_workflow(file)
+    data = _parse_input(input_)
+    engine = _engine(db, create=True)
+    tid = engine.submit(wf, data, key=key)
+    view = engine.run_task(tid)
+    _print_show(engine, tid)
+    if view.status == "awaiting_approval":
+        h = view.state.current.proposal_hash if view.state.current else ""
+        click.echo(f"\napprove with: statewright approve {tid} --as NAME --hash {h}")
+
+
+@cli.command()
+@click.option("--status", help="Only tasks in this status.")
+@click.option("--workflow", help="Only tasks of this workflow.")
+@_db_option
+@_json_option
+@_guard
+def tasks(status: str | None, workflow: str | None, db: str, as_json: bool) -> None:
+    """List tasks."""
+    from statewright.machine.state import TaskStatus
+
+    if status is not None and status not in {s.value for s in TaskStatus}:
+        raise InputError(f"unknown status {status!r}; use one of {', '.join(s.value for s in TaskStatus)}")
+    engine = _engine(db)
+    rows = engine.store.list_tasks(status=status, workflow=workflow)
+    if as_json:
+        click.echo(json.dumps([
+            {"task_id": r.task_id, "workflow": r.workflow, "status": r.status, "version": r.version,
+             "step": (r.state.get("current") or {}).get("step"), "updated_at_ms": r.updated_at_ms}
+            for r in rows
+        ], indent=2))
+        return
+    for r in rows:
+        step = (r.state.get("current") or {}).get("step") or ""
+        click.echo(f"{r.task_id}  {r.workflow:<20} {r.status:<18} {step}")
+
+
+def _print_show(engine: Any, task_id: str) -> None:
+    from statewright.runtime.history import history_lines
+
+    st = engine.state(task_id)
+    click.echo(f"task {st.task_id}  workflow {st.workflow.name} v{st.workflow.version} "
+               f"({st.workflow.content_hash[:12]})  status {st.status.value}")
+    if st.halt:
+        click.echo(f"halted at {st.halt.step}: {st.halt.reason} {st.halt.detail}".rstrip())
+    for line in history_lines(st):
+        click.echo("  " + line)
+
+
+@cli.command()
+@click.argument("task_id")
+@_db_option
+@_json_option
+@_guard
+def show(task_id: str, db: str, as_json: bool) -> None:
+    """Show a task: its state, then its history as a straight line with detours."""
+    engine = _engine(db)
+    if as_json:
+        st = engine.state(task_id)
+        click.echo(json.dumps({"state": st.to_dict(),
+                               "events": [e.to_dict() for e in engine.events(task_id)]},
+                              indent=2, default=str))
+        return
+    _print_show(engine, task_id)
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--as", "actor", required=True, help="Who approves.")
+@click.option("--hash", "proposal_hash", help="The proposal hash you reviewed.")
+@click.option("--comment", default="")
+@_db_option
+@_guard
+def approve(task_id: str, actor: str, proposal_hash: str | None, comment: str, db: str) -> None:
+    """Approve the proposal a task waits on."""
+    engine = _engine(db)
+    st = engine.approve(task_id, actor, proposal_hash=proposal_hash, comment=comment)
+    click.echo(f"approved; task {task_id} is {st.status.value}")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--as", "actor", required=True)
+@click.option("--reason", required=True, help="A reason code, e.g. insufficient_evidence.")
+@click.option("--comment", default="")
+@_db_option
+@_guard
+def reject(task_id: str, actor: str, reason: str, comment: str, db: str) -> None:
+    """Reject the proposal a task waits on, with a reason code."""
+    engine = _engine(db)
+    st = engine.reject(task_id, actor, reason_code=reason, comment=comment)
+    click.echo(f"rejected; task {task_id} is {st.status.value}")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--as", "actor", required=True)
+@click.option("--reason", required=True)
+@_db_option
+@_guard
+def retry(task_id: str, actor: str, reason: str, db: str) -> None:
+    """Re-run a halted task's halted step (audited)."""
+    engine = _engine(db)
+    st = engine.retry(task_id, actor, reason)
+    click.echo(f"retried; task {task_id} is {st.status.value}")
+
+
+@cli.command()
+@click.argument("task_id")
+@click.option("--as", "actor", required=True)
+@click.option("--reason", required=True)
+@_db_option
+@_guard
+def cancel(task_id: str, actor: str, reason: str, db: str) -> None:
+    """Cancel a task (audited)."""
+    engine = _engine(db)
+    st = engine.cancel(task_id, actor, reason)
+    click.echo(f"cancelled; task {task_id} is {st.status.value}")
+
+
+@cli.group()
+def users() -> None:
+    """People and roles for the embedded mode."""
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, required=True)
+@_db_option
+@_guard
+def users_add(name: str, roles: tuple[str, ...], db: str) -> None:
+    from statewright.runtime.users import Users, users_file
+
+    Users(users_file(db)).add(name, list(roles))
+    click.echo(f"{name}: {', '.join(Users(users_file(db)).roles(name))}")
+
+
+@users.command("list")
+@_db_option
+@_guard
+def users_list(db: str) -> None:
+    from statewright.runtime.users import Users, users_file
+
+    for name, roles in Users(users_file(db)).all().items():
+        click.echo(f"{name}: {', '.join(roles)}")
+
+
+@cli.command()
+@_db_option
+@_json_option
+@_guard
+def verify(db: str, as_json: bool) -> None:
+    """Replay every task's log; compare with the projection; check hash chains."""
+    from statewright.runtime.verify import verify_all
+
+    engine = _engine(db)
+    n, findings = verify_all(engine)
+    if as_json:
+        click.echo(json.dumps({"tasks": n, "problems": [f.__dict__ for f in findings]}, indent=2))
+    else:
+        for f in findings:
+            click.echo(f"{f.task_id}: {f.problem}")
+        click.echo(f"verified {n} tasks: {len({f.task_id for f in findings})} differ")
+    sys.exit(1 if findings else 0)
+
+
+@cli.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@_db_option
+@_guard
+def db_upgrade(db: str) -> None:
+    """Apply pending schema migrations."""
+    from statewright.store import open_store
+
+    store = open_store(db, create=True)
+    click.echo(f"{store.url}: schema version {store.ensure_schema()}")
+
+
+@cli.command()
+@click.option("--workdir", type=click.Path(file_okay=False), help="Where to build the demo (default: a temp dir).")
+@_guard
+def demo(workdir: str | None) -> None:
+    """Run the fix-a-bug example end to end on a real git repository."""
+    from statewright.demo import run_demo
+
+    sys.exit(run_demo(workdir))
+
+
+def _attach_optional() -> None:
+    try:
+        from statewright.loop.cli import loop
+    except ImportError:
+        pass
+    else:
+        cli.add_command(loop)
+    try:
+        from statewright.executors.mcp_verdict import mcp_verdict_command
+    except ImportError:
+        pass
+    else:
+        cli.add_command(mcp_verdict_command, "mcp-verdict")
+
+
+_attach_optional()
+
+
+def main() -> None:
+    cli(prog_name="statewright")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""A task's history as a straight line with annotated detours."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statewright.machine.state import Outcome, TaskState
+
+
+def _short(text: str, n: int = 70) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= n else line[: n - 3] + "..."
+
+
+def history_lines(state: TaskState) -> list[str]:
+    """One line per attempt; loop-backs, early exits, approvals and operator acts marked."""
+    lines: list[str] = []
+    ops = sorted(state.operator_actions, key=lambda o: o.at_ms)
+    events: list[tuple[int, int, str]] = []
+    for i, a in enumerate(state.attempts):
+        mark = {"passed": "ok  ", "failed": "FAIL", "halted": "STOP"}[a.outcome.value]
+        why = a.reason
+        if a.outcome is Outcome.FAILED and a.detail:
+            why = f"{a.reason}: {_short(a.detail, 60)}"
+        elif a.outcome is Outcome.PASSED and a.kind == "human":
+            h = str((a.verdict or {}).get("proposal_hash", ""))[:12]
+            why = f"approved by {a.actor}, proposal {h}"
+        line = f"{mark} {a.step:<14} {a.kind:<5} #{a.number:<2} {a.actor:<22} {why}".rstrip()
+        if a.note:
+            line += f'   note: "{_short(a.note, 40)}"'
+        events.append((a.ended_at_ms, i * 2, line))
+        if a.route.startswith("loop_back"):
+            events.append((a.ended_at_ms, i * 2 + 1, f"       <- {a.route.replace('->', ' to ')}"))
+        elif a.route == "complete" and state.status.value == "completed_early":
+            events.append((a.ended_at_ms, i * 2 + 1, "       => complete early (later steps skipped)"))
+        elif a.route.startswith("continue (advisory)"):
+            events.append((a.ended_at_ms, i * 2 + 1, "       -> advisory failure, continue"))
+        elif a.route.startswith("halt"):
+            events.append((a.ended_at_ms, i * 2 + 1, f"       !! {a.route}"))
+    for o in ops:
+        events.append((o.at_ms, 10**9, f"OPER {o.action:<14} by {o.actor}: {_short(o.reason, 60)}"))
+    events.sort(key=lambda e: (e[0], e[1]))
+    lines.extend(e[2] for e in events)
+    cur = state.current
+    if cur is not None:
+        if state.status.value == "awaiting_approval":
+            lines.append(f"...  {cur.step:<14} waits for approval of proposal {cur.proposal_hash}")
+        else:
+            lines.append(f"...  {cur.step:<14} attempt #{cur.attempt} in flight ({state.status.value})")
+    return lines
+
+
+def summary(state: TaskState) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "task_id": state.task_id,
+        "workflow": state.workflow.name,
+        "workflow_version": state.workflow.version,
+        "workflow_hash": state.workflow.content_hash,
+        "status": state.status.value,
+        "version": state.version,
+        "step": state.current.step if state.current else None,
+    }
+    if state.halt:
+        d["halt"] = {"step": state.halt.step, "reason": state.halt.reason, "detail": state.halt.detail}
+    if state.current and state.current.proposal_hash:
+        d["proposal_hash"] = state.current.proposal_hash
+    return d
