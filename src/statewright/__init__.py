@@ -18,20 +18,25 @@ from statewright.definition import (
 )
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import transition
+from statewright.runtime.engine import Engine, TaskView
+from statewright.runtime.worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ApprovalError",
     "DefinitionError",
+    "Engine",
     "IllegalEventError",
     "InputError",
     "StatewrightError",
     "TaskNotFoundError",
     "TaskState",
     "TaskStatus",
+    "TaskView",
     "VersionConflictError",
     "Workflow",
+    "Worker",
     "WorkflowBuilder",
     "__version__",
     "load_workflow",

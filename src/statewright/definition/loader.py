@@ -10,10 +10,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
-
 from statewright._canonical import sha256_hex
 from statewright._errors import DefinitionError
 from statewright.definition.durations import parse_duration_seconds
@@ -110,6 +106,8 @@ def load_workflow(path: str | Path) -> Workflow:
 
 
 def workflow_from_yaml(text: str, source: str = "<yaml>") -> Workflow:
+    import yaml
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -201,6 +199,9 @@ def _check_schema(schema: object, where: str, problems: _Problems) -> Mapping[st
     if not isinstance(schema, Mapping):
         problems.add(where, f"must be a JSON Schema mapping, got {_kind_name(schema)}")
         return None
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+
     plain = _plain(schema)
     try:
         validator_for(plain).check_schema(plain)

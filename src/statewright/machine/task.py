@@ -10,9 +10,6 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
-
 from statewright._canonical import canonical_json
 from statewright._errors import ApprovalError, IllegalEventError
 from statewright.approvals.proposal import proposal_hash
@@ -191,7 +188,11 @@ def _finish(
     if route.kind is RouteKind.CONTINUE:
         return _enter(record("continue (advisory)"), index + 1, at_ms)
     if route.kind is RouteKind.LOOP_BACK and route.target is not None:
-        used = len(state.attempts_of(step.id, epoch=state.epoch)) + 1
+        # The budget counts this step's own failures in this epoch: another loop that
+        # re-runs the step (and the step passing) must not spend it.
+        used = 1 + sum(
+            a.outcome is Outcome.FAILED for a in state.attempts_of(step.id, epoch=state.epoch)
+        )
         limit = route.max_attempts or 1
         if used < limit:
             target_attempts = state.attempts_of(route.target)
@@ -241,6 +242,8 @@ def _step(state: TaskState) -> Step:
 def _validator(schema_json: str) -> Any:
     import json
 
+    from jsonschema.validators import validator_for
+
     schema = json.loads(schema_json)
     return validator_for(schema)(schema)
 
@@ -249,6 +252,8 @@ def verdict_error(schema: Mapping[str, Any], verdict: object) -> str | None:
     """None when the verdict is valid; otherwise the validation message."""
     if not isinstance(verdict, Mapping):
         return f"the verdict must be a JSON object, got {type(verdict).__name__}"
+    from jsonschema.exceptions import best_match
+
     err = best_match(_validator(canonical_json(schema)).iter_errors(dict(verdict)))
     if err is None:
         return None
