@@ -1,0 +1,417 @@
+"""The loop reducer's handlers for one event in one working state (IDLE to RECORDING)."""
+
+from dataclasses import replace
+
+from statewright._errors import IllegalEventError
+from statewright.loop._moves import (
+    RECENT_FAILURES,
+    S,
+    Transition,
+    append_command,
+    approval_command,
+    current,
+    entry_commands,
+    expect_item,
+    failure_text,
+    fingerprint,
+    goal_command,
+    move,
+    short,
+    verb,
+    with_item,
+)
+from statewright.loop.errors import LoopInvariantError
+from statewright.loop.events import (
+    ApprovalDenied,
+    ApprovalGranted,
+    BriefNeedsPerson,
+    BriefReady,
+    CheckFinished,
+    FindItems,
+    GateTimedOut,
+    ItemsFound,
+    LaunchWorker,
+    RecordAppended,
+    TriggerArrived,
+    WorkerNoResult,
+    WorkerReturned,
+)
+from statewright.loop.model import (
+    BudgetCap,
+    CheckOutcome,
+    CheckResult,
+    ItemLedger,
+    ItemStatus,
+    LoopState,
+    Pass,
+    Verdict,
+)
+
+
+def on_trigger(state: LoopState, event: TriggerArrived) -> Transition:
+    cfg = state.config
+    budgets = {
+        str(BudgetCap.PASSES): cfg.max_passes,
+        str(BudgetCap.TOKENS): cfg.max_tokens,
+        str(BudgetCap.MONEY_USD): cfg.max_money_usd,
+        str(BudgetCap.WALL_TIME): cfg.wall_time_ms,
+    }
+    carried = {
+        "parked": [i.id for i in state.items if i.status is ItemStatus.PARKED],
+        "closed": [i.id for i in state.items if i.status is ItemStatus.CLOSED],
+    }
+    new = replace(state, status=S.FINDING, started_at_ms=event.at_ms)
+    written: dict[str, object] = {
+        "run": state.run_id,
+        "trigger": event.trigger,
+        "budgets": budgets,
+        "carried": carried,
+    }
+    return move(
+        state,
+        new,
+        event,
+        f"{event.trigger}; kill switch off",
+        written,
+        f"run {state.run_id} opened, budgets set",
+        (FindItems(),),
+    )
+
+
+def on_items_found(state: LoopState, event: ItemsFound) -> Transition:
+    if len(set(event.items)) != len(event.items) or any(not i for i in event.items):
+        listed = list(event.items)
+        msg = f"run {state.run_id}: the source listed empty or duplicate item ids: {listed}"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    known = {i.id for i in state.items}
+    items = state.items + tuple(ItemLedger(i) for i in event.items if i not in known)
+    found = replace(state, items=items, plan=event.items)
+    workable = found.workable()
+    if not workable:
+        new = replace(found, status=S.DECIDING)
+        written: dict[str, object] = {"candidates": [], "plan": list(event.items)}
+        return move(state, new, event, "no workable item", written, "empty list", (goal_command(new),))
+    pick = workable[0]
+    entry = found.item(pick) or ItemLedger(pick)
+    new = replace(found, status=S.ASSIGNING, current=Pass(item=pick, attempt=entry.attempts + 1))
+    shown = ", ".join(workable)
+    noun = "item" if len(workable) == 1 else "items"
+    written = {"candidates": list(workable), "pick": pick}
+    return move(
+        state,
+        new,
+        event,
+        f"{len(workable)} workable {noun}: {shown}",
+        written,
+        f"list [{shown}], pick {pick}",
+        entry_commands(new),
+    )
+
+
+def on_brief_ready(state: LoopState, event: BriefReady) -> Transition:
+    cur = current(state)
+    expect_item(state, event, event.item, None)
+    entry = state.item(cur.item) or ItemLedger(cur.item)
+    # The attempt is spent the moment the record names RUNNING: a launch follows.
+    items = with_item(state, replace(entry, attempts=cur.attempt))
+    launched = replace(cur, brief=event.brief, launched=True)
+    new = replace(state, status=S.RUNNING, items=items, current=launched)
+    with_failure = ", with the prior failure" if entry.last_failure else ""
+    written: dict[str, object] = {
+        "brief": event.brief,
+        "in_flight": cur.item,
+        "attempt": cur.attempt,
+    }
+    return move(
+        state,
+        new,
+        event,
+        f"brief complete{with_failure}",
+        written,
+        f"brief, {cur.item} in flight, attempt {cur.attempt}",
+        (LaunchWorker(cur.item, cur.attempt, event.brief),),
+    )
+
+
+def on_brief_needs_person(state: LoopState, event: BriefNeedsPerson) -> Transition:
+    cur = current(state)
+    expect_item(state, event, event.item, None)
+    rec = replace(cur, verdict=Verdict.NEEDS_PERSON, cause=event.reason)
+    new = replace(state, status=S.RECORDING, current=rec)
+    written: dict[str, object] = {"reason": event.reason, "park": cur.item}
+    return move(
+        state,
+        new,
+        event,
+        f"brief needs a person: {event.reason}",
+        written,
+        f"park {cur.item}: {event.reason}",
+        (append_command(new),),
+    )
+
+
+def on_worker_returned(state: LoopState, event: WorkerReturned) -> Transition:
+    cur = current(state)
+    expect_item(state, event, event.item, event.attempt)
+    back = replace(
+        cur,
+        note=event.note,
+        artifacts=event.artifacts,
+        receipts=event.receipts,
+        tokens=cur.tokens + event.tokens,
+        money_usd=cur.money_usd + event.money_usd,
+    )
+    new = replace(state, status=S.CHECKING, current=back)
+    written: dict[str, object] = {
+        "artifacts": list(event.artifacts),
+        "cost": {"tokens": event.tokens, "money_usd": event.money_usd},
+        "receipts": list(event.receipts),
+        "note": event.note,
+    }
+    said = short(event.note)
+    text = f"launched; returns {said!r}" if said else "launched; worker returns a result"
+    return move(
+        state,
+        new,
+        event,
+        text,
+        written,
+        "artifact, cost; message kept as a note" if said else "artifact, cost",
+        entry_commands(new),
+    )
+
+
+def on_worker_no_result(state: LoopState, event: WorkerNoResult) -> Transition:
+    cur = current(state)
+    expect_item(state, event, event.item, event.attempt)
+    rec = replace(
+        cur,
+        verdict=Verdict.NO_RESULT,
+        cause=event.cause,
+        tokens=cur.tokens + event.tokens,
+        money_usd=cur.money_usd + event.money_usd,
+    )
+    new = replace(state, status=S.RECORDING, current=rec)
+    written: dict[str, object] = {"verdict": str(Verdict.NO_RESULT), "cause": event.cause}
+    return move(
+        state,
+        new,
+        event,
+        f"no result: {event.cause}",
+        written,
+        f'verdict "no result", {event.cause}',
+        (append_command(new),),
+    )
+
+
+def on_checks(state: LoopState, event: CheckFinished) -> Transition:
+    cur = current(state)
+    expect_item(state, event, event.item, event.attempt)
+    by_name = {r.name: r for r in event.results}
+    results = tuple(
+        by_name.get(n) or CheckResult(n, CheckOutcome.ERROR, "the check did not report")
+        for n in state.config.check_names
+    )
+    text = "; ".join(_check_text(r) for r in results)
+    failing = [r for r in results if not r.passed]
+    if failing:
+        cause = "; ".join(f"{r.name} {r.outcome}" for r in failing)
+        rec = replace(cur, checks=results, verdict=Verdict.FAIL, cause=cause)
+        new = replace(state, status=S.RECORDING, current=rec)
+        written: dict[str, object] = {
+            "verdict": str(Verdict.FAIL),
+            "failing_checks": [r.name for r in failing],
+            "output": {r.name: r.output for r in failing},
+        }
+        return move(
+            state,
+            new,
+            event,
+            text,
+            written,
+            "verdict FAIL, the check output whole",
+            (append_command(new),),
+        )
+    evidence = [r.to_dict() for r in results]
+    role = state.config.gate_role
+    if role is None:
+        rec = replace(cur, checks=results, verdict=Verdict.PASS)
+        new = replace(state, status=S.RECORDING, current=rec)
+        written = {"verdict": str(Verdict.PASS), "evidence": evidence}
+        return move(state, new, event, text, written, "verdict PASS, evidence", (append_command(new),))
+    shown: dict[str, object] = {
+        "run": state.run_id,
+        "item": cur.item,
+        "attempt": cur.attempt,
+        "artifacts": list(cur.artifacts),
+        "receipts": list(cur.receipts),
+        "checks": evidence,
+    }
+    gated = replace(
+        cur,
+        checks=results,
+        shown=shown,
+        fingerprint=fingerprint(shown),
+        gate_started_at_ms=event.at_ms,
+    )
+    new = replace(state, status=S.AWAITING_HUMAN, current=gated)
+    written = {
+        "evidence": evidence,
+        "fingerprint": gated.fingerprint,
+        "start": event.at_ms,
+        "role": role,
+    }
+    return move(
+        state,
+        new,
+        event,
+        f"{text}; {role} must approve",
+        written,
+        f"evidence, fingerprint {gated.fingerprint[:12]}, start",
+        (approval_command(new),),
+    )
+
+
+def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
+    cur = current(state)
+    if event.fingerprint != cur.fingerprint:
+        msg = (
+            f"run {state.run_id}: the approval is for fingerprint {event.fingerprint[:12]}"
+            f" but the proposal shown has {cur.fingerprint[:12]}; an approval binds to what"
+            " was shown, so approve the current proposal"
+        )
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    rec = replace(cur, verdict=Verdict.PASS, decided_by=event.who)
+    new = replace(state, status=S.RECORDING, current=rec)
+    written: dict[str, object] = {
+        "who": event.who,
+        "when": event.at_ms,
+        "fingerprint": cur.fingerprint,
+    }
+    return move(
+        state,
+        new,
+        event,
+        f"approved by {event.who}",
+        written,
+        f"{event.who}, {event.at_ms}, fingerprint {cur.fingerprint[:12]}",
+        (append_command(new),),
+    )
+
+
+def on_denial(state: LoopState, event: ApprovalDenied) -> Transition:
+    cur = current(state)
+    if event.fingerprint != cur.fingerprint:
+        msg = (
+            f"run {state.run_id}: the denial is for fingerprint {event.fingerprint[:12]}"
+            f" but the proposal shown has {cur.fingerprint[:12]}"
+        )
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    cause = f"denied by {event.who}: {event.reason}"
+    rec = replace(cur, verdict=Verdict.DENIED, cause=cause, decided_by=event.who)
+    new = replace(state, status=S.RECORDING, current=rec)
+    written: dict[str, object] = {
+        "denial": {"who": event.who, "reason": event.reason},
+        "park": cur.item,
+    }
+    return move(
+        state,
+        new,
+        event,
+        f"denied by {event.who}",
+        written,
+        f"denial, park {cur.item}",
+        (append_command(new),),
+    )
+
+
+def on_gate_timeout(state: LoopState, event: GateTimedOut) -> Transition:
+    cur = current(state)
+    limit = state.config.gate_timeout_ms
+    started = cur.gate_started_at_ms
+    if limit is None or started is None or event.at_ms < started + limit:
+        msg = (
+            f"run {state.run_id}: the gate has not timed out (limit {limit} ms, started"
+            f" {started}, now {event.at_ms}); keep waiting"
+        )
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    cause = f"no decision within {limit} ms"
+    rec = replace(cur, verdict=Verdict.GATE_TIMEOUT, cause=cause)
+    new = replace(state, status=S.RECORDING, current=rec)
+    written: dict[str, object] = {"timeout": cause, "park": cur.item}
+    return move(
+        state,
+        new,
+        event,
+        "the gate's time limit passed",
+        written,
+        f"timeout, park {cur.item}",
+        (append_command(new),),
+    )
+
+
+def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
+    cur = current(state)
+    verdict = cur.verdict
+    if verdict is None:
+        msg = f"run {state.run_id}: RECORDING without a verdict for {cur.item}"
+        raise LoopInvariantError(msg)
+    cfg = state.config
+    entry = state.item(cur.item) or ItemLedger(cur.item)
+    closed = verdict is Verdict.PASS
+    failure = "" if closed else failure_text(cur)
+    if closed:
+        entry = replace(entry, status=ItemStatus.CLOSED, last_failure="")
+    elif verdict in (Verdict.FAIL, Verdict.NO_RESULT):
+        exhausted = entry.attempts >= cfg.attempts_per_item
+        status = ItemStatus.PARKED if exhausted else ItemStatus.OPEN
+        entry = replace(entry, status=status, last_failure=failure)
+    else:
+        entry = replace(entry, status=ItemStatus.PARKED, last_failure=failure)
+    worked = 1 if cur.launched else 0
+    since = 0 if closed else state.passes_since_last_close + worked
+    recent = () if closed else (*state.recent_failures, f"{cur.item}: {cur.cause}")
+    new = replace(
+        state,
+        status=S.DECIDING,
+        items=with_item(state, entry),
+        current=None,
+        passes=state.passes + worked,
+        records=state.records + 1,
+        passes_since_last_close=since,
+        tokens_spent=state.tokens_spent + cur.tokens,
+        money_spent_usd=state.money_spent_usd + cur.money_usd,
+        recent_failures=recent[-RECENT_FAILURES:],
+    )
+    counters = {
+        "passes": new.passes,
+        "since_last_close": since,
+        "tokens_spent": new.tokens_spent,
+        "money_spent_usd": new.money_spent_usd,
+    }
+    written: dict[str, object] = {
+        "outcome": {
+            "item": cur.item,
+            "attempt": cur.attempt,
+            "verdict": str(verdict),
+            "item_status": str(entry.status),
+        },
+        "counters": counters,
+        "receipt": event.receipt,
+    }
+    if closed:
+        summary = f"{cur.item} closed, receipt {event.receipt}"
+    else:
+        summary = f"{cur.item} {verb(verdict)}; {entry.status}; passes {new.passes}; since last close {since}"
+    return move(state, new, event, "append acknowledged", written, summary, (goal_command(new),))
+
+
+def _check_text(result: CheckResult) -> str:
+    """``suite: fail (1 failed (test_export_empty))``: the outcome and the output's last line."""
+    if result.passed:
+        return f"{result.name}: pass"
+    lines = [ln.strip() for ln in result.output.splitlines() if ln.strip()]
+    said = [ln for ln in lines if not (ln.startswith("[") and ln.endswith("]"))]
+    lines = said or lines
+    tail = short(lines[-1], 50) if lines else ""
+    return f"{result.name}: {result.outcome}" + (f" ({tail})" if tail else "")

@@ -1,0 +1,399 @@
+"""``statewright loop ...``: run, inspect, stop, clear and simulate outer loops.
+
+Attach the group to the main CLI with ``main.add_command(loop)``; it also runs alone
+as ``python -m statewright.loop``. The database is ``--db``, else ``$STATEWRIGHT_DB``,
+else ``.statewright/state.db``. Bad input prints one line on stderr and exits 2
+without changing anything.
+
+Exit codes of ``loop run``: 0 DONE, or paused cleanly (kill switch, asleep at a gate);
+1 ESCALATED, STUCK or OUT_OF_BUDGET; 2 bad input, a held loop, or a source that is
+down (a crash: the next start counts it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import random
+import signal
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from statewright._errors import InputError, StatewrightError
+from statewright.loop.definition import load_loop
+from statewright.loop.model import LoopStatus
+from statewright.loop.runner import LoopRunner, loop_is_running
+from statewright.loop.simulate import SimInputs, exact, monte_carlo
+from statewright.loop.store import LoopStore, RunRow, StoredLine
+
+DEFAULT_DB = ".statewright/state.db"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _friendly(fn: F) -> F:
+    """Turn statewright errors into one line on stderr and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except StatewrightError as exc:
+            text = " ; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            click.echo(f"error: {text}", err=True)
+            raise SystemExit(2) from None
+        except (OSError, sqlite3.Error) as exc:
+            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+            raise SystemExit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _db_option(fn: F) -> F:
+    return click.option(
+        "--db",
+        "db",
+        envvar="STATEWRIGHT_DB",
+        default=DEFAULT_DB,
+        show_default=True,
+        help="The statewright database file (or set STATEWRIGHT_DB).",
+    )(fn)
+
+
+def _open(db: str, *, create: bool) -> LoopStore:
+    if not create and not Path(db).exists():
+        msg = f"no statewright database at {db}; start a loop with 'statewright loop run FILE'"
+        raise InputError(msg)
+    return LoopStore.open(db)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@click.group("loop")
+def loop() -> None:
+    """Outer loops over a backlog: find, assign, check, record, decide."""
+
+
+@loop.command("run")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_db_option
+@click.option("--trigger", default="manual trigger", show_default=True, help="What started it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@_friendly
+def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
+    """Start a run of the loop FILE, or resume its unfinished run."""
+    definition = load_loop(file)
+    with _open(db, create=True) as store:
+        before = store.latest_run(definition.name)
+        runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True)
+        outcome = runner.run()
+        run = store.run(outcome.run_id)
+        lines = store.lines(outcome.run_id)
+        pending = [
+            {"item": a.item_id, "role": a.role, "fingerprint": a.fingerprint}
+            for a in store.pending_approvals(outcome.run_id)
+        ]
+        if before is not None and before.run_id == outcome.run_id:
+            lines = lines[before.lines :]
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "run": outcome.run_id,
+                    "loop": definition.name,
+                    "status": str(outcome.status),
+                    "paused": outcome.paused,
+                    "reason": outcome.reason,
+                    "awaiting_approval": pending,
+                    "lines": [_line_dict(line) for line in lines],
+                },
+                indent=2,
+            )
+        )
+    else:
+        _print_lines(lines)
+        if outcome.paused:
+            click.echo(f"run {outcome.run_id}: paused in {outcome.status} ({outcome.paused})")
+            for a in pending:
+                click.echo(
+                    f"  waiting for role {a['role']} to approve item {a['item']}: fingerprint {a['fingerprint']}"
+                )
+        else:
+            click.echo(f"run {outcome.run_id}: {outcome.status} ({run.state.reason})")
+    if outcome.status in (LoopStatus.ESCALATED, LoopStatus.STUCK, LoopStatus.OUT_OF_BUDGET):
+        raise SystemExit(1)
+
+
+@loop.command("status")
+@_db_option
+@click.option("--loop", "loop_name", default=None, help="Only runs of this loop.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True)
+@_friendly
+def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> None:
+    """List recent runs, what holds them, and gates waiting for a person."""
+    if not Path(db).exists():
+        click.echo("[]" if as_json else f"no loop runs (no database at {db})")
+        return
+    with _open(db, create=False) as store:
+        runs = store.runs(loop=loop_name, limit=limit)
+        pending = store.pending_approvals()
+        rows = [_run_dict(r, running=loop_is_running(db, r.loop)) for r in runs]
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for a in pending:
+        by_run.setdefault(a.run_id, []).append({"item": a.item_id, "role": a.role, "fingerprint": a.fingerprint})
+    for row in rows:
+        row["awaiting_approval"] = by_run.get(row["run"], [])
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no loop runs")
+        return
+    click.echo(f"{'run':>5}  {'loop':<20} {'status':<15} {'passes':>6} {'since':>5}  note")
+    for row in rows:
+        note = row["reason"]
+        if row["held"]:
+            note = f"HOLDS new runs until cleared: {note}"
+        if row["running"]:
+            note = f"running (pid {row['owner_pid']}) {note}".strip()
+        click.echo(
+            f"{row['run']:>5}  {row['loop']:<20} {row['status']:<15}"
+            f" {row['passes']:>6} {row['since_last_close']:>5}  {note}"
+        )
+        for a in row["awaiting_approval"]:
+            click.echo(f"{'':>7}gate: role {a['role']} to approve item {a['item']}, fingerprint {a['fingerprint']}")
+
+
+@loop.command("show")
+@click.argument("run_id", metavar="RUN")
+@_db_option
+@click.option("--json", "as_json", is_flag=True)
+@_friendly
+def show_cmd(run_id: str, db: str, as_json: bool) -> None:
+    """The record of RUN, pass by pass: state, event or check, what was written."""
+    with _open(db, create=False) as store:
+        run = store.run(run_id)
+        lines = store.lines(run.run_id)
+    if as_json:
+        payload = _run_dict(run, running=False) | {"lines": [_line_dict(x) for x in lines]}
+        click.echo(json.dumps(payload, indent=2))
+        return
+    click.echo(f"run {run.run_id} of loop {run.loop}: {run.status} {run.state.reason}".rstrip())
+    _print_lines(lines)
+    if run.cleared_by:
+        click.echo(f"cleared by {run.cleared_by}: {run.cleared_reason}")
+
+
+@loop.command("stop")
+@click.argument("run_id", metavar="[RUN]", required=False)
+@_db_option
+@click.option("--reason", default="requested", show_default=True)
+@_friendly
+def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
+    """The kill switch: stop running loops cleanly (they resume on the next start)."""
+    with _open(db, create=False) as store:
+        if run_id is not None:
+            targets = [store.run(run_id)]
+        else:
+            targets = [r for r in store.runs(limit=1000) if not r.status.is_terminal]
+        running = [r for r in targets if loop_is_running(db, r.loop)]
+        if not running:
+            which = f"run {run_id} is" if run_id else "no loop run is"
+            raise InputError(f"{which} running; nothing to stop")
+        for r in running:
+            store.request_stop(r.run_id, reason)
+            if r.owner_pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(r.owner_pid, signal.SIGTERM)
+            click.echo(f"run {r.run_id}: stop requested; it writes a clean-stop line and exits")
+
+
+@loop.command("clear")
+@click.argument("run_id", metavar="RUN")
+@click.option("--as", "who", required=True, help="Who clears the hold.")
+@click.option("--reason", required=True, help="Why the loop may run again.")
+@_db_option
+@_friendly
+def clear_cmd(run_id: str, who: str, reason: str, db: str) -> None:
+    """Lift the hold a STUCK run puts on new runs of its loop."""
+    with _open(db, create=False) as store:
+        run = store.clear(run_id, who=who, reason=reason, at_ms=_now_ms())
+    click.echo(f"run {run.run_id} cleared by {run.cleared_by}: {run.cleared_reason}")
+
+
+@loop.command("approve")
+@click.argument("run_id", metavar="RUN")
+@click.option("--as", "who", required=True, help="Who approves.")
+@click.option("--role", required=True, help="The role the gate asks for.")
+@click.option("--fingerprint", default=None, help="The fingerprint shown (default: the pending one).")
+@_db_option
+@_friendly
+def approve_cmd(run_id: str, who: str, role: str, fingerprint: str | None, db: str) -> None:
+    """Approve the proposal a gate of RUN shows; the next 'loop run' carries on."""
+    _decide(db, run_id, who=who, role=role, fingerprint=fingerprint, approve=True, reason="")
+
+
+@loop.command("deny")
+@click.argument("run_id", metavar="RUN")
+@click.option("--as", "who", required=True)
+@click.option("--role", required=True)
+@click.option("--reason", required=True, help="Why not; the item is parked.")
+@click.option("--fingerprint", default=None)
+@_db_option
+@_friendly
+def deny_cmd(run_id: str, who: str, role: str, reason: str, fingerprint: str | None, db: str) -> None:
+    """Deny the proposal a gate of RUN shows; the item is parked."""
+    _decide(db, run_id, who=who, role=role, fingerprint=fingerprint, approve=False, reason=reason)
+
+
+@loop.command("simulate")
+@click.option("--items", default=40, show_default=True, type=int)
+@click.option("--success", default=0.7, show_default=True, type=float, help="p: a pass is right.")
+@click.option("--false-reject", default=0.05, show_default=True, type=float)
+@click.option(
+    "--false-pass",
+    multiple=True,
+    type=float,
+    help="f: the check passes bad work; repeat for columns. [default: 0.02 and 0.5]",
+)
+@click.option("--attempts", default=3, show_default=True, type=int)
+@click.option("--chain", default=20, show_default=True, type=int, help="Accepted items built on.")
+@click.option("--runs", default=10_000, show_default=True, type=int, help="Monte-Carlo nights.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "as_json", is_flag=True)
+@_friendly
+def simulate_cmd(
+    items: int,
+    success: float,
+    false_reject: float,
+    false_pass: Sequence[float],
+    attempts: int,
+    chain: int,
+    runs: int,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """How fast a lenient check spoils the work a loop builds on: exact and Monte Carlo."""
+    columns = []
+    for f in false_pass or (0.02, 0.5):
+        inputs = SimInputs(items, success, false_reject, f, attempts, chain)
+        mc = monte_carlo(inputs, runs, random.Random(seed))
+        columns.append((f, exact(inputs), mc))
+    if as_json:
+        payload = {
+            "inputs": {
+                "items": items,
+                "success": success,
+                "false_reject": false_reject,
+                "attempts": attempts,
+                "chain": chain,
+                "runs": runs,
+                "seed": seed,
+            },
+            "columns": [{"false_pass": f, "exact": e.to_dict(), "monte_carlo": m.to_dict()} for f, e, m in columns],
+        }
+        click.echo(json.dumps(payload, indent=2))
+        return
+    click.echo(
+        f"{items} items, success {success:g}, false reject {false_reject:g},"
+        f" {attempts} attempts; Monte Carlo {runs} runs, seed {seed}"
+    )
+    head = "".join(f"{'f=' + format(f, 'g'):>22}" for f, _, _ in columns)
+    click.echo(f"{'':<34}{head}")
+    click.echo(f"{'':<34}" + "".join(f"{'exact':>11}{'MC':>11}" for _ in columns))
+    rows: list[tuple[str, Callable[[Any], str]]] = [
+        ("items closed", lambda x: f"{x.expected_closed:.2f}"),
+        ("items escalated", lambda x: f"{x.expected_escalated:.2f}"),
+        ("passes", lambda x: f"{x.expected_passes:.1f}"),
+        ("wrong items accepted", lambda x: f"{x.expected_wrong_accepted:.2f}"),
+        ("wrong share of accepted work", lambda x: f"{100 * x.wrong_share:.1f}%"),
+        (f"chance {chain} accepted all right", lambda x: f"{100 * x.chain_all_right:.1f}%"),
+        ("longest even-odds chain", lambda x: str(x.even_odds_chain or "unbounded")),
+        (f"right share needed over {chain}", lambda x: f"{100 * x.required_right_share:.2f}%"),
+    ]
+    for label, fmt in rows:
+        cells = "".join(f"{fmt(e):>11}{fmt(m):>11}" for _, e, m in columns)
+        click.echo(f"{label:<34}{cells}")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _decide(db: str, run_id: str, *, who: str, role: str, fingerprint: str | None, approve: bool, reason: str) -> None:
+    with _open(db, create=False) as store:
+        run = store.run(run_id)
+        pending = store.pending_approvals(run.run_id)
+        if fingerprint is None:
+            if len(pending) != 1:
+                msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --fingerprint"
+                raise InputError(msg)
+            fingerprint = pending[0].fingerprint
+        row = store.decide_approval(
+            run.run_id,
+            fingerprint=fingerprint,
+            who=who,
+            role=role,
+            approve=approve,
+            reason=reason,
+            at_ms=_now_ms(),
+        )
+    click.echo(
+        f"run {row.run_id}: item {row.item_id} {row.decision} by {row.who}"
+        f" (fingerprint {row.fingerprint[:12]}); run 'statewright loop run FILE' to carry on"
+    )
+
+
+def _run_dict(run: RunRow, *, running: bool) -> dict[str, Any]:
+    s = run.state
+    return {
+        "run": run.run_id,
+        "loop": run.loop,
+        "status": str(run.status),
+        "reason": s.reason,
+        "passes": s.passes,
+        "since_last_close": s.passes_since_last_close,
+        "tokens_spent": s.tokens_spent,
+        "money_spent_usd": s.money_spent_usd,
+        "line_count": run.lines,
+        "held": run.held,
+        "cleared_by": run.cleared_by,
+        "cleared_reason": run.cleared_reason,
+        "running": running,
+        "owner_pid": run.owner_pid,
+        "items": {i.id: {"status": str(i.status), "attempts": i.attempts} for i in s.items},
+    }
+
+
+def _line_dict(line: StoredLine) -> dict[str, Any]:
+    return {
+        "seq": line.seq,
+        "state": str(line.state),
+        "event": line.event,
+        "written": line.written,
+        "summary": line.summary,
+        "next_state": str(line.next_state),
+        "kind": str(line.kind),
+        "event_type": line.event_type,
+        "at_ms": line.at_ms,
+    }
+
+
+def _print_lines(lines: Sequence[StoredLine]) -> None:
+    if not lines:
+        return
+    click.echo(f"{'state':<15} {'event or check':<52} written")
+    for line in lines:
+        click.echo(f"{line.state:<15} {line.event:<52} {line.summary}")
+
+
+def main() -> None:
+    loop(prog_name="statewright loop")

@@ -1,0 +1,139 @@
+"""JSON forms of the loop state, events, commands and record lines (for the store).
+
+``state_from_dict(state_to_dict(s)) == s`` for every state the reducer can make.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from statewright.loop.events import Command, Event
+from statewright.loop.model import (
+    CheckOutcome,
+    CheckResult,
+    ItemLedger,
+    ItemStatus,
+    LineKind,
+    LoopConfig,
+    LoopState,
+    LoopStatus,
+    Pass,
+    RecordLine,
+    Verdict,
+)
+
+
+def dumps(value: object) -> str:
+    """Canonical JSON: sorted keys, no NaN, UTF-8 text."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def state_to_dict(state: LoopState) -> dict[str, Any]:
+    return _plain_dict(dataclasses.asdict(state))
+
+
+def state_from_dict(d: Mapping[str, Any]) -> LoopState:
+    cfg = dict(d["config"])
+    for key in ("check_names", "oracle_names"):
+        cfg[key] = tuple(cfg[key])
+    current = d.get("current")
+    return LoopState(
+        run_id=d["run_id"],
+        config=LoopConfig(**cfg),
+        status=LoopStatus(d["status"]),
+        items=tuple(_item(i) for i in d.get("items", ())),
+        plan=tuple(d.get("plan", ())),
+        current=None if current is None else _pass(current),
+        passes=d.get("passes", 0),
+        records=d.get("records", 0),
+        passes_since_last_close=d.get("passes_since_last_close", 0),
+        tokens_spent=d.get("tokens_spent", 0),
+        money_spent_usd=d.get("money_spent_usd", 0.0),
+        started_at_ms=d.get("started_at_ms"),
+        restarts_here=d.get("restarts_here", 0),
+        clean_stop=d.get("clean_stop", False),
+        recent_failures=tuple(d.get("recent_failures", ())),
+        reason=d.get("reason", ""),
+    )
+
+
+def item_to_dict(item: ItemLedger) -> dict[str, Any]:
+    return _plain_dict(dataclasses.asdict(item))
+
+
+def _item(d: Mapping[str, Any]) -> ItemLedger:
+    return ItemLedger(
+        id=d["id"],
+        status=ItemStatus(d.get("status", "open")),
+        attempts=d.get("attempts", 0),
+        last_failure=d.get("last_failure", ""),
+    )
+
+
+def check_from_dict(d: Mapping[str, Any]) -> CheckResult:
+    return CheckResult(d["name"], CheckOutcome(d["outcome"]), d.get("output", ""))
+
+
+def _pass(d: Mapping[str, Any]) -> Pass:
+    verdict = d.get("verdict")
+    return Pass(
+        item=d["item"],
+        attempt=d["attempt"],
+        brief=d.get("brief", ""),
+        launched=d.get("launched", False),
+        note=d.get("note", ""),
+        artifacts=tuple(d.get("artifacts", ())),
+        receipts=tuple(d.get("receipts", ())),
+        tokens=d.get("tokens", 0),
+        money_usd=d.get("money_usd", 0.0),
+        checks=tuple(check_from_dict(c) for c in d.get("checks", ())),
+        fingerprint=d.get("fingerprint", ""),
+        shown=dict(d.get("shown", {})),
+        gate_started_at_ms=d.get("gate_started_at_ms"),
+        verdict=None if verdict is None else Verdict(verdict),
+        cause=d.get("cause", ""),
+        decided_by=d.get("decided_by", ""),
+    )
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    return {"type": event.type, **_plain(dataclasses.asdict(event))}
+
+
+def command_to_dict(command: Command) -> dict[str, Any]:
+    return {"type": command.type, **_plain(dataclasses.asdict(command))}
+
+
+def line_to_dict(line: RecordLine) -> dict[str, Any]:
+    return _plain_dict(dataclasses.asdict(line))
+
+
+def line_from_dict(d: Mapping[str, Any]) -> RecordLine:
+    return RecordLine(
+        state=LoopStatus(d["state"]),
+        event=d["event"],
+        written=dict(d["written"]),
+        summary=d["summary"],
+        next_state=LoopStatus(d["next_state"]),
+        kind=LineKind(d["kind"]),
+        event_type=d["event_type"],
+        at_ms=d["at_ms"],
+    )
+
+
+def _plain_dict(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k): _plain(v) for k, v in value.items()}
+
+
+def _plain(value: Any) -> Any:
+    """Tuples to lists, enums to their strings, mappings to dicts: JSON-ready."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,441 @@
+"""Loop files: parse and validate a YAML (or dict) loop definition.
+
+    loop: nightly-fixes                    # name: letters, digits, . _ -
+    source: {jsonl: backlog.jsonl}         # or {command: [argv...]} or {directory: items/}
+    workflow: workflows/fix.yaml           # the task engine runs it, one task per pass
+    # workflow: {command: [python, worker.py], timeout: 10m}   # or a command per item
+    check:                                 # oracles per item, after the pass
+      - {name: suite, command: [python, checks/suite.py], timeout: 60s,
+         assets: [checks/]}                # files the worker must not write
+    gate: {role: maintainer, timeout: 2d}  # optional human approval before the effect
+    goal:
+      all_items_closed: true
+      oracles:
+        - {name: tests, command: [python, -m, pytest, -q], timeout: 10m}
+    budgets: {passes: 30, tokens: 2000000, money_usd: 25, wall_time: 2h}
+    attempts_per_item: 3                   # default 3
+    stuck_after: 5                         # passes since the last close; default 5
+    restart_limit: 2                       # unclean restarts per state; default 2
+    kill_switch: {file: STOP}              # the run stops cleanly while this file exists
+
+A check's or oracle's ``assets`` (and every argv entry naming an existing file) are
+fingerprinted when a run opens; a check whose assets changed since then errors (a
+fail), because CHECKING must use assets the worker cannot write.
+
+Relative paths are resolved against the loop file's directory, and commands run
+there. Durations are ``90s``, ``10m``, ``2h``, ``2d`` (a bare number means seconds).
+Every problem found is reported at once, each naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+
+import yaml
+
+from statewright.loop.errors import LoopDefinitionError
+from statewright.loop.model import LoopConfig
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0
+_DEFAULT_WORKER_TIMEOUT_SECONDS = 3600.0
+
+_TOP = frozenset(
+    {
+        "loop",
+        "source",
+        "workflow",
+        "check",
+        "gate",
+        "goal",
+        "budgets",
+        "attempts_per_item",
+        "stuck_after",
+        "restart_limit",
+        "kill_switch",
+    }
+)
+_REQUIRED = ("loop", "source", "workflow", "check", "goal", "budgets")
+
+
+class SourceKind(StrEnum):
+    """Where the backlog comes from."""
+
+    JSONL = "jsonl"
+    COMMAND = "command"
+    DIRECTORY = "directory"
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A command to run: argv (no shell), a timeout, and a name for the record."""
+
+    name: str
+    argv: tuple[str, ...]
+    timeout_seconds: float
+    assets: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    kind: SourceKind
+    path: Path | None = None
+    command: CommandSpec | None = None
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Either a workflow file for the task engine, or a command run per item."""
+
+    workflow_path: Path | None = None
+    command: CommandSpec | None = None
+
+
+@dataclass(frozen=True)
+class GateSpec:
+    role: str
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class GoalSpec:
+    all_items_closed: bool
+    oracles: tuple[CommandSpec, ...]
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    passes: int
+    tokens: int | None = None
+    money_usd: float | None = None
+    wall_time_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class LoopDefinition:
+    """A validated loop file."""
+
+    name: str
+    path: str
+    base_dir: Path
+    source: SourceSpec
+    worker: WorkerSpec
+    checks: tuple[CommandSpec, ...]
+    goal: GoalSpec
+    budgets: BudgetSpec
+    gate: GateSpec | None = None
+    attempts_per_item: int = 3
+    stuck_after: int = 5
+    restart_limit: int = 2
+    kill_switch_file: Path | None = None
+    sha256: str = ""
+
+    def config(self) -> LoopConfig:
+        """What the pure reducer needs from this definition."""
+        gate_timeout = self.gate.timeout_seconds if self.gate else None
+        wall = self.budgets.wall_time_seconds
+        return LoopConfig(
+            loop=self.name,
+            check_names=tuple(c.name for c in self.checks),
+            oracle_names=tuple(o.name for o in self.goal.oracles),
+            max_passes=self.budgets.passes,
+            all_items_closed=self.goal.all_items_closed,
+            gate_role=self.gate.role if self.gate else None,
+            gate_timeout_ms=None if gate_timeout is None else int(gate_timeout * 1000),
+            max_tokens=self.budgets.tokens,
+            max_money_usd=self.budgets.money_usd,
+            wall_time_ms=None if wall is None else int(wall * 1000),
+            attempts_per_item=self.attempts_per_item,
+            stuck_after=self.stuck_after,
+            restart_limit=self.restart_limit,
+        )
+
+    def check(self, name: str) -> CommandSpec | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def oracle(self, name: str) -> CommandSpec | None:
+        return next((o for o in self.goal.oracles if o.name == name), None)
+
+
+def parse_duration_seconds(value: object) -> float:
+    """``90s``, ``10m``, ``2h``, ``2d``, ``500ms`` or a number of seconds; ValueError otherwise."""
+    if isinstance(value, bool):
+        pass
+    elif isinstance(value, int | float) and value >= 0:
+        return float(value)
+    elif isinstance(value, str) and (m := _DURATION.match(value.strip())):
+        return float(m.group(1)) * _UNITS[m.group(2)]
+    msg = f"expected a duration like 90s, 10m, 2h or 2d, got {value!r} ({type(value).__name__})"
+    raise ValueError(msg)
+
+
+def load_loop(path: str | Path) -> LoopDefinition:
+    """Read and validate a loop file. Raise LoopDefinitionError naming the file and field."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        msg = f"cannot read the loop file: {exc.strerror or exc}; check the path"
+        raise LoopDefinitionError([msg], source=str(p)) from None
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        msg = f"not valid YAML{at}: {getattr(exc, 'problem', None) or exc}"
+        raise LoopDefinitionError([msg], source=str(p)) from None
+    return parse_loop(data, source=str(p), base_dir=p.resolve().parent, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def parse_loop(
+    data: object, *, source: str = "<loop>", base_dir: Path | None = None, sha256: str = ""
+) -> LoopDefinition:
+    """Validate a loop definition given as a dict (what the YAML file holds)."""
+    v = _Validator(source, base_dir or Path.cwd())
+    definition = v.loop(data)
+    if v.problems or definition is None:
+        raise LoopDefinitionError(v.problems or ["empty definition"], source=source)
+    definition = replace(definition, sha256=sha256)
+    try:
+        definition.config()
+    except LoopDefinitionError as exc:
+        raise LoopDefinitionError(exc.problems, source=source) from None
+    return definition
+
+
+class _Validator:
+    """Collects every problem, each naming its field, then builds the definition."""
+
+    def __init__(self, source: str, base_dir: Path) -> None:
+        self.source = source
+        self.base_dir = base_dir
+        self.problems: list[str] = []
+
+    def bad(self, field: str, msg: str) -> None:
+        self.problems.append(f"{field}: {msg}")
+
+    def loop(self, data: object) -> LoopDefinition | None:
+        if not isinstance(data, Mapping):
+            self.bad("(top level)", f"expected a mapping of fields, got {_kind(data)}")
+            return None
+        for key in data:
+            if key not in _TOP:
+                self.bad(str(key), f"unknown field; the fields are {', '.join(sorted(_TOP))}")
+        for key in _REQUIRED:
+            if key not in data:
+                self.bad(key, "required field is missing")
+        name = data.get("loop")
+        if "loop" in data and not (isinstance(name, str) and _NAME.match(name)):
+            self.bad("loop", f"expected a name of letters, digits, '.', '_', '-', got {name!r}")
+        source = self.source_spec(data.get("source")) if "source" in data else None
+        worker = self.worker(data.get("workflow")) if "workflow" in data else None
+        checks = self.commands("check", data.get("check"), "check") if "check" in data else ()
+        goal = self.goal(data.get("goal")) if "goal" in data else None
+        budgets = self.budgets(data.get("budgets")) if "budgets" in data else None
+        gate = self.gate(data["gate"]) if data.get("gate") is not None else None
+        attempts = self.count("attempts_per_item", data.get("attempts_per_item", 3), minimum=1)
+        stuck = self.count("stuck_after", data.get("stuck_after", 5), minimum=1)
+        restarts = self.count("restart_limit", data.get("restart_limit", 2), minimum=0)
+        kill = self.kill_switch(data["kill_switch"]) if data.get("kill_switch") else None
+        if (
+            self.problems
+            or not isinstance(name, str)
+            or source is None
+            or worker is None
+            or goal is None
+            or budgets is None
+        ):
+            return None
+        return LoopDefinition(
+            name=name,
+            path=self.source,
+            base_dir=self.base_dir,
+            source=source,
+            worker=worker,
+            checks=checks,
+            goal=goal,
+            budgets=budgets,
+            gate=gate,
+            attempts_per_item=attempts,
+            stuck_after=stuck,
+            restart_limit=restarts,
+            kill_switch_file=kill,
+        )
+
+    # -- pieces
+
+    def mapping(self, field: str, value: object, allowed: set[str]) -> Mapping[str, object] | None:
+        if not isinstance(value, Mapping):
+            self.bad(field, f"expected a mapping with {', '.join(sorted(allowed))}, got {_kind(value)}")
+            return None
+        for key in value:
+            if key not in allowed:
+                self.bad(f"{field}.{key}", f"unknown field; allowed: {', '.join(sorted(allowed))}")
+        return value
+
+    def source_spec(self, value: object) -> SourceSpec | None:
+        kinds = {k.value for k in SourceKind}
+        m = self.mapping("source", value, kinds | {"timeout"})
+        if m is None:
+            return None
+        given = [k for k in m if k in kinds]
+        if len(given) != 1:
+            self.bad("source", f"give exactly one of jsonl, command, directory; got {given or 'none'}")
+            return None
+        kind = SourceKind(given[0])
+        if kind is SourceKind.COMMAND:
+            timeout = self.duration("source.timeout", m.get("timeout", "60s"))
+            argv = self.argv("source.command", m["command"])
+            if argv is None:
+                return None
+            return SourceSpec(kind, command=CommandSpec("source", argv, timeout))
+        if "timeout" in m:
+            self.bad("source.timeout", "only a command source takes a timeout")
+        path = self.path(f"source.{kind.value}", m[kind.value])
+        return None if path is None else SourceSpec(kind, path=path)
+
+    def worker(self, value: object) -> WorkerSpec | None:
+        if isinstance(value, str):
+            path = self.path("workflow", value)
+            return None if path is None else WorkerSpec(workflow_path=path)
+        m = self.mapping("workflow", value, {"command", "timeout"})
+        if m is None:
+            return None
+        if "command" not in m:
+            self.bad("workflow.command", "required: the argv run for each item")
+            return None
+        timeout = self.duration("workflow.timeout", m.get("timeout", _DEFAULT_WORKER_TIMEOUT_SECONDS))
+        argv = self.argv("workflow.command", m["command"])
+        return None if argv is None else WorkerSpec(command=CommandSpec("worker", argv, timeout))
+
+    def commands(self, field: str, value: object, prefix: str) -> tuple[CommandSpec, ...]:
+        if not isinstance(value, list) or not value:
+            self.bad(field, f"expected a non-empty list of {{command: [...]}}, got {_kind(value)}")
+            return ()
+        out: list[CommandSpec] = []
+        for i, entry in enumerate(value):
+            where = f"{field}[{i}]"
+            m = self.mapping(where, entry, {"name", "command", "timeout", "assets"})
+            if m is None:
+                continue
+            name = m.get("name", f"{prefix}{i + 1}")
+            if not (isinstance(name, str) and _NAME.match(name)):
+                self.bad(f"{where}.name", f"expected a short name (letters, digits, . _ -), got {name!r}")
+                continue
+            if "command" not in m:
+                self.bad(f"{where}.command", "required: the argv to run")
+                continue
+            argv = self.argv(f"{where}.command", m["command"])
+            timeout = self.duration(f"{where}.timeout", m.get("timeout", _DEFAULT_CHECK_TIMEOUT_SECONDS))
+            assets = self.assets(f"{where}.assets", m.get("assets", []))
+            if argv is not None:
+                out.append(CommandSpec(name, argv, timeout, assets))
+        names = [c.name for c in out]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            self.bad(field, f"the name {name!r} is used twice; names must be unique")
+        return tuple(out)
+
+    def goal(self, value: object) -> GoalSpec | None:
+        m = self.mapping("goal", value, {"all_items_closed", "oracles"})
+        if m is None:
+            return None
+        closed = m.get("all_items_closed", True)
+        if not isinstance(closed, bool):
+            self.bad("goal.all_items_closed", f"expected true or false, got {_kind(closed)}")
+        if "oracles" not in m:
+            self.bad("goal.oracles", "required: at least one command a machine can check")
+            return None
+        oracles = self.commands("goal.oracles", m["oracles"], "oracle")
+        return GoalSpec(closed if isinstance(closed, bool) else True, oracles)
+
+    def budgets(self, value: object) -> BudgetSpec | None:
+        m = self.mapping("budgets", value, {"passes", "tokens", "money_usd", "wall_time"})
+        if m is None:
+            return None
+        if "passes" not in m:
+            self.bad("budgets.passes", "required: a hard cap on passes is the floor of every loop")
+            return None
+        passes = self.count("budgets.passes", m["passes"], minimum=1)
+        tokens = self.count("budgets.tokens", m["tokens"], minimum=1) if "tokens" in m else None
+        money: float | None = None
+        if "money_usd" in m:
+            raw = m["money_usd"]
+            if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
+                self.bad("budgets.money_usd", f"expected a positive number, got {_kind(raw)}")
+            else:
+                money = float(raw)
+        wall = self.duration("budgets.wall_time", m["wall_time"]) if "wall_time" in m else None
+        return BudgetSpec(passes, tokens, money, wall)
+
+    def gate(self, value: object) -> GateSpec | None:
+        m = self.mapping("gate", value, {"role", "timeout"})
+        if m is None:
+            return None
+        role = m.get("role")
+        if not (isinstance(role, str) and role.strip()):
+            self.bad("gate.role", f"expected the role that must approve, got {_kind(role)}")
+            return None
+        timeout = self.duration("gate.timeout", m["timeout"]) if "timeout" in m else None
+        return GateSpec(role.strip(), timeout)
+
+    def kill_switch(self, value: object) -> Path | None:
+        m = self.mapping("kill_switch", value, {"file"})
+        if m is None:
+            return None
+        if "file" not in m:
+            self.bad("kill_switch.file", "required: the path whose existence stops the run")
+            return None
+        return self.path("kill_switch.file", m["file"])
+
+    # -- scalars
+
+    def argv(self, field: str, value: object) -> tuple[str, ...] | None:
+        if (
+            not isinstance(value, list)
+            or not value
+            or not all(isinstance(a, str | int | float) and not isinstance(a, bool) for a in value)
+        ):
+            self.bad(field, f"expected a non-empty list of strings (argv, no shell), got {_kind(value)}")
+            return None
+        return tuple(str(a) for a in value)
+
+    def assets(self, field: str, value: object) -> tuple[Path, ...]:
+        if not isinstance(value, list):
+            self.bad(field, f"expected a list of paths the worker must not write, got {_kind(value)}")
+            return ()
+        paths = (self.path(f"{field}[{i}]", v) for i, v in enumerate(value))
+        return tuple(p for p in paths if p is not None)
+
+    def path(self, field: str, value: object) -> Path | None:
+        if not (isinstance(value, str) and value.strip()):
+            self.bad(field, f"expected a path, got {_kind(value)}")
+            return None
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+    def duration(self, field: str, value: object) -> float:
+        try:
+            return parse_duration_seconds(value)
+        except ValueError as exc:
+            self.bad(field, str(exc))
+            return 0.0
+
+    def count(self, field: str, value: object, *, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.bad(field, f"expected a whole number, got {_kind(value)}")
+            return minimum
+        if value < minimum:
+            self.bad(field, f"must be at least {minimum}, got {value}")
+            return minimum
+        return value
+
+
+def _kind(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"

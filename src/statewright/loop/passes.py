@@ -1,0 +1,236 @@
+"""How one pass is worked: the PassRunner seam and two implementations.
+
+    PassRunner.run_pass(item, brief, attempt) -> PassResult
+    PassRunner.stop_pass(item, attempt) -> bool      # stop a worker left from a crash
+    PassRunner.interrupt() -> None                   # the kill switch, mid-pass
+
+``CommandPassRunner`` runs a command per item (tests, examples, plain scripts).
+``EnginePassRunner`` submits the loop's workflow to the task engine, one task per pass.
+
+The worker's words come back as ``note``; nothing reads them as a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+from statewright.loop._process import kill_group, run_argv
+from statewright.loop.sources import WorkItem
+
+_NOTE_CHARS = 20_000
+
+
+class PassStatus(StrEnum):
+    """Whether the worker came back with something to check."""
+
+    RETURNED = "returned"
+    NO_RESULT = "no result"
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass produced. ``cause`` says why there is no result."""
+
+    status: PassStatus
+    note: str = ""
+    cost_tokens: int = 0
+    cost_usd: float = 0.0
+    artifacts: tuple[str, ...] = ()
+    receipts: tuple[str, ...] = ()
+    cause: str = ""
+
+
+class PassRunner(Protocol):
+    """Works one item for one attempt. ``item.run_id`` names the run."""
+
+    def run_pass(self, item: WorkItem, brief: str, attempt: int) -> PassResult: ...
+
+    def stop_pass(self, item: WorkItem, attempt: int) -> bool: ...
+
+    def interrupt(self) -> None: ...
+
+
+def pass_key(item: WorkItem, attempt: int) -> str:
+    """The idempotency key of one attempt: one worker per (run, item, attempt)."""
+    return f"loop-run-{item.run_id}-item-{item.id}-attempt-{attempt}"
+
+
+class CommandPassRunner:
+    """Run ``argv`` once per pass, in ``cwd``, with the brief on stdin.
+
+    The command sees ``STATEWRIGHT_RUN_ID``, ``STATEWRIGHT_ITEM_ID``,
+    ``STATEWRIGHT_ITEM`` (the item as JSON), ``STATEWRIGHT_ATTEMPT``,
+    ``STATEWRIGHT_BRIEF``, ``STATEWRIGHT_IDEMPOTENCY_KEY`` and
+    ``STATEWRIGHT_RESULT_FILE``. Exit 0 is a returned pass; its stdout is the note.
+    It may write JSON ``{"tokens": N, "money_usd": X, "artifacts": [...],
+    "receipts": [...]}`` to the result file. A non-zero exit, a timeout or a
+    failed launch is "no result".
+    """
+
+    def __init__(
+        self,
+        argv: tuple[str, ...],
+        *,
+        cwd: Path,
+        state_dir: Path,
+        timeout_seconds: float = 3600.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.argv = tuple(argv)
+        self.cwd = cwd
+        self.state_dir = state_dir
+        self.timeout_seconds = timeout_seconds
+        self.env = dict(os.environ if env is None else env)
+        self._pid: int | None = None
+        self._interrupted = False
+
+    def _file(self, item: WorkItem, attempt: int, suffix: str) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", pass_key(item, attempt))
+        return self.state_dir / f"{safe}.{suffix}"
+
+    def run_pass(self, item: WorkItem, brief: str, attempt: int) -> PassResult:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        pid_file = self._file(item, attempt, "pid")
+        result_file = self._file(item, attempt, "result.json")
+        result_file.unlink(missing_ok=True)
+        env = {
+            **self.env,
+            "STATEWRIGHT_RUN_ID": item.run_id,
+            "STATEWRIGHT_ITEM_ID": item.id,
+            "STATEWRIGHT_ITEM": json.dumps(dict(item.data), sort_keys=True, default=str),
+            "STATEWRIGHT_ATTEMPT": str(attempt),
+            "STATEWRIGHT_BRIEF": brief,
+            "STATEWRIGHT_IDEMPOTENCY_KEY": pass_key(item, attempt),
+            "STATEWRIGHT_RESULT_FILE": str(result_file),
+        }
+        self._interrupted = False
+
+        def started(pid: int) -> None:
+            self._pid = pid
+            pid_file.write_text(str(pid), encoding="utf-8")
+
+        try:
+            done = run_argv(
+                self.argv,
+                cwd=self.cwd,
+                env=env,
+                timeout_seconds=self.timeout_seconds,
+                stdin_text=brief,
+                on_start=started,
+            )
+        finally:
+            self._pid = None
+            pid_file.unlink(missing_ok=True)
+        note = done.output.strip()[:_NOTE_CHARS]
+        if self._interrupted:
+            return PassResult(PassStatus.NO_RESULT, note, cause="stopped by the kill switch")
+        if done.timed_out:
+            cause = f"cap fired: the worker ran past {self.timeout_seconds:g}s"
+            return PassResult(PassStatus.NO_RESULT, note, cause=cause)
+        if done.exit_code is None:
+            return PassResult(PassStatus.NO_RESULT, note, cause=f"launch failed: {done.error}")
+        if done.exit_code != 0:
+            cause = f"the worker exited with status {done.exit_code}"
+            return PassResult(PassStatus.NO_RESULT, note, cause=cause)
+        extra = _read_result(result_file)
+        return PassResult(
+            PassStatus.RETURNED,
+            note,
+            cost_tokens=_int(extra.get("tokens")),
+            cost_usd=_float(extra.get("money_usd")),
+            artifacts=tuple(str(a) for a in extra.get("artifacts", []) or []),
+            receipts=tuple(str(r) for r in extra.get("receipts", []) or []),
+        )
+
+    def stop_pass(self, item: WorkItem, attempt: int) -> bool:
+        """Kill a worker of this attempt left alive by a crashed runner, if any."""
+        pid_file = self._file(item, attempt, "pid")
+        try:
+            pid = int(pid_file.read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            return False
+        killed = kill_group(pid)
+        pid_file.unlink(missing_ok=True)
+        return killed
+
+    def interrupt(self) -> None:
+        pid = self._pid
+        if pid is not None:
+            self._interrupted = True
+            kill_group(pid)
+
+
+class EnginePassRunner:
+    """Run the loop's workflow in the task engine: one task per pass.
+
+    The engine is imported lazily, so the loop layer works without it. The task's
+    idempotency key is the pass key, so a repeated submit finds the same task.
+    A task that ends ``halted``, ``cancelled`` or ``awaiting_approval`` is "no result"
+    for this pass (gates of the loop live in AWAITING_HUMAN, not inside the pass).
+    """
+
+    def __init__(self, db_path: str | Path, workflow_path: str | Path) -> None:
+        self.db_path = str(db_path)
+        self.workflow_path = str(workflow_path)
+
+    def run_pass(self, item: WorkItem, brief: str, attempt: int) -> PassResult:
+        from statewright.runtime.engine import Engine  # lazy: the engine is optional here
+
+        engine: Any = Engine.open(self.db_path)
+        try:
+            task_id = engine.submit(
+                self.workflow_path,
+                {"item": dict(item.data), "brief": brief, "attempt": attempt},
+                key=pass_key(item, attempt),
+            )
+            view = engine.run_task(task_id)
+        finally:
+            close = getattr(engine, "close", None)
+            if callable(close):
+                close()
+        cost = getattr(view, "cost", None)
+        tokens = _int(getattr(cost, "tokens_in", 0)) + _int(getattr(cost, "tokens_out", 0))
+        money = _float(getattr(cost, "money_usd", 0.0))
+        status = str(getattr(view, "status", ""))
+        note = f"task {task_id} {status}"
+        if status in ("completed", "completed_early"):
+            return PassResult(PassStatus.RETURNED, note, tokens, money, artifacts=(f"task:{task_id}",))
+        return PassResult(PassStatus.NO_RESULT, note, tokens, money, cause=f"task {task_id} ended {status}")
+
+    def stop_pass(self, item: WorkItem, attempt: int) -> bool:
+        # A task is durable in the engine; the engine's own recovery owns it.
+        return False
+
+    def interrupt(self) -> None:
+        return None
+
+
+def _read_result(path: Path) -> Mapping[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int | float):
+        return int(value)
+    return 0
+
+
+def _float(value: object) -> float:
+    if isinstance(value, bool):
+        return 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    return 0.0

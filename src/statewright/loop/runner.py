@@ -1,0 +1,391 @@
+"""The thin driver of the loop: feed events to the reducer, store each line, perform commands.
+
+One outer-loop process per run (a lock file next to the database enforces it). The
+driver's cycle is always the same:
+
+    transition(state, event) -> (state, commands, line)
+    store.append(line, state)              # the record is written BEFORE the move
+    crash point                            # STATEWRIGHT_LOOP_CRASH_AT=<STATE> (tests)
+    perform commands -> the next event
+
+Every start of a process for an unfinished run begins with ``ProcessStarted``, so the
+reducer's ``resume()`` counts the restart. The kill switch (the loop file's
+``kill_switch.file``, ``statewright loop stop``, SIGTERM or SIGINT) is checked before
+every move and writes a clean-stop line; the run resumes from there on the next start.
+A source that cannot be read raises SourceError and writes nothing: a crash, counted
+on the next start like any other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from statewright._errors import InputError
+from statewright.loop.definition import LoopDefinition
+from statewright.loop.errors import LoopInvariantError, RunHeldError
+from statewright.loop.events import (
+    AppendRecord,
+    ApprovalDenied,
+    ApprovalGranted,
+    BriefNeedsPerson,
+    BriefReady,
+    BuildBrief,
+    CheckFinished,
+    Command,
+    EvaluateGoal,
+    Event,
+    FindItems,
+    GateSleep,
+    GateTimedOut,
+    GoalEvaluated,
+    ItemsFound,
+    KillSwitch,
+    LaunchWorker,
+    ProcessStarted,
+    RecordAppended,
+    RequestApproval,
+    RunChecks,
+    StopWorker,
+    TriggerArrived,
+    WorkerNoResult,
+    WorkerReturned,
+)
+from statewright.loop.model import CheckOutcome, CheckResult, LineKind, LoopState, LoopStatus
+from statewright.loop.oracles import fingerprint_assets, run_check
+from statewright.loop.passes import CommandPassRunner, EnginePassRunner, PassRunner, PassStatus
+from statewright.loop.reducer import initial_state, transition
+from statewright.loop.sources import WorkItem, find_items
+from statewright.loop.store import LoopStore, RunRow
+
+CRASH_ENV = "STATEWRIGHT_LOOP_CRASH_AT"
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where a process left the run: a terminal, or paused at a clean stop."""
+
+    run_id: str
+    status: LoopStatus
+    paused: str | None
+    reason: str
+
+    @property
+    def finished(self) -> bool:
+        return self.status.is_terminal
+
+
+class LoopRunner:
+    """Drive one loop definition against one store. ``run()`` is one process's work."""
+
+    def __init__(
+        self,
+        definition: LoopDefinition,
+        store: LoopStore,
+        *,
+        pass_runner: PassRunner | None = None,
+        clock: Callable[[], int] = system_clock_ms,
+        env: Mapping[str, str] | None = None,
+        trigger: str = "manual trigger",
+        crash_at: str | None = None,
+        install_signal_handlers: bool = False,
+    ) -> None:
+        self.definition = definition
+        self.store = store
+        self.clock = clock
+        self.env = dict(os.environ if env is None else env)
+        self.trigger = trigger
+        self.crash_at = crash_at if crash_at is not None else self.env.get(CRASH_ENV) or None
+        self.install_signal_handlers = install_signal_handlers
+        self.pass_runner = pass_runner or default_pass_runner(definition, store.path, self.env)
+        self._signal: str | None = None
+
+    # ---------------------------------------------------------------- one process
+
+    def run(self) -> RunOutcome:
+        with _loop_lock(self.store.path, self.definition.name), self._signals():
+            run, first = self._open_or_resume()
+            self.store.set_owner(run.run_id, os.getpid())
+            try:
+                return self._drive(run, first)
+            finally:
+                self.store.set_owner(run.run_id, None)
+
+    def _open_or_resume(self) -> tuple[RunRow, Event]:
+        d = self.definition
+        newest = self.store.latest_run(d.name)
+        now = self.clock()
+        if newest is not None and not newest.status.is_terminal:
+            return newest, ProcessStarted(now)
+        if newest is not None and newest.held:
+            msg = (
+                f"loop {d.name!r}: run {newest.run_id} ended STUCK ({newest.state.reason});"
+                f" no new run starts until someone clears it: 'statewright loop clear"
+                f" {newest.run_id} --as WHO --reason TEXT'"
+            )
+            raise RunHeldError(msg, run_id=newest.run_id, loop=d.name)
+        config = d.config()
+        assets = fingerprint_assets((*d.checks, *d.goal.oracles), d.base_dir)
+        run = self.store.create_run(
+            loop=d.name,
+            definition_path=d.path,
+            definition_sha256=d.sha256,
+            make_state=lambda run_id, ledger: initial_state(run_id, config, ledger),
+            assets=assets,
+            at_ms=now,
+        )
+        self._crash_point(LoopStatus.IDLE)
+        return run, TriggerArrived(self.trigger, self.clock())
+
+    def _drive(self, run: RunRow, event: Event) -> RunOutcome:
+        state, lines = run.state, run.lines
+        while True:
+            stop = None if isinstance(event, ProcessStarted) else self._stop_reason(run.run_id)
+            if stop is not None and not state.status.is_terminal:
+                event = KillSwitch(stop, self.clock())
+            step = transition(state, event)
+            if step.line is not None:
+                self.store.append(
+                    run.run_id,
+                    expected_lines=lines,
+                    line=step.line,
+                    state=step.state,
+                    event=event,
+                    commands=step.commands,
+                )
+                lines += 1
+                self._crash_point(step.line.next_state)
+            state = step.state
+            if state.status.is_terminal or (step.line is not None and step.line.kind is LineKind.CLEAN_STOP):
+                self._perform_stops(state, step.commands)
+                paused = None
+                if not state.status.is_terminal and step.line is not None:
+                    paused = step.line.event
+                return RunOutcome(run.run_id, state.status, paused, state.reason)
+            if state.status is LoopStatus.IDLE:
+                event = TriggerArrived(self.trigger, self.clock())
+                continue
+            event = self._perform(run, state, step.commands)
+
+    # ---------------------------------------------------------------- commands
+
+    def _perform(self, run: RunRow, state: LoopState, commands: tuple[Command, ...]) -> Event:
+        self._perform_stops(state, commands)
+        for command in commands:
+            if isinstance(command, StopWorker):
+                continue
+            return self._perform_one(run, state, command)
+        msg = f"run {run.run_id}: {state.status} produced no command to perform; nothing to wait on"
+        raise LoopInvariantError(msg)
+
+    def _perform_stops(self, state: LoopState, commands: tuple[Command, ...]) -> None:
+        for command in commands:
+            if isinstance(command, StopWorker):
+                item = WorkItem(command.item, run_id=state.run_id)
+                self.pass_runner.stop_pass(item, command.attempt)
+
+    def _perform_one(self, run: RunRow, state: LoopState, command: Command) -> Event:
+        d = self.definition
+        if isinstance(command, FindItems):
+            items = find_items(d.source, cwd=d.base_dir, env=self.env)
+            self.store.remember_items(d.name, {i.id: i.data for i in items}, self.clock())
+            return ItemsFound(tuple(i.id for i in items), self.clock())
+        if isinstance(command, BuildBrief):
+            data = self.store.item_payload(d.name, command.item) or {"id": command.item}
+            needs = data.get("needs_person")
+            if isinstance(needs, str) and needs.strip():
+                return BriefNeedsPerson(command.item, needs.strip(), self.clock())
+            brief = compose_brief(command, data, state.config.attempts_per_item)
+            return BriefReady(command.item, brief, self.clock())
+        if isinstance(command, LaunchWorker):
+            return self._launch(state, command)
+        if isinstance(command, RunChecks):
+            results = tuple(self._check(run, state, name, command.item, command.attempt) for name in command.checks)
+            return CheckFinished(command.item, command.attempt, results, self.clock())
+        if isinstance(command, RequestApproval):
+            return self._gate(run, command)
+        if isinstance(command, AppendRecord):
+            receipt = self.store.append_pass(run.run_id, command, self.clock())
+            return RecordAppended(receipt, self.clock())
+        if isinstance(command, EvaluateGoal):
+            results = tuple(self._oracle(run, name) for name in command.oracles)
+            return GoalEvaluated(results, self.clock())
+        msg = f"run {run.run_id}: the runner cannot perform {command.type}"
+        raise LoopInvariantError(msg)
+
+    def _launch(self, state: LoopState, command: LaunchWorker) -> Event:
+        data = self.store.item_payload(self.definition.name, command.item) or {"id": command.item}
+        item = WorkItem(command.item, data, run_id=state.run_id)
+        try:
+            result = self.pass_runner.run_pass(item, command.brief, command.attempt)
+        except Exception as exc:  # a failed launch is a "no result" pass, never a crash
+            cause = f"launch failed: {type(exc).__name__}: {exc}"
+            return WorkerNoResult(command.item, command.attempt, cause, self.clock())
+        if result.status is PassStatus.RETURNED:
+            return WorkerReturned(
+                command.item,
+                command.attempt,
+                self.clock(),
+                note=result.note,
+                artifacts=result.artifacts,
+                receipts=result.receipts,
+                tokens=result.cost_tokens,
+                money_usd=result.cost_usd,
+            )
+        return WorkerNoResult(
+            command.item,
+            command.attempt,
+            result.cause or "no result",
+            self.clock(),
+            tokens=result.cost_tokens,
+            money_usd=result.cost_usd,
+        )
+
+    def _check(self, run: RunRow, state: LoopState, name: str, item_id: str, attempt: int) -> CheckResult:
+        spec = self.definition.check(name)
+        if spec is None:
+            msg = f"the loop file no longer defines check {name!r}; restore it or start a new run"
+            return CheckResult(name, CheckOutcome.ERROR, msg)
+        data = self.store.item_payload(self.definition.name, item_id) or {"id": item_id}
+        env = {
+            **self._base_env(run),
+            "STATEWRIGHT_ITEM_ID": item_id,
+            "STATEWRIGHT_ITEM": json.dumps(dict(data), sort_keys=True, default=str),
+            "STATEWRIGHT_ATTEMPT": str(attempt),
+        }
+        return run_check(spec, cwd=self.definition.base_dir, env=env, protected=run.assets)
+
+    def _oracle(self, run: RunRow, name: str) -> CheckResult:
+        spec = self.definition.oracle(name)
+        if spec is None:
+            msg = f"the loop file no longer defines goal oracle {name!r}; restore it"
+            return CheckResult(name, CheckOutcome.ERROR, msg)
+        return run_check(spec, cwd=self.definition.base_dir, env=self._base_env(run), protected=run.assets)
+
+    def _gate(self, run: RunRow, command: RequestApproval) -> Event:
+        row = self.store.request_approval(run.run_id, command, self.clock())
+        if row.decision == "approved":
+            at = row.decided_at_ms or self.clock()
+            return ApprovalGranted(command.fingerprint, row.who or "", at)
+        if row.decision == "denied":
+            at = row.decided_at_ms or self.clock()
+            return ApprovalDenied(command.fingerprint, row.who or "", row.reason or "", at)
+        now = self.clock()
+        if command.timeout_at_ms is not None and now >= command.timeout_at_ms:
+            return GateTimedOut(now)
+        return GateSleep(now)
+
+    def _base_env(self, run: RunRow) -> dict[str, str]:
+        return {**self.env, "STATEWRIGHT_LOOP": self.definition.name, "STATEWRIGHT_RUN_ID": run.run_id}
+
+    # ---------------------------------------------------------------- stops and crashes
+
+    def _stop_reason(self, run_id: str) -> str | None:
+        if self._signal is not None:
+            return self._signal
+        switch = self.definition.kill_switch_file
+        if switch is not None and switch.exists():
+            return f"file {switch}"
+        requested = self.store.stop_requested(run_id)
+        return None if requested is None else f"loop stop: {requested}"
+
+    def _crash_point(self, state: LoopStatus) -> None:
+        if self.crash_at is not None and self.crash_at.strip().upper() == str(state):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        if not self.install_signal_handlers:
+            yield
+            return
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self._signal = f"signal {signal.Signals(signum).name}"
+            self.pass_runner.interrupt()
+
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, old in previous.items():
+                signal.signal(s, old)
+
+
+def compose_brief(command: BuildBrief, data: Mapping[str, object], attempts_per_item: int) -> str:
+    """A brief that would survive a stranger: the item whole, and why earlier attempts failed."""
+    parts = [
+        f"Work item {command.item}, attempt {command.attempt} of {attempts_per_item}.",
+        "",
+        "The item, as the backlog states it:",
+        json.dumps(dict(data), indent=2, sort_keys=True, default=str),
+    ]
+    if command.prior_failure:
+        parts += ["", "The previous attempt was rejected. What failed:", command.prior_failure]
+    parts += [
+        "",
+        "Your own report of success is kept as a note; checks you cannot edit decide the verdict.",
+    ]
+    return "\n".join(parts)
+
+
+def default_pass_runner(definition: LoopDefinition, db_path: str, env: Mapping[str, str]) -> PassRunner:
+    """A CommandPassRunner for ``workflow: {command: ...}``, else the task engine."""
+    worker = definition.worker
+    if worker.command is not None:
+        state_dir = Path(db_path).parent / "loop-workers"
+        return CommandPassRunner(
+            worker.command.argv,
+            cwd=definition.base_dir,
+            state_dir=state_dir,
+            timeout_seconds=worker.command.timeout_seconds,
+            env=env,
+        )
+    if worker.workflow_path is None:
+        raise InputError(f"{definition.path}: workflow: give a workflow path or a command")
+    return EnginePassRunner(db_path, worker.workflow_path)
+
+
+@contextlib.contextmanager
+def _loop_lock(db_path: str, loop: str) -> Iterator[None]:
+    """One outer-loop process per loop: an exclusive lock the kernel drops if we die."""
+    lock_path = f"{db_path}.loop-{loop}.lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            msg = (
+                f"loop {loop!r} is already running in another process (lock {lock_path});"
+                " stop it with 'statewright loop stop' or wait for it to finish"
+            )
+            raise InputError(msg) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def loop_is_running(db_path: str, loop: str) -> bool:
+    """True while some process holds the loop's lock."""
+    lock_path = f"{db_path}.loop-{loop}.lock"
+    if not os.path.exists(lock_path):
+        return False
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

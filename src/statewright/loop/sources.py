@@ -1,0 +1,144 @@
+"""Item sources: turn a JSONL file, a command or a directory into work items.
+
+Each item is a JSON object with an ``id`` (a string or a whole number). A source
+that cannot be read raises SourceError; the runner treats that as a crash (nothing
+is written, the next start counts as a restart in FINDING).
+
+* ``{jsonl: PATH}``: one JSON object per non-blank line.
+* ``{command: [argv...]}``: stdout is a JSON list of objects, or one object per line.
+* ``{directory: PATH}``: one file per item, in name order (hidden files skipped).
+  ``.json``/``.yaml``/``.yml`` files hold an object (``id`` defaults to the file's
+  stem); any other file becomes ``{"id": stem, "text": contents}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from statewright.loop._process import run_argv
+from statewright.loop.definition import SourceKind, SourceSpec
+from statewright.loop.errors import SourceError
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One item of the backlog: its id, what the source said, and the run working it."""
+
+    id: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    run_id: str = ""
+
+
+def find_items(spec: SourceSpec, *, cwd: Path, env: Mapping[str, str] | None = None) -> tuple[WorkItem, ...]:
+    """Read the source. Raise SourceError naming the source and what is wrong."""
+    if spec.kind is SourceKind.JSONL:
+        return _from_jsonl(_need_path(spec))
+    if spec.kind is SourceKind.DIRECTORY:
+        return _from_directory(_need_path(spec))
+    return _from_command(spec, cwd=cwd, env=dict(os.environ if env is None else env))
+
+
+def _need_path(spec: SourceSpec) -> Path:
+    if spec.path is None:
+        raise SourceError(f"source {spec.kind}: no path given")
+    return spec.path
+
+
+def _from_jsonl(path: Path) -> tuple[WorkItem, ...]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        msg = f"source jsonl {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})"
+        raise SourceError(msg) from None
+    items: list[WorkItem] = []
+    for no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"source jsonl {path} line {no}: not JSON ({exc.msg})") from None
+        items.append(_item(value, f"source jsonl {path} line {no}"))
+    return _unique(items, f"source jsonl {path}")
+
+
+def _from_command(spec: SourceSpec, *, cwd: Path, env: Mapping[str, str]) -> tuple[WorkItem, ...]:
+    command = spec.command
+    if command is None:
+        raise SourceError("source command: no command given")
+    where = f"source command {' '.join(command.argv)}"
+    done = run_argv(command.argv, cwd=cwd, env=env, timeout_seconds=command.timeout_seconds, merge_stderr=False)
+    if done.exit_code != 0:
+        why = done.error or f"exit status {done.exit_code}"
+        tail = (done.stderr or done.output).strip()[-500:]
+        raise SourceError(f"{where}: {why}" + (f": {tail}" if tail else ""))
+    out = done.output.strip()
+    if not out:
+        return ()
+    try:
+        whole = json.loads(out)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, list):
+        return _unique([_item(v, f"{where} item {i}") for i, v in enumerate(whole)], where)
+    items: list[WorkItem] = []
+    for no, line in enumerate(out.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            msg = f"{where}: stdout line {no} is not JSON ({exc.msg}); print a JSON list or one object per line"
+            raise SourceError(msg) from None
+        items.append(_item(value, f"{where} line {no}"))
+    return _unique(items, where)
+
+
+def _from_directory(path: Path) -> tuple[WorkItem, ...]:
+    where = f"source directory {path}"
+    if not path.is_dir():
+        raise SourceError(f"{where}: not a directory")
+    items: list[WorkItem] = []
+    for file in sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")):
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SourceError(f"{where}: cannot read {file.name} ({exc})") from None
+        suffix = file.suffix.lower()
+        if suffix in (".json", ".yaml", ".yml"):
+            try:
+                value = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+            except (json.JSONDecodeError, yaml.YAMLError) as exc:
+                raise SourceError(f"{where}: {file.name} does not parse ({exc})") from None
+            if isinstance(value, dict) and "id" not in value:
+                value = {"id": file.stem, **value}
+            items.append(_item(value, f"{where} file {file.name}"))
+        else:
+            items.append(WorkItem(file.stem, {"id": file.stem, "text": text}))
+    return _unique(items, where)
+
+
+def _item(value: object, where: str) -> WorkItem:
+    if not isinstance(value, dict):
+        raise SourceError(f"{where}: expected a JSON object with an id, got {type(value).__name__}")
+    raw = value.get("id")
+    if isinstance(raw, bool) or not isinstance(raw, str | int) or str(raw).strip() == "":
+        raise SourceError(f"{where}: every item needs an 'id' (a string or number), got {raw!r}")
+    item_id = str(raw).strip()
+    return WorkItem(item_id, {**value, "id": item_id})
+
+
+def _unique(items: list[WorkItem], where: str) -> tuple[WorkItem, ...]:
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            raise SourceError(f"{where}: the id {item.id!r} appears twice; ids must be unique")
+        seen.add(item.id)
+    return tuple(items)
