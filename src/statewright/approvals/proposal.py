@@ -14,20 +14,22 @@ if TYPE_CHECKING:
 
 
 def build_proposal(state: TaskState, step_index: int) -> dict[str, Any]:
-    """The latest passed attempt of every step before ``step_index``, with the input."""
-    from statewright.machine.state import Outcome
+    """The latest attempt of every step before ``step_index``, with the input.
 
+    The latest attempt, whatever its outcome: an advisory step that failed on this pass
+    (``on_failure: continue``) is shown failed, never as an older pass of the same step."""
     steps = []
     for step in state.workflow.steps[:step_index]:
-        passed = [a for a in state.attempts if a.step == step.id and a.outcome is Outcome.PASSED]
-        if not passed:
+        mine = state.attempts_of(step.id)
+        if not mine:
             continue
-        last = passed[-1]
+        last = mine[-1]
         steps.append(
             {
                 "step": step.id,
                 "attempt": last.number,
                 "actor": last.actor,
+                "outcome": last.outcome.value,
                 "verdict": dict(last.verdict) if last.verdict is not None else None,
                 "artifacts": dict(last.artifacts),
             }

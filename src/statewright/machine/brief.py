@@ -27,11 +27,12 @@ def build_brief(
     index = state.workflow.index_of(step.id)
     earlier: dict[str, Any] = {}
     for s in state.workflow.steps[:index]:
-        passed = [a for a in state.attempts if a.step == s.id and a.outcome is Outcome.PASSED]
-        if passed:
-            last = passed[-1]
+        mine = state.attempts_of(s.id)
+        if mine:  # the latest attempt: an advisory failure is shown, not an older pass
+            last = mine[-1]
             earlier[s.id] = {
                 "attempt": last.number,
+                "outcome": last.outcome.value,
                 "verdict": dict(last.verdict) if last.verdict is not None else None,
                 "artifacts": dict(last.artifacts),
             }
