@@ -33,19 +33,24 @@ class SQLiteStore(SqlStore):
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=30.0
             )
-            self._conn.execute("PRAGMA busy_timeout = 30000")
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute(f"PRAGMA synchronous = {sync}")
         except sqlite3.DatabaseError as exc:
             msg = f"{self.path}: not a statewright database ({exc})"
             raise NotAStatewrightDatabaseError(msg) from None
         self._depth = 0
         try:
+            self._conn.execute("PRAGMA busy_timeout = 30000")
+            # Check the schema first: WAL mode is written into the file, and a file that is
+            # not a statewright database must be left exactly as it was.
             self.ensure_schema()
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute(f"PRAGMA synchronous = {sync}")
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             msg = f"{self.path}: not a statewright database ({exc})"
             raise NotAStatewrightDatabaseError(msg) from None
+        except BaseException:
+            self._conn.close()
+            raise
 
     def close(self) -> None:
         with self._lock:
