@@ -115,6 +115,7 @@ class Reason(StrEnum):
     TIMEOUT = "timeout"  # the step ran out of time; its process group was killed
     EXIT_STATUS = "exit_status"  # the command exited non-zero
     PROTECTED_PATH_MODIFIED = "protected_path_modified"  # the diff touches a protected path
+    FAILED = "failed"  # an in-process callable reported failure (returned False / ok: False)
     EXCEPTION = "exception"  # an in-process callable raised
     BAD_RETURN = "bad_return"  # an in-process callable returned the wrong shape
     HTTP_STATUS = "http_status"  # an HTTP check got an unexpected status

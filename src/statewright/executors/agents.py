@@ -1,0 +1,220 @@
+"""ai steps: one agent turn, whose verdict comes only through a typed channel.
+
+    type: python    ``module:function`` called with ``(brief, ctx)``; returns
+                    ``{verdict, artifacts?, note?, cost?}``
+    type: command   any CLI agent; the brief is a JSON file (``STATEWRIGHT_BRIEF``) and
+                    stdin; the verdict is the JSON file the agent writes at
+                    ``STATEWRIGHT_VERDICT``; stdout is the note, never the verdict
+    type: openai    an OpenAI-compatible chat completions server, verdict by tool call
+                    (see ``openai_agent``)
+
+A verdict is checked against the step's schema, closed so that unknown fields fail. A
+turn without a schema-valid verdict is ``error="no_verdict"`` with the reason in
+``detail``. When the step has no schema (``schema=None``) there is no verdict to
+produce and a turn that ran cleanly succeeds with ``verdict=None``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._process import cut_output, run_process
+from ._spec import (
+    DEFAULT_COMMAND_TIMEOUT_SECONDS,
+    DEFAULT_MODEL_TIMEOUT_SECONDS,
+    command_argv,
+    load_callable,
+    require_valid,
+    resolve_timeout,
+    validate_agent_spec,
+)
+from ._verdict import VerdictSchema
+from .base import AgentResult, Cost, ExecContext, Reason
+
+_RESULT_KEYS = frozenset({"verdict", "artifacts", "note", "cost"})
+_COST_KEYS = frozenset({"tokens_in", "tokens_out", "money_usd"})
+MAX_VERDICT_BYTES = 1_000_000
+
+
+def run_agent(
+    spec: Mapping[str, Any],
+    brief: Mapping[str, Any],
+    schema: Mapping[str, Any] | None,
+    ctx: ExecContext,
+) -> AgentResult:
+    """Run one agent turn for an ai step and return its (checked) verdict or a failure."""
+    require_valid(validate_agent_spec(spec), f"task {ctx.task_id} step {ctx.step!r} agent")
+    kind = spec["type"]
+    if kind == "python":
+        return run_python_agent(spec, brief, schema, ctx)
+    if kind == "command":
+        return run_command_agent(spec, brief, schema, ctx)
+    from .openai_agent import run_openai_agent  # httpx is an optional extra
+
+    return run_openai_agent(spec, brief, schema, ctx)
+
+
+def run_python_agent(
+    spec: Mapping[str, Any],
+    brief: Mapping[str, Any],
+    schema: Mapping[str, Any] | None,
+    ctx: ExecContext,
+) -> AgentResult:
+    """Call ``spec['callable']`` with ``(brief, ctx)`` in this process.
+
+    The callable gets a copy of the brief and a context whose ``timeout_seconds`` is the
+    step's; an in-process call cannot be interrupted, so the timeout is advisory here
+    (use ``type: command`` for a hard limit).
+    """
+    verdicts = VerdictSchema(schema) if schema is not None else None
+    timeout = resolve_timeout(spec, ctx.timeout_seconds, DEFAULT_MODEL_TIMEOUT_SECONDS)
+    fn = load_callable(spec["callable"], ctx.workspace)
+    brief_copy = json.loads(json.dumps(brief))
+    started = time.monotonic()
+    try:
+        returned = fn(brief_copy, dataclasses.replace(ctx, timeout_seconds=timeout))
+    except Exception:
+        seconds = time.monotonic() - started
+        return AgentResult(
+            verdict=None,
+            artifacts={"traceback": cut_output(traceback.format_exc())},
+            cost=Cost(seconds=seconds),
+            error=Reason.EXCEPTION,
+            detail=f"agent callable {spec['callable']!r} raised; see the traceback artifact",
+        )
+    seconds = time.monotonic() - started
+    return _python_result(returned, verdicts, seconds, spec["callable"])
+
+
+def _python_result(
+    returned: object, verdicts: VerdictSchema | None, seconds: float, ref: str
+) -> AgentResult:
+    def bad(detail: str) -> AgentResult:
+        return AgentResult(
+            verdict=None, cost=Cost(seconds=seconds), error=Reason.NO_VERDICT,
+            detail=f"agent callable {ref!r}: {detail}",
+        )
+
+    if not isinstance(returned, dict):
+        return bad(f"must return a dict with a 'verdict'; returned {type(returned).__name__}")
+    unknown = sorted(str(k) for k in returned if k not in _RESULT_KEYS)
+    if unknown:
+        return bad(f"returned unknown key(s) {', '.join(unknown)}; "
+                   f"allowed: {', '.join(sorted(_RESULT_KEYS))}")
+    artifacts = returned.get("artifacts", {})
+    if not isinstance(artifacts, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in artifacts.items()
+    ):
+        return bad("'artifacts' must map names to strings")
+    note = returned.get("note", "")
+    if not isinstance(note, str):
+        return bad(f"'note' must be a string; got {type(note).__name__}")
+    cost = _cost_from(returned.get("cost", {}), seconds)
+    if cost is None:
+        return bad(f"'cost' may hold only {', '.join(sorted(_COST_KEYS))}, as numbers")
+    verdict: dict[str, Any] | None = None
+    if verdicts is not None:
+        problem = verdicts.problem(returned.get("verdict"))
+        if problem is not None:
+            return AgentResult(
+                verdict=None, artifacts=artifacts, cost=cost, note=note,
+                error=Reason.NO_VERDICT, detail=problem,
+            )
+        verdict = returned["verdict"]
+    return AgentResult(verdict=verdict, artifacts=artifacts, cost=cost, note=note)
+
+
+def _cost_from(raw: object, seconds: float) -> Cost | None:
+    if not isinstance(raw, dict) or any(k not in _COST_KEYS for k in raw):
+        return None
+    values = {k: raw.get(k, 0) for k in _COST_KEYS}
+    if any(isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in values.values()):
+        return None
+    return Cost(
+        tokens_in=int(values["tokens_in"]),
+        tokens_out=int(values["tokens_out"]),
+        money_usd=float(values["money_usd"]),
+        seconds=seconds,
+    )
+
+
+def run_command_agent(
+    spec: Mapping[str, Any],
+    brief: Mapping[str, Any],
+    schema: Mapping[str, Any] | None,
+    ctx: ExecContext,
+) -> AgentResult:
+    """Run a CLI agent in ``ctx.workspace`` and read the verdict file it writes.
+
+    Environment: ``ctx.base_env()`` plus ``STATEWRIGHT_BRIEF`` (the brief's JSON file),
+    ``STATEWRIGHT_VERDICT`` (where to write the verdict JSON) and, when the step has a
+    schema, ``STATEWRIGHT_SCHEMA`` (its JSON file, which ``statewright mcp-verdict``
+    reads). The files live in a private temporary directory outside the workspace, so
+    they never show up in the attempt's diff.
+    """
+    verdicts = VerdictSchema(schema) if schema is not None else None
+    timeout = resolve_timeout(spec, ctx.timeout_seconds, DEFAULT_COMMAND_TIMEOUT_SECONDS)
+    brief_text = json.dumps(brief, indent=2, sort_keys=True, ensure_ascii=False)
+    io_dir = Path(tempfile.mkdtemp(prefix="statewright-agent-"))
+    try:
+        brief_path = io_dir / "brief.json"
+        verdict_path = io_dir / "verdict.json"
+        brief_path.write_text(brief_text, encoding="utf-8")
+        env = ctx.base_env()
+        env["STATEWRIGHT_BRIEF"] = str(brief_path)
+        env["STATEWRIGHT_VERDICT"] = str(verdict_path)
+        if verdicts is not None:
+            schema_path = io_dir / "schema.json"
+            schema_path.write_text(json.dumps(verdicts.schema, indent=2), encoding="utf-8")
+            env["STATEWRIGHT_SCHEMA"] = str(schema_path)
+        outcome = run_process(
+            command_argv(spec), cwd=ctx.workspace, env=env,
+            timeout_seconds=timeout, stdin_text=brief_text,
+        )
+        verdict_text, unreadable = _read_verdict_file(verdict_path)
+    finally:
+        shutil.rmtree(io_dir, ignore_errors=True)
+
+    artifacts = {"stdout": outcome.stdout, "stderr": outcome.stderr}
+    base = AgentResult(
+        verdict=None, artifacts=artifacts, cost=Cost(seconds=outcome.seconds), note=outcome.stdout
+    )
+    if outcome.timed_out:
+        detail = f"the agent ran longer than {timeout:g}s; its process group was killed"
+        return dataclasses.replace(base, error=Reason.TIMEOUT, detail=detail)
+    if outcome.returncode != 0:
+        detail = f"the agent exited with status {outcome.returncode}; see the stderr artifact"
+        return dataclasses.replace(base, error=Reason.EXIT_STATUS, detail=detail)
+    if verdicts is None:
+        return base
+    if verdict_text is None:
+        return dataclasses.replace(base, error=Reason.NO_VERDICT, detail=unreadable)
+    verdict, problem = verdicts.parse(verdict_text)
+    if verdict is None:
+        return dataclasses.replace(base, error=Reason.NO_VERDICT, detail=str(problem))
+    return dataclasses.replace(base, verdict=verdict)
+
+
+def _read_verdict_file(path: Path) -> tuple[str | None, str]:
+    """The verdict file's text, or None and why there is none to read."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(MAX_VERDICT_BYTES + 1)
+    except FileNotFoundError:
+        return None, "the agent wrote no verdict file at $STATEWRIGHT_VERDICT (stdout is not read)"
+    except OSError as exc:
+        return None, f"the verdict file at $STATEWRIGHT_VERDICT cannot be read: {exc.strerror}"
+    if len(data) > MAX_VERDICT_BYTES:
+        return None, f"the verdict file is larger than {MAX_VERDICT_BYTES} bytes"
+    try:
+        return data.decode("utf-8"), ""
+    except UnicodeDecodeError:
+        return None, "the verdict file is not UTF-8 text"

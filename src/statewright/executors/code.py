@@ -1,0 +1,99 @@
+"""code steps: a command (exit 0 is ok) or a Python callable ``(ctx) -> bool | dict``.
+
+    run: {command: [pytest, -q], timeout: 10m}
+    run: {callable: "mypkg.steps:publish"}
+
+A command runs in ``ctx.workspace`` with ``ctx.base_env()``; its output is stdout then
+stderr, cut to the last ``OUTPUT_LIMIT_CHARS`` characters. A timeout kills the command's
+whole process group (reason ``timeout``); a non-zero exit is ``exit_status``.
+
+A callable returns ``True``/``False`` or ``{"ok": bool, "output"?: str,
+"artifacts"?: {name: str}}``; a false one is reason ``failed``. Anything else is
+``bad_return``; raising is ``exception`` with the traceback as output. An in-process
+call cannot be interrupted: the resolved timeout is passed as ``ctx.timeout_seconds``
+for the callable to honour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from ._process import cut_output, run_process
+from ._spec import (
+    DEFAULT_COMMAND_TIMEOUT_SECONDS,
+    command_argv,
+    load_callable,
+    require_valid,
+    resolve_timeout,
+    validate_code_spec,
+)
+from .base import CodeResult, Cost, ExecContext, Reason
+
+
+def run_code(spec: Mapping[str, Any], ctx: ExecContext) -> CodeResult:
+    """Run a code step's command or callable and say whether it succeeded."""
+    require_valid(validate_code_spec(spec), f"task {ctx.task_id} step {ctx.step!r} run")
+    timeout = resolve_timeout(spec, ctx.timeout_seconds, DEFAULT_COMMAND_TIMEOUT_SECONDS)
+    if "callable" in spec:
+        return _run_callable(spec["callable"], dataclasses.replace(ctx, timeout_seconds=timeout))
+    outcome = run_process(
+        command_argv(spec), cwd=ctx.workspace, env=ctx.base_env(), timeout_seconds=timeout
+    )
+    output = cut_output(_joined(outcome.stdout, outcome.stderr))
+    cost = Cost(seconds=outcome.seconds)
+    artifacts = {"stdout": outcome.stdout, "stderr": outcome.stderr}
+    if outcome.timed_out:
+        output = _joined(output, f"[statewright: killed after {timeout:g}s]")
+        return CodeResult(False, output, artifacts, Reason.TIMEOUT, cost)
+    if outcome.returncode != 0:
+        output = _joined(output, f"[statewright: exit status {outcome.returncode}]")
+        return CodeResult(False, output, artifacts, Reason.EXIT_STATUS, cost)
+    return CodeResult(True, output, artifacts, None, cost)
+
+
+def _run_callable(ref: str, ctx: ExecContext) -> CodeResult:
+    fn = load_callable(ref, ctx.workspace)
+    started = time.monotonic()
+    try:
+        returned = fn(ctx)
+    except Exception:
+        cost = Cost(seconds=time.monotonic() - started)
+        return CodeResult(False, cut_output(traceback.format_exc()), {}, Reason.EXCEPTION, cost)
+    cost = Cost(seconds=time.monotonic() - started)
+    if isinstance(returned, bool):
+        return CodeResult(returned, "", {}, None if returned else Reason.FAILED, cost)
+    if not isinstance(returned, dict):
+        kind = type(returned).__name__
+        output = f"code callable {ref!r} must return a bool or a dict with 'ok'; returned {kind}"
+        return CodeResult(False, output, {}, Reason.BAD_RETURN, cost)
+    problem = _dict_problem(returned)
+    if problem is not None:
+        return CodeResult(False, f"code callable {ref!r} {problem}", {}, Reason.BAD_RETURN, cost)
+    ok = returned["ok"]
+    output = cut_output(returned.get("output", ""))
+    reason = None if ok else Reason.FAILED
+    return CodeResult(ok, output, dict(returned.get("artifacts", {})), reason, cost)
+
+
+def _dict_problem(returned: dict[Any, Any]) -> str | None:
+    unknown = sorted(str(k) for k in returned if k not in {"ok", "output", "artifacts"})
+    if unknown:
+        return f"returned unknown key(s) {', '.join(unknown)}; allowed: artifacts, ok, output"
+    if not isinstance(returned.get("ok"), bool):
+        return f"must return 'ok' as a bool; got {type(returned.get('ok')).__name__}"
+    if not isinstance(returned.get("output", ""), str):
+        return "must return 'output' as a string"
+    artifacts = returned.get("artifacts", {})
+    if not isinstance(artifacts, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in artifacts.items()
+    ):
+        return "must return 'artifacts' as a mapping of names to strings"
+    return None
+
+
+def _joined(*parts: str) -> str:
+    return "\n".join(p.rstrip("\n") for p in parts if p)
