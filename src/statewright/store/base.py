@@ -6,9 +6,17 @@ rows. Leases carry a fencing token so a late worker cannot report over a newer c
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from statewright._errors import StoreError
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be reached (connection refused or lost mid-call). A worker that
+    gets it stops claiming; the leases it holds expire and other workers take over."""
 
 
 @dataclass(frozen=True)
@@ -134,3 +142,5 @@ class Store(Protocol):
     def next_due_ms(self) -> int | None: ...
 
     def counts_by_status(self) -> dict[str, int]: ...
+
+    def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool: ...

@@ -1,10 +1,13 @@
 """The shared SQL of both backends. Dialects override a few hooks: how a transaction is
-opened, the placeholder style, the row-lock clause, and how driver errors are classified."""
+opened, the placeholder style, the row-lock clause, how driver errors are classified, and
+how idle workers learn that work was added (``_work_added_txn`` / ``wait_for_work``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -56,6 +59,20 @@ class SqlStore:
 
     def _tables(self, cur: Any) -> set[str]:
         raise NotImplementedError  # pragma: no cover - every dialect defines it
+
+    def _work_added_txn(self, cur: Any) -> None:
+        """Inside a transaction that leaves claimable work for other workers (new outbox rows
+        or timers, a released command). PostgreSQL sends NOTIFY; SQLite has no one to tell."""
+
+    def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
+        """Block an idle worker for up to ``timeout_seconds``, or until ``wake`` is set.
+        Returns True when woken because work was announced (PostgreSQL LISTEN/NOTIFY);
+        this default just sleeps and returns False, so callers keep polling."""
+        if wake is not None:
+            wake.wait(max(0.0, timeout_seconds))
+        elif timeout_seconds > 0:
+            time.sleep(timeout_seconds)
+        return False
 
     def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         cur.execute(self._sql(sql), tuple(params))
@@ -213,6 +230,8 @@ class SqlStore:
                     )
                     if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
                         claimed = self._claim_one_txn(cur, c.command_id, *claim_for)
+                if any(c.timer or claimed is None or c.command_id != claimed.command_id for c in commands):
+                    self._work_added_txn(cur)
                 crash_point("in_append_txn")
                 return AppendResult(version=version, claimed=claimed)
         except (VersionConflictError, StaleLeaseError):
@@ -354,6 +373,7 @@ class SqlStore:
                 " failures = failures + ?, last_error = ? WHERE command_id = ? AND token = ?",
                 (available_at_ms, 1 if failed else 0, error[:2000], command_id, token),
             )
+            self._work_added_txn(cur)
 
     def ack(self, command_id: str, token: int) -> None:
         with self._tx() as cur:

@@ -1,0 +1,360 @@
+"""The scale-out backend: PostgreSQL through psycopg 3 and a psycopg_pool connection pool.
+
+Many worker processes on many machines share one database. They claim outbox rows with
+``FOR UPDATE SKIP LOCKED`` and sleep on ``LISTEN statewright_work`` while idle; every
+transaction that leaves claimable work sends ``pg_notify('statewright_work', <schema>)``.
+
+    postgresql://user@host:5432/db                  tables in the user's current schema
+    postgresql://user@host:5432/db?schema=tenant_a  tables in schema tenant_a (created)
+
+Driver errors are classified here and nowhere else: a unique violation or a deadlock is a
+lost race (VersionConflictError inside ``append``); a refused or dropped connection is
+StoreUnavailableError. psycopg is the ``[postgres]`` extra, imported when a store opens."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
+from statewright.store.base import AppendResult, NewCommand, StoreUnavailableError
+from statewright.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+CHANNEL = "statewright_work"
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,45}$")
+_SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.schema").digest()[:8], "big", signed=True)
+_LISTEN_SLICE_SECONDS = 0.1  # how often the listener thread looks at its stop flag
+
+
+def _driver() -> tuple[Any, Any]:
+    try:
+        import psycopg
+        import psycopg_pool
+    except ImportError:
+        msg = (
+            "PostgreSQL needs the psycopg driver, which is not installed; "
+            "run: pip install 'statewright[postgres]'"
+        )
+        raise StoreError(msg) from None
+    return psycopg, psycopg_pool
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***``, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """``(libpq conninfo, schema)``: statewright's own ``schema`` parameter is taken out of
+    the query string because libpq rejects parameters it does not know."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    rest = [(k, v) for k, v in query if k != "schema"]
+    if not schemas:
+        return url, None
+    schema = schemas[-1]
+    if not _SCHEMA_NAME.match(schema):
+        msg = (
+            f"{redact(url)}: schema {schema!r} is not a plain lower-case identifier of at most "
+            "46 characters (letters, digits, underscore; not starting with a digit)"
+        )
+        raise StoreError(msg)
+    return urlunsplit(parts._replace(query=urlencode(rest))), schema
+
+
+class PostgresStore(SqlStore):
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 8,
+        connect_timeout_seconds: float = 5.0,
+        pool_timeout_seconds: float = 10.0,
+    ) -> None:
+        driver, pool_module = _driver()
+        self._psycopg = driver
+        self.url = url
+        self._conninfo, self._schema = split_url(url)
+        self._connect_timeout = max(2, int(connect_timeout_seconds))
+        self._local = threading.local()
+        self._sql_cache: dict[str, str] = {}
+        # LISTEN side: one connection and one thread per store, shared by its callers.
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._listener: threading.Thread | None = None
+        self._listen_conn: psycopg.Connection[Any] | None = None
+        self._listen_error: str | None = None
+        self._listen_stop = threading.Event()
+        self._listen_schema = ""
+        self._closed = False
+        self._pool: ConnectionPool[Any] = pool_module.ConnectionPool(
+            self._conninfo,
+            min_size=min_size,
+            max_size=max(min_size, max_size),
+            kwargs={"autocommit": True, "connect_timeout": self._connect_timeout},
+            configure=self._configure,
+            open=False,
+            timeout=pool_timeout_seconds,
+            name="statewright",
+            num_workers=1,
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_seconds)
+            self.ensure_schema()
+        except BaseException as exc:
+            self._pool.close()
+            if isinstance(exc, pool_module.PoolTimeout):
+                raise StoreUnavailableError(self._why_unreachable()) from None
+            raise
+
+    # --- connections -------------------------------------------------------------------
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        if self._schema is not None:
+            from psycopg import sql
+
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
+
+    def _why_unreachable(self) -> str:
+        """Connect once outside the pool to learn the driver's reason, for the message."""
+        where = redact(self.url)
+        try:
+            conn = self._psycopg.connect(self._conninfo, connect_timeout=self._connect_timeout)
+        except self._psycopg.Error as exc:
+            reason = " ".join(str(exc).split())
+        else:
+            conn.close()
+            reason = "no connection became available in time"
+        return (
+            f"cannot connect to PostgreSQL at {where}: {reason}; check that the server runs "
+            "and the URL (user, host, port, database) is right"
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop_listener()
+        self._pool.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        active = getattr(self._local, "cur", None)
+        if active is not None:  # nested: join the caller's transaction, as SQLite does
+            with active.connection.cursor() as cur:
+                yield cur
+            return
+        errors = self._psycopg
+        try:
+            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                self._local.cur = cur
+                try:
+                    yield cur
+                finally:
+                    self._local.cur = None
+        except errors.errors.TransactionRollback:
+            raise  # a lost race; append classifies it with _is_unique_violation
+        except (errors.OperationalError, errors.InterfaceError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            msg = (
+                f"PostgreSQL at {redact(self.url)} is unavailable ({reason}); "
+                "stop claiming work: held leases expire and other workers take over"
+            )
+            raise StoreUnavailableError(msg) from None
+
+    def _sql(self, sql: str) -> str:
+        out = self._sql_cache.get(sql)
+        if out is None:
+            out = sql.replace("%", "%%").replace("?", "%s")
+            self._sql_cache[sql] = out
+        return out
+
+    def _is_unique_violation(self, exc: BaseException) -> bool:
+        """A lost race: a duplicate key, or a deadlock / serialization failure (both mean
+        another writer got there first; the remedy is the same: reload and retry)."""
+        errors = self._psycopg.errors
+        return isinstance(exc, errors.UniqueViolation | errors.TransactionRollback)
+
+    def _tables(self, cur: Any) -> set[str]:
+        rows = cur.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f')"
+        ).fetchall()
+        return {str(r[0]) for r in rows}
+
+    # --- schema ------------------------------------------------------------------------
+    def ensure_schema(self, *, upgrade: bool = True) -> int:
+        """The shared migrations, one process at a time (an advisory lock), in the URL's
+        ``schema`` when it names one (created if missing)."""
+        try:
+            with self._tx() as cur:
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK_KEY,))
+                if self._schema is not None:
+                    from psycopg import sql
+
+                    cur.execute(
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
+                    )
+                return super().ensure_schema(upgrade=upgrade)
+        except NotAStatewrightDatabaseError as exc:
+            where = f"schema {self._schema!r}" if self._schema else "the current schema"
+            msg = (
+                f"{exc.args[0].split('; point --db')[0]} in {where}; use another database, "
+                "or give statewright a schema of its own: add ?schema=statewright to the URL"
+            )
+            raise NotAStatewrightDatabaseError(msg) from None
+
+    # --- races the shared SQL cannot see on SQLite ---------------------------------------
+    def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None:
+        try:
+            super().put_definition(content_hash, name, version, body)
+        except self._psycopg.errors.UniqueViolation:
+            return  # stored by a concurrent writer; same hash, same content
+
+    def append(
+        self,
+        task_id: str,
+        expected_version: int,
+        event: Mapping[str, Any],
+        state: Mapping[str, Any],
+        commands: Sequence[NewCommand],
+        *,
+        workflow: str = "",
+        workflow_hash: str = "",
+        idem_key: str | None = None,
+        complete: tuple[str, int] | None = None,
+        complete_timer: tuple[str, int] | None = None,
+        terminal: bool = False,
+        claim_for: tuple[str, int] | None = None,
+    ) -> AppendResult:
+        """The shared append. Under READ COMMITTED two writers of the *same* event id (or
+        idempotency key) can pass the duplicate check together; the loser then sees a
+        conflict, and is told it is a duplicate, exactly as SQLite's serialized writers are."""
+        try:
+            return super().append(
+                task_id, expected_version, event, state, commands,
+                workflow=workflow, workflow_hash=workflow_hash, idem_key=idem_key,
+                complete=complete, complete_timer=complete_timer, terminal=terminal,
+                claim_for=claim_for,
+            )
+        except VersionConflictError:
+            event_id = str(event["event_id"])
+            with self._tx() as cur:
+                row = self._x(
+                    cur, "SELECT version FROM sw_events WHERE event_id = ?", (event_id,)
+                ).fetchone()
+                if row is None and expected_version == 0 and idem_key is not None:
+                    row = self._x(
+                        cur, "SELECT version FROM sw_tasks WHERE idem_key = ?", (idem_key,)
+                    ).fetchone()
+            if row is not None:
+                return AppendResult(version=int(row[0]), duplicate=True)
+            raise
+
+    # --- LISTEN / NOTIFY ---------------------------------------------------------------
+    def _work_added_txn(self, cur: Any) -> None:
+        cur.execute("SELECT pg_notify(%s, current_schema())", (CHANNEL,))
+
+    def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
+        """Wait until another transaction announces work, ``timeout_seconds`` pass, or
+        ``wake`` is set. Returns True at once when work was announced since this thread's
+        previous call (so an announcement made while the caller was claiming is not lost)."""
+        self._ensure_listener()
+        deadline = time.monotonic() + max(0.0, timeout_seconds)
+        seen = getattr(self._local, "seen", 0)
+        with self._cond:
+            while True:
+                if self._listen_error is not None:
+                    error = self._listen_error
+                    self._listen_error = None
+                    self._listener = None
+                    raise StoreUnavailableError(error)
+                if self._generation != seen:
+                    self._local.seen = self._generation
+                    return True
+                if wake is not None and wake.is_set():
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, 0.05) if wake is not None else remaining)
+
+    def _ensure_listener(self) -> None:
+        with self._cond:
+            if self._listener is not None or self._listen_error is not None:
+                return
+            if self._closed:
+                msg = f"the store for {redact(self.url)} is closed; open a new one"
+                raise StoreError(msg)
+            errors = self._psycopg
+            try:
+                conn = errors.connect(self._conninfo, autocommit=True, connect_timeout=self._connect_timeout)
+            except errors.Error as exc:
+                reason = " ".join(str(exc).split())
+                msg = f"PostgreSQL at {redact(self.url)} is unavailable for LISTEN ({reason})"
+                raise StoreUnavailableError(msg) from None
+            try:
+                self._configure(conn)
+                row = conn.execute("SELECT current_schema()").fetchone()
+                conn.execute(f"LISTEN {CHANNEL}")
+            except errors.Error as exc:
+                conn.close()
+                reason = " ".join(str(exc).split())
+                msg = f"PostgreSQL at {redact(self.url)} refused LISTEN {CHANNEL} ({reason})"
+                raise StoreUnavailableError(msg) from None
+            self._listen_schema = str(row[0]) if row and row[0] is not None else ""
+            self._listen_conn = conn
+            self._listen_stop.clear()
+            # Work announced before LISTEN took effect was not heard: report "maybe work" once.
+            self._generation += 1
+            self._listener = threading.Thread(
+                target=self._listen, args=(conn,), name="statewright-listen", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            while not self._listen_stop.is_set():
+                for note in conn.notifies(timeout=_LISTEN_SLICE_SECONDS):
+                    if note.payload == self._listen_schema:  # other schemas share the channel
+                        with self._cond:
+                            self._generation += 1
+                            self._cond.notify_all()
+        except self._psycopg.Error as exc:
+            if not self._listen_stop.is_set():
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                with self._cond:
+                    self._listen_error = (
+                        f"PostgreSQL at {redact(self.url)}: the LISTEN connection was lost "
+                        f"({reason}); stop claiming work: held leases expire and other "
+                        "workers take over"
+                    )
+                    self._cond.notify_all()
+        finally:
+            conn.close()
+
+    def _stop_listener(self) -> None:
+        with self._cond:
+            thread, self._listener = self._listener, None
+            self._listen_stop.set()
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join()
+        self._listen_conn = None

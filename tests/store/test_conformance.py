@@ -1,0 +1,409 @@
+"""One conformance suite for every store backend (the ``backend`` fixture is a parameter).
+
+Times are explicit ``now_ms`` values: no test sleeps or polls wall time."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statewright._errors import (
+    NotAStatewrightDatabaseError,
+    SchemaVersionError,
+    StaleLeaseError,
+    StoreError,
+    VersionConflictError,
+)
+from statewright.store import AppendResult, NewCommand, open_store
+from statewright.store.schema import SCHEMA_VERSION
+from statewright.store.sql import GENESIS_HASH, SqlStore, chain_hash
+
+from .backends import raw_sql
+
+T0 = 1_700_000_000_000
+LEASE_MS = 30_000
+
+
+def event(event_id: str, at_ms: int = T0, type_: str = "Noted") -> dict[str, Any]:
+    return {"event_id": event_id, "type": type_, "at_ms": at_ms}
+
+
+def run_step(command_id: str, at_ms: int = T0, type_: str = "RunStep") -> NewCommand:
+    return NewCommand(command_id, type_, {"step": "a", "command_id": command_id}, at_ms)
+
+
+def timer(timer_id: str, due_at_ms: int) -> NewCommand:
+    return NewCommand(timer_id, "TimerFired", {}, due_at_ms, timer=True, purpose="wait")
+
+
+def submit(
+    store: SqlStore, task_id: str = "t1", commands: Sequence[NewCommand] = (), **kw: Any
+) -> AppendResult:
+    return store.append(
+        task_id, 0, event(f"{task_id}:submitted"), {"status": "running", "n": 0}, list(commands),
+        workflow="wf", workflow_hash="h" * 64, **kw,
+    )
+
+
+def step(
+    store: SqlStore, task_id: str, version: int, event_id: str,
+    commands: Sequence[NewCommand] = (), *, status: str = "running", **kw: Any,
+) -> AppendResult:
+    return store.append(
+        task_id, version, event(event_id, T0 + version), {"status": status, "n": version},
+        list(commands), **kw,
+    )
+
+
+def verify_chain(rows: Sequence[tuple[int, str, str, str]]) -> list[int]:
+    """Versions whose stored hash does not match a recomputation from the row before."""
+    bad, prev = [], GENESIS_HASH
+    for version, body, prev_hash, h in rows:
+        if prev_hash != prev or chain_hash(prev, version, body) != h:
+            bad.append(version)
+        prev = h
+    return bad
+
+
+def outbox_ids(store: SqlStore, task_id: str | None = None) -> list[str]:
+    return sorted(str(r["command_id"]) for r in store.outbox(task_id))
+
+
+# --- schema --------------------------------------------------------------------------------
+def test_fresh_database_gets_the_current_schema_version(store: SqlStore) -> None:
+    """A new database is created at the current schema version, and ensuring it again is a no-op."""
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store.ensure_schema() == SCHEMA_VERSION
+    assert store.ensure_schema(upgrade=False) == SCHEMA_VERSION
+
+
+def test_db_upgrade_migrates_an_older_schema(store_url: str, opener: Callable[[], SqlStore]) -> None:
+    """``open_store(url).ensure_schema()`` (statewright db upgrade) brings an old schema current."""
+    opener()
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("0", "schema_version"))
+    again = opener()
+    assert again.ensure_schema() == SCHEMA_VERSION
+    assert again.schema_version() == SCHEMA_VERSION
+
+
+def test_newer_schema_version_is_refused(store_url: str, opener: Callable[[], SqlStore]) -> None:
+    """A database written by a newer statewright is refused with a message saying what to do."""
+    opener()
+    newer = str(SCHEMA_VERSION + 1)
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", (newer, "schema_version"))
+    with pytest.raises(SchemaVersionError, match=rf"version {newer}, newer .*upgrade statewright"):
+        opener()
+
+
+def test_a_foreign_database_is_refused(backend: str, store_url: str, tmp_path: Path) -> None:
+    """Tables that statewright did not make mean the database is someone else's: refuse it."""
+    if backend == "sqlite":
+        raw_sql(store_url, "CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    else:
+        from statewright.store.postgres import split_url
+
+        schema = split_url(store_url)[1]
+        raw_sql(store_url, f'CREATE SCHEMA "{schema}"')
+        raw_sql(store_url, "CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    with pytest.raises(NotAStatewrightDatabaseError, match=r"not a statewright database.*customers"):
+        open_store(store_url)
+
+
+# --- definitions ---------------------------------------------------------------------------
+def test_definitions_are_stored_by_content_hash(store: SqlStore, opener: Callable[[], SqlStore]) -> None:
+    """A definition is kept under its hash; storing the same hash again keeps the first body."""
+    store.put_definition("abc", "wf", 1, {"workflow": "wf", "steps": [1]})
+    store.put_definition("abc", "wf", 1, {"workflow": "other"})
+    assert opener().get_definition("abc") == {"workflow": "wf", "steps": [1]}
+    assert store.get_definition("nope") is None
+
+
+# --- append --------------------------------------------------------------------------------
+def test_append_at_version_zero_creates_the_task(store: SqlStore) -> None:
+    """The first append creates the task row, its first event (chained to genesis) and commands."""
+    res = submit(store, "t1", [run_step("t1/a/1")])
+    assert res == AppendResult(version=1)
+    task = store.load("t1")
+    assert task is not None
+    assert (task.task_id, task.workflow, task.status, task.version) == ("t1", "wf", "running", 1)
+    assert task.state == {"status": "running", "n": 0}
+    assert task.created_at_ms == T0
+    [ev] = store.events("t1")
+    assert (ev.version, ev.event_id, ev.type, ev.prev_hash) == (1, "t1:submitted", "Noted", GENESIS_HASH)
+    assert outbox_ids(store, "t1") == ["t1/a/1"]
+    assert store.task_ids() == ["t1"]
+    assert store.counts_by_status() == {"running": 1}
+    assert [t.task_id for t in store.list_tasks(status="running")] == ["t1"]
+    assert store.load("missing") is None
+
+
+def test_a_duplicate_event_id_returns_the_original_version(store: SqlStore) -> None:
+    """Appending an event id again writes nothing and reports the version it was first written at."""
+    submit(store, "t1")
+    step(store, "t1", 1, "e2", [run_step("c2")])
+    step(store, "t1", 2, "e3")
+    res = step(store, "t1", 3, "e2", [run_step("c-dup")])
+    assert res.duplicate and res.version == 2
+    assert [e.event_id for e in store.events("t1")] == ["t1:submitted", "e2", "e3"]
+    assert outbox_ids(store) == ["c2"]
+    assert store.has_event("e2") and not store.has_event("e4")
+    loaded = store.load("t1")
+    assert loaded is not None and loaded.version == 3
+
+
+def test_the_same_idem_key_returns_the_first_task(store: SqlStore) -> None:
+    """Submitting under an idempotency key that exists creates nothing and names the first task."""
+    submit(store, "t1", idem_key="order-7")
+    res = submit(store, "t2", [run_step("t2/a/1")], idem_key="order-7")
+    assert res.duplicate and res.version == 1
+    assert store.task_by_key("order-7") == "t1"
+    assert store.load("t2") is None and outbox_ids(store) == []
+    assert store.task_by_key("other") is None
+
+
+def test_a_stale_expected_version_loses_and_writes_nothing(store: SqlStore) -> None:
+    """Of two appends on one version the second gets VersionConflictError and leaves no trace."""
+    submit(store, "t1")
+    step(store, "t1", 1, "winner", [run_step("c-win")])
+    with pytest.raises(VersionConflictError) as info:
+        step(store, "t1", 1, "loser", [run_step("c-lose"), timer("tm-lose", T0)])
+    assert (info.value.task_id, info.value.expected, info.value.actual) == ("t1", 1, 2)
+    assert not store.has_event("loser")
+    assert outbox_ids(store) == ["c-win"] and store.timers() == []
+    loaded = store.load("t1")
+    assert loaded is not None and loaded.state == {"status": "running", "n": 1}
+    with pytest.raises(VersionConflictError):
+        step(store, "nobody", 3, "x")
+
+
+def run_together(*calls: Callable[[], object]) -> list[object]:
+    """Run the calls on threads released at the same instant; each one's result or StoreError."""
+    barrier = threading.Barrier(len(calls))
+    out: list[object] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            out[i] = calls[i]()
+        except StoreError as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_racing_appends_on_separate_connections_have_one_winner(opener: Callable[[], SqlStore]) -> None:
+    """Two connections append on the same version at once, many times: exactly one wins each round."""
+    stores = [opener(), opener()]
+    submit(stores[0], "t1")
+    rounds = 15
+    for v in range(1, rounds + 1):
+        outcomes = run_together(
+            *(partial(step, stores[i], "t1", v, f"e{v}-{i}", [run_step(f"c{v}-{i}")]) for i in range(2))
+        )
+        won = [i for i, o in enumerate(outcomes) if isinstance(o, AppendResult)]
+        lost = [i for i, o in enumerate(outcomes) if isinstance(o, VersionConflictError)]
+        assert len(won) == 1 and len(lost) == 1, outcomes
+        assert not stores[0].has_event(f"e{v}-{lost[0]}")
+        assert f"c{v}-{lost[0]}" not in outbox_ids(stores[1])
+    events = stores[1].events("t1")
+    assert [e.version for e in events] == list(range(1, rounds + 2))
+    assert len(outbox_ids(stores[0])) == rounds
+
+
+def test_concurrent_duplicate_event_is_reported_as_duplicate(opener: Callable[[], SqlStore]) -> None:
+    """The same event appended on two connections at once is written once; the other is a duplicate."""
+    stores = [opener(), opener()]
+    submit(stores[0], "t1")
+    for v in range(1, 11):
+        results = run_together(
+            *(partial(step, stores[i], "t1", v, f"same-{v}", [run_step(f"c{v}")]) for i in range(2))
+        )
+        assert all(isinstance(r, AppendResult) for r in results), results
+        assert sorted(r.duplicate for r in results if isinstance(r, AppendResult)) == [False, True]
+        assert {r.version for r in results if isinstance(r, AppendResult)} == {v + 1}
+    assert len(stores[0].events("t1")) == 11
+
+
+def test_the_event_log_is_hash_chained_and_an_edit_shows(store_url: str, store: SqlStore) -> None:
+    """Each event's hash covers the one before; editing a stored body breaks the chain there."""
+    submit(store, "t1")
+    for v in range(1, 4):
+        step(store, "t1", v, f"e{v}")
+    rows = store.raw_events("t1")
+    assert verify_chain(rows) == []
+    events = store.events("t1")
+    assert all(e.prev_hash == p.hash for p, e in itertools.pairwise(events))
+    raw_sql(store_url, "UPDATE sw_events SET body = ? WHERE task_id = ? AND version = ?",
+            (rows[2][1].replace('"Noted"', '"Forged"'), "t1", 3))
+    assert verify_chain(store.raw_events("t1")) == [3]
+
+
+# --- outbox and leases ---------------------------------------------------------------------
+def test_claim_takes_a_lease_and_increments_the_fencing_token(store: SqlStore) -> None:
+    """A claim holds the command until the lease ends; nobody else gets it meanwhile."""
+    submit(store, "t1", [run_step("c1", T0 + 10)])
+    assert store.claim("w1", T0, LEASE_MS) == []  # not yet available
+    [c] = store.claim("w1", T0 + 10, LEASE_MS)
+    assert (c.command_id, c.task_id, c.type, c.token, c.deliveries, c.failures) == ("c1", "t1", "RunStep", 1, 1, 0)
+    assert c.lease_expires_ms == T0 + 10 + LEASE_MS
+    assert c.body == {"step": "a", "command_id": "c1"}
+    assert store.claim("w2", T0 + 20, LEASE_MS) == []
+    assert store.renew("c1", 1, T0 + 1000, LEASE_MS)
+    assert not store.renew("c1", 0, T0 + 1000, LEASE_MS)
+    assert store.claim("w2", T0 + 10 + LEASE_MS, LEASE_MS) == []  # renewed past that
+    [row] = store.outbox("t1")
+    assert (row["lease_owner"], row["lease_expires_ms"]) == ("w1", T0 + 1000 + LEASE_MS)
+    assert store.next_due_ms() == T0 + 1000 + LEASE_MS
+
+
+def test_an_expired_lease_is_redelivered_with_a_new_token(store: SqlStore) -> None:
+    """After the lease runs out another worker gets the command under the next token."""
+    submit(store, "t1", [run_step("c1")])
+    [first] = store.claim("w1", T0, LEASE_MS)
+    [second] = store.claim("w2", T0 + LEASE_MS, LEASE_MS)
+    assert (first.token, second.token) == (1, 2)
+    assert second.deliveries == 2
+    assert store.outbox("t1")[0]["lease_owner"] == "w2"
+
+
+def test_completing_with_an_old_token_is_refused_and_writes_nothing(store: SqlStore) -> None:
+    """A late worker's report (old fencing token) raises StaleLeaseError; nothing is written."""
+    submit(store, "t1", [run_step("c1")])
+    [old] = store.claim("w1", T0, LEASE_MS)
+    [new] = store.claim("w2", T0 + LEASE_MS, LEASE_MS)
+    with pytest.raises(StaleLeaseError) as info:
+        step(store, "t1", 1, "late", [run_step("c2")], complete=("c1", old.token))
+    assert (info.value.command_id, info.value.token, info.value.current) == ("c1", 1, 2)
+    assert not store.has_event("late")
+    loaded = store.load("t1")
+    assert loaded is not None and loaded.version == 1
+    assert outbox_ids(store) == ["c1"]
+    store.ack("c1", old.token)  # an old token cannot ack either
+    assert outbox_ids(store) == ["c1"]
+    step(store, "t1", 1, "on-time", [run_step("c2")], complete=("c1", new.token))
+    assert outbox_ids(store) == ["c2"]
+
+
+def test_release_with_backoff_makes_the_command_due_later(store: SqlStore) -> None:
+    """A released command is free again at the backoff time, with the failure counted."""
+    submit(store, "t1", [run_step("c1")])
+    [c] = store.claim("w1", T0, LEASE_MS)
+    store.release("c1", c.token, T0 + 5000, failed=True, error="TransientError: throttled")
+    [row] = store.outbox("t1")
+    assert (row["lease_owner"], row["lease_expires_ms"], row["failures"]) == (None, None, 1)
+    assert store.next_due_ms() == T0 + 5000
+    assert store.claim("w1", T0 + 4999, LEASE_MS) == []
+    [again] = store.claim("w2", T0 + 5000, LEASE_MS)
+    assert (again.token, again.failures, again.deliveries) == (2, 1, 2)
+    store.release("c1", c.token, T0, failed=True)  # stale token: ignored
+    assert store.outbox("t1")[0]["lease_owner"] == "w2"
+
+
+def test_concurrent_claimers_never_share_a_command(opener: Callable[[], SqlStore]) -> None:
+    """Four connections claim from one outbox at once; every command goes to exactly one."""
+    first = opener()
+    submit(first, "t1", [run_step(f"c{i:02d}") for i in range(40)])
+    stores = [opener() for _ in range(4)]
+    got: list[list[str]] = [[] for _ in stores]
+    barrier = threading.Barrier(len(stores))
+
+    def drain(i: int) -> None:
+        barrier.wait()
+        while claims := stores[i].claim(f"w{i}", T0, LEASE_MS, 3):
+            got[i].extend(c.command_id for c in claims)
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    claimed = [cid for g in got for cid in g]
+    assert sorted(claimed) == [f"c{i:02d}" for i in range(40)]
+    assert all(r["token"] == 1 for r in first.outbox())
+
+
+def test_claim_for_returns_the_next_command_in_the_same_transaction(store: SqlStore) -> None:
+    """Recording an outcome with claim_for completes the command and claims the next one for us."""
+    submit(store, "t1", [run_step("t1/a/1")])
+    [c] = store.claim("w1", T0, LEASE_MS)
+    res = step(
+        store, "t1", 1, "t1/a/1:result",
+        [NewCommand("t1/approve", "RequestApproval", {}, T0), run_step("t1/b/1")],
+        complete=("t1/a/1", c.token), claim_for=("w1", T0 + LEASE_MS),
+    )
+    assert res.claimed is not None
+    assert (res.claimed.command_id, res.claimed.token, res.claimed.lease_expires_ms) == ("t1/b/1", 1, T0 + LEASE_MS)
+    assert outbox_ids(store) == ["t1/approve", "t1/b/1"]
+    [other] = store.claim("w2", T0, LEASE_MS, 5)  # only the unclaimed one is left for others
+    assert other.command_id == "t1/approve"
+
+
+# --- timers --------------------------------------------------------------------------------
+def test_a_timer_is_claimed_once_and_deleted_when_it_fires(store: SqlStore) -> None:
+    """A due timer goes to one worker; firing it deletes it; an old token cannot fire it."""
+    submit(store, "t1", [timer("tm1", T0 + 1000)])
+    assert store.timers("t1") == [{"timer_id": "tm1", "task_id": "t1", "due_at_ms": T0 + 1000, "purpose": "wait"}]
+    assert store.next_due_ms() == T0 + 1000
+    assert store.claim_timers("w1", T0 + 999, LEASE_MS) == []
+    [t] = store.claim_timers("w1", T0 + 1000, LEASE_MS)
+    assert (t.timer_id, t.task_id, t.token, t.purpose) == ("tm1", "t1", 1, "wait")
+    assert store.claim_timers("w2", T0 + 1000, LEASE_MS) == []
+    with pytest.raises(StaleLeaseError):
+        step(store, "t1", 1, "tm1:fired", complete_timer=("tm1", 0))
+    assert store.timers() != []
+    step(store, "t1", 1, "tm1:fired", complete_timer=("tm1", t.token))
+    assert store.timers() == [] and store.next_due_ms() is None
+    assert store.claim_timers("w2", T0 + 10 * LEASE_MS, LEASE_MS) == []
+
+
+def test_drop_timer_needs_the_current_token(store: SqlStore) -> None:
+    """drop_timer with the claim's token removes the timer; with another token it does nothing."""
+    submit(store, "t1", [timer("tm1", T0)])
+    [t] = store.claim_timers("w1", T0, LEASE_MS)
+    store.drop_timer("tm1", t.token + 1)
+    assert len(store.timers()) == 1
+    store.drop_timer("tm1", t.token)
+    assert store.timers() == []
+
+
+def test_a_terminal_append_clears_the_tasks_outbox_and_timers(store: SqlStore) -> None:
+    """When a task ends, its pending commands and timers go; other tasks' stay."""
+    submit(store, "t1", [run_step("t1/a"), run_step("t1/b"), timer("t1/tm", T0 + 50)])
+    submit(store, "t2", [run_step("t2/a"), timer("t2/tm", T0 + 50)])
+    step(store, "t1", 1, "t1:cancelled", status="cancelled", terminal=True)
+    assert outbox_ids(store) == ["t2/a"]
+    assert [t["timer_id"] for t in store.timers()] == ["t2/tm"]
+    assert store.counts_by_status() == {"cancelled": 1, "running": 1}
+
+
+# --- waiting for work ----------------------------------------------------------------------
+def test_wait_for_work_returns_by_the_timeout_or_the_wake_event(store: SqlStore) -> None:
+    """An idle wait never outlasts its timeout and ends at once when the wake event is set."""
+    wake = threading.Event()
+    wake.set()
+    store.wait_for_work(0.0)  # a first call may report "maybe work" (nothing was heard yet)
+    assert store.wait_for_work(30.0, wake) is False  # ends now, not in 30 s
+    assert store.wait_for_work(0.0) is False
+
+
+def test_stores_close_cleanly_and_open_again(store_url: str, store: SqlStore) -> None:
+    """Closing a store and opening the same database again sees what was written."""
+    submit(store, "t1")
+    store.close()
+    store.close()  # closing twice is harmless
+    again = open_store(store_url)
+    try:
+        assert again.task_ids() == ["t1"]
+    finally:
+        again.close()

@@ -1,0 +1,230 @@
+"""What only the PostgreSQL backend has: LISTEN/NOTIFY wake-ups, lost connections classified
+as StoreUnavailableError, schemas in the URL, and migrations serialized across processes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from statewright._errors import NotAStatewrightDatabaseError, StoreError
+from statewright.store import NewCommand, open_store
+from statewright.store.base import StoreUnavailableError
+from statewright.store.postgres import PostgresStore, redact, split_url
+from statewright.store.schema import SCHEMA_VERSION
+
+from .backends import fresh_pg_schema, pg_server, raw_sql
+from .test_conformance import LEASE_MS, T0, run_step, step, submit
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    with fresh_pg_schema() as (url, _name):
+        yield url
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[PostgresStore]:
+    s = PostgresStore(pg_url, min_size=1, max_size=1)
+    yield s
+    s.close()
+
+
+def _terminate(pid: int) -> None:
+    with psycopg.connect(pg_server(), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+def _prime(store: PostgresStore) -> None:
+    """Start the listener and swallow its one "maybe work" so the next wait really waits."""
+    assert store.wait_for_work(0.0) is True
+
+
+def _waiter(store: PostgresStore, timeout_seconds: float) -> tuple[threading.Thread, list[tuple[bool, float]]]:
+    out: list[tuple[bool, float]] = []
+
+    def wait() -> None:
+        started = time.monotonic()
+        out.append((store.wait_for_work(timeout_seconds), time.monotonic() - started))
+
+    t = threading.Thread(target=wait)
+    t.start()
+    return t, out
+
+
+def test_new_work_wakes_an_idle_waiter_at_once(pg: PostgresStore, pg_url: str) -> None:
+    """A command appended on another connection wakes a worker blocked in wait_for_work."""
+    _prime(pg)
+    other = open_store(pg_url)
+    try:
+        t, out = _waiter(pg, 10.0)
+        submit(other, "t1", [run_step("c1")])
+        t.join()
+    finally:
+        other.close()
+    [(woken, _)] = out
+    assert woken is True
+
+
+def test_work_announced_before_the_wait_is_not_lost(pg: PostgresStore, pg_url: str) -> None:
+    """An announcement that arrives while the worker is busy claiming makes the next wait return at once."""
+    _prime(pg)
+    other = open_store(pg_url)
+    try:
+        submit(other, "t1", [run_step("c1")])
+        t, out = _waiter(pg, 10.0)  # started after the NOTIFY was sent
+        t.join()
+    finally:
+        other.close()
+    assert out[0][0] is True
+
+
+def test_release_announces_work_and_other_schemas_do_not(pg: PostgresStore, pg_url: str) -> None:
+    """Releasing a command wakes waiters; appends in another schema (same channel) do not."""
+    submit(pg, "t1", [run_step("c1")])
+    [c] = pg.claim("w1", T0, LEASE_MS)
+    _prime(pg)
+    with fresh_pg_schema() as (elsewhere_url, _):
+        elsewhere = open_store(elsewhere_url)
+        try:
+            submit(elsewhere, "t9", [run_step("c9")])
+        finally:
+            elsewhere.close()
+    assert pg.wait_for_work(0.2) is False
+    pg.release("c1", c.token, T0 + 1000, failed=True, error="throttled")
+    assert pg.wait_for_work(10.0) is True
+
+
+def test_a_command_claimed_in_the_same_transaction_is_not_announced(pg: PostgresStore, pg_url: str) -> None:
+    """claim_for takes the next command for its worker, so nobody else is woken for it."""
+    submit(pg, "t1", [run_step("c1")])
+    [c] = pg.claim("w1", T0, LEASE_MS)
+    _prime(pg)
+    res = step(pg, "t1", 1, "c1:result", [run_step("c2")], complete=("c1", c.token), claim_for=("w1", T0 + LEASE_MS))
+    assert res.claimed is not None
+    assert pg.wait_for_work(0.2) is False
+
+
+def test_a_lost_connection_raises_store_unavailable_then_recovers(pg: PostgresStore) -> None:
+    """A dropped pooled connection surfaces as StoreUnavailableError (a StoreError); the next call reconnects."""
+    submit(pg, "t1")
+    with pg._pool.connection() as conn:
+        pid = conn.info.backend_pid
+    _terminate(pid)
+    with pytest.raises(StoreUnavailableError, match=r"unavailable.*stop claiming"):
+        pg.claim("w1", T0, LEASE_MS)
+    assert isinstance(StoreUnavailableError("x"), StoreError)
+    assert pg.task_ids() == ["t1"]
+
+
+def test_a_lost_listen_connection_raises_store_unavailable(pg: PostgresStore) -> None:
+    """When the LISTEN connection dies, wait_for_work says so instead of sleeping forever."""
+    _prime(pg)
+    conn = pg._listen_conn
+    assert conn is not None
+    _terminate(conn.info.backend_pid)
+    with pytest.raises(StoreUnavailableError, match="LISTEN connection was lost"):
+        pg.wait_for_work(10.0)
+    assert pg.wait_for_work(0.0) is True  # listens again, on a new connection
+
+
+def test_an_unreachable_server_is_a_clear_error() -> None:
+    """Opening a store on a server that does not answer names the URL (password hidden) and the reason."""
+    with pytest.raises(StoreUnavailableError) as info:
+        PostgresStore("postgresql://sw:secret@127.0.0.1:1/test", connect_timeout_seconds=2)
+    msg = str(info.value)
+    assert "127.0.0.1:1" in msg and "secret" not in msg and "Connection refused" in msg
+
+
+def test_schema_names_are_checked_and_passwords_redacted() -> None:
+    """A schema that is not a plain identifier is refused before anything connects."""
+    with pytest.raises(StoreError, match="not a plain lower-case identifier"):
+        PostgresStore("postgresql://u:pw@127.0.0.1:1/test?schema=bad;drop")
+    assert redact("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
+    assert split_url("postgresql://h/db?sslmode=disable&schema=s1") == ("postgresql://h/db?sslmode=disable", "s1")
+
+
+def test_a_foreign_schema_is_refused_with_a_postgres_hint(pg_url: str) -> None:
+    """Someone else's tables in the target schema: refuse, and say how to give statewright its own."""
+    schema = split_url(pg_url)[1]
+    raw_sql(pg_url, f'CREATE SCHEMA "{schema}"')
+    raw_sql(pg_url, "CREATE TABLE orders (id INTEGER)")
+    with pytest.raises(NotAStatewrightDatabaseError, match=r"orders.*\?schema="):
+        open_store(pg_url)
+
+
+def test_many_processes_opening_a_fresh_database_migrate_it_once(pg_url: str) -> None:
+    """Stores opened at once on an empty schema serialize their migrations (advisory lock)."""
+    barrier = threading.Barrier(6)
+    opened: list[PostgresStore] = []
+    failures: list[BaseException] = []
+
+    def open_one() -> None:
+        barrier.wait()
+        try:
+            opened.append(PostgresStore(pg_url))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert failures == []
+        assert {s.schema_version() for s in opened} == {SCHEMA_VERSION}
+        assert raw_sql(pg_url, "SELECT COUNT(*) FROM sw_meta") == [(2,)]
+    finally:
+        for s in opened:
+            s.close()
+
+
+def test_the_same_definition_stored_at_once_is_kept_once(pg_url: str) -> None:
+    """Concurrent put_definition of one hash does not fail on the unique key."""
+    stores = [PostgresStore(pg_url) for _ in range(4)]
+    barrier = threading.Barrier(len(stores))
+    failures: list[BaseException] = []
+
+    def put(s: PostgresStore) -> None:
+        barrier.wait()
+        try:
+            s.put_definition("h1", "wf", 1, {"workflow": "wf"})
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=put, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert failures == []
+        assert stores[0].get_definition("h1") == {"workflow": "wf"}
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_placeholders_and_percent_signs_are_translated(pg: PostgresStore) -> None:
+    """``?`` becomes ``%s`` and a literal ``%`` survives the driver's formatting."""
+    assert pg._sql("SELECT ? WHERE 'a%' LIKE ?") == "SELECT %s WHERE 'a%%' LIKE %s"
+    with pg._tx() as cur:
+        row = pg._x(cur, "SELECT ? || '%'", ("5",)).fetchone()
+    assert row == ("5%",)
+
+
+def test_timers_wake_waiters_too(pg: PostgresStore, pg_url: str) -> None:
+    """A new timer row is announced: an idle worker must recompute when it next has work."""
+    _prime(pg)
+    other = open_store(pg_url)
+    try:
+        submit(other, "t1", [NewCommand("tm1", "TimerFired", {}, T0 + 60_000, timer=True, purpose="wait")])
+    finally:
+        other.close()
+    assert pg.wait_for_work(10.0) is True
