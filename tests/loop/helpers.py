@@ -1,0 +1,119 @@
+"""Shared helpers for the loop tests: a fake clock, loop-file builders, runners."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from statewright.loop.definition import load_loop
+from statewright.loop.runner import CRASH_ENV, LoopRunner, RunOutcome
+from statewright.loop.store import LoopStore, StoredLine
+
+SCRIPTS = Path(__file__).parent / "scripts"
+PY = sys.executable
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+class FakeClock:
+    """Epoch milliseconds that move only when a test says so (plus 1 ms per read)."""
+
+    def __init__(self, start_ms: int = 1_790_000_000_000) -> None:
+        self.now_ms = start_ms
+
+    def __call__(self) -> int:
+        self.now_ms += 1
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+def command(script: str) -> list[str]:
+    return [PY, str(SCRIPTS / script)]
+
+
+def write_loop(root: Path, items: Sequence[Mapping[str, Any]], **fields: Any) -> Path:
+    """A loop over ``items`` in ``root`` with the scripted worker, check and goal oracle.
+
+    Keyword fields replace top-level fields of the loop file (None removes one).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "backlog.jsonl").write_text("".join(json.dumps(dict(i)) + "\n" for i in items), encoding="utf-8")
+    data: dict[str, Any] = {
+        "loop": "nightly",
+        "source": {"jsonl": "backlog.jsonl"},
+        "workflow": {"command": command("worker.py"), "timeout": "60s"},
+        "check": [{"name": "suite", "command": command("check.py"), "timeout": "60s"}],
+        "goal": {
+            "all_items_closed": True,
+            "oracles": [{"name": "tests", "command": command("goal.py"), "timeout": "60s"}],
+        },
+        "budgets": {"passes": 20},
+    }
+    for key, value in fields.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    path = root / "loop.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def run_loop(path: Path, db: Path, clock: FakeClock | None = None, **kwargs: Any) -> RunOutcome:
+    """One in-process 'loop run' with an injected clock."""
+    definition = load_loop(path)
+    with LoopStore.open(db) as store:
+        runner = LoopRunner(definition, store, clock=clock or FakeClock(), env=clean_env(), **kwargs)
+        return runner.run()
+
+
+def record(db: Path, run_id: str) -> list[StoredLine]:
+    with LoopStore.open(db) as store:
+        return store.lines(run_id)
+
+
+def cli(root: Path, db: Path, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run 'python -m statewright.loop ...' as a real process (for SIGKILL tests)."""
+    env = clean_env()
+    env["STATEWRIGHT_DB"] = str(db)
+    if crash_at is not None:
+        env[CRASH_ENV] = crash_at
+    return subprocess.run(
+        [PY, "-m", "statewright.loop", *args],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def launches(root: Path) -> list[tuple[str, int]]:
+    log = root / "launches.log"
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        item, attempt, _pid = line.split()
+        out.append((item, int(attempt)))
+    return out
+
+
+def table(lines: Sequence[StoredLine]) -> list[tuple[str, str, str]]:
+    """(state, kind, next_state) per line: the shape of a run."""
+    return [(str(x.state), str(x.kind), str(x.next_state)) for x in lines]

@@ -1,0 +1,52 @@
+"""A scripted worker for loop tests. Its behaviour comes from the item's fields.
+
+fix_on_attempt: N (default 1) or null   writes fixed-<id> from attempt N on
+exit: CODE                              exits with CODE (a "no result" pass)
+touch: PATH                             creates PATH (e.g. the kill-switch file)
+run: [argv...]                          runs a command first (e.g. 'loop stop')
+tamper: PATH                            appends to PATH (a check asset)
+kill_parent: KILL | TERM                signals the loop process, then blocks
+tokens / money                          the cost it reports
+It always claims success on stdout: the loop must not believe it.
+"""
+
+import json
+import os
+import pathlib
+import select
+import signal
+import subprocess
+import sys
+
+item = json.loads(os.environ["STATEWRIGHT_ITEM"])
+attempt = int(os.environ["STATEWRIGHT_ATTEMPT"])
+with open("launches.log", "a", encoding="utf-8") as log:
+    log.write(f"{item['id']} {attempt} {os.getpid()}\n")
+if item.get("run"):
+    subprocess.run(item["run"], check=False)
+if item.get("touch"):
+    pathlib.Path(item["touch"]).write_text("stop", encoding="utf-8")
+if item.get("tamper"):
+    with open(item["tamper"], "a", encoding="utf-8") as f:
+        f.write("\n# the worker was here\n")
+if "exit" in item:
+    print("Done. All tests pass.")
+    sys.exit(int(item["exit"]))
+fix_on = item.get("fix_on_attempt", 1)
+if fix_on is not None and attempt >= fix_on:
+    pathlib.Path(f"fixed-{item['id']}").write_text("ok", encoding="utf-8")
+result_file = os.environ.get("STATEWRIGHT_RESULT_FILE")
+if result_file:
+    with open(result_file, "w", encoding="utf-8") as f:
+        json.dump(
+            {
+                "tokens": item.get("tokens", 100),
+                "money_usd": item.get("money", 0.01),
+                "artifacts": [f"patch-{item['id']}-{attempt}.diff"],
+            },
+            f,
+        )
+if item.get("kill_parent"):
+    os.kill(os.getppid(), getattr(signal, "SIG" + item["kill_parent"]))
+    select.select([], [], [])  # block until killed; never sleeps on a clock
+print("Done. All tests pass.")

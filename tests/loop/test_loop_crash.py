@@ -1,0 +1,205 @@
+"""SIGKILL a real loop process in each working state, then restart it.
+
+The named crash point ``STATEWRIGHT_LOOP_CRASH_AT=<STATE>`` makes the runner SIGKILL
+itself right after the record line that names STATE is committed (for IDLE: right
+after the run row exists). The restart must follow the resume rules.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+from pathlib import Path
+
+import pytest
+
+from statewright.loop.model import LineKind, LoopStatus
+from statewright.loop.store import LoopStore
+
+from .helpers import cli, launches, record, table, write_loop
+
+S = LoopStatus
+KILLED = -signal.SIGKILL
+
+
+def _run(root: Path, db: Path, crash_at: str | None = None) -> int:
+    done = cli(root, db, "run", "loop.yaml", crash_at=crash_at)
+    if crash_at is None:
+        assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode
+
+
+def _only_run(db: Path) -> str:
+    with LoopStore.open(db) as store:
+        (run,) = store.runs()
+        return run.run_id
+
+
+def _restarts(db: Path) -> list[tuple[str, str, str]]:
+    return [row for row in table(record(db, _only_run(db))) if row[1] != "move"]
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        (S.IDLE, [("IDLE", "start", "IDLE")]),
+        (S.FINDING, [("FINDING", "restart", "FINDING")]),
+        (S.ASSIGNING, [("ASSIGNING", "restart", "ASSIGNING")]),
+        (S.CHECKING, [("CHECKING", "restart", "CHECKING")]),
+        (S.RECORDING, [("RECORDING", "restart", "RECORDING")]),
+        (S.DECIDING, [("DECIDING", "restart", "DECIDING")]),
+    ],
+)
+def test_one_crash_then_the_state_runs_again(
+    tmp_path: Path, db: Path, state: S, expected: list[tuple[str, str, str]]
+) -> None:
+    """A crash in a state that is safe to redo: one counted restart, then on to DONE."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88"}])
+    assert _run(root, db, crash_at=str(state)) == KILLED
+    assert _run(root, db) == 0
+    assert _restarts(db) == expected
+    lines = record(db, _only_run(db))
+    assert lines[-1].next_state is S.DONE
+    assert launches(root) == [("88", 1)]
+    with LoopStore.open(db) as store:
+        assert len(store.passes(_only_run(db))) == 1  # RECORDING's append is idempotent
+
+
+def test_crash_in_running_records_no_result_and_never_relaunches(tmp_path: Path, db: Path) -> None:
+    """Killed right after the record names RUNNING (before launch): the restart stops any worker,
+    writes 'no result' for attempt 1 and the next pass launches attempt 2; attempt 1 never runs."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88"}])
+    assert _run(root, db, crash_at="RUNNING") == KILLED
+    assert launches(root) == []
+    assert _run(root, db) == 0
+    assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
+    lines = record(db, _only_run(db))
+    moved = next(x for x in lines if x.kind is LineKind.RESTART)
+    assert moved.written["verdict"] == "no result"
+    assert launches(root) == [("88", 2)]
+    assert lines[-1].next_state is S.DONE
+
+
+def test_crash_while_the_worker_runs_stops_the_orphan(tmp_path: Path, db: Path) -> None:
+    """The worker SIGKILLs its loop process and blocks; the restart kills the orphaned worker
+    (StopWorker), records 'no result' and does not launch that attempt again."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88", "kill_parent": "KILL"}], attempts_per_item=1)
+    assert _run(root, db) == KILLED
+    (line,) = (root / "launches.log").read_text().splitlines()
+    worker_pid = int(line.split()[2])
+    pidfd = os.pidfd_open(worker_pid)
+    try:
+        ready, _, _ = select.select([pidfd], [], [], 0)
+        assert ready == [], "the orphaned worker should still be alive before the restart"
+        assert _run(root, db) == 1  # attempts_per_item 1: the item parks -> ESCALATED
+        ready, _, _ = select.select([pidfd], [], [], 30)  # wakes when the worker dies
+        assert ready == [pidfd]
+    finally:
+        os.close(pidfd)
+    assert launches(root) == [("88", 1)]
+    assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
+    assert record(db, _only_run(db))[-1].next_state is S.ESCALATED
+
+
+def test_checking_crashing_twice_fails_the_check(tmp_path: Path, db: Path) -> None:
+    """CHECKING on its second restart records FAIL 'check did not complete'; the item is retried."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88"}])
+    assert _run(root, db, crash_at="CHECKING") == KILLED
+    assert _run(root, db, crash_at="CHECKING") == KILLED  # dies again after its restart line
+    assert _run(root, db) == 0
+    assert _restarts(db) == [
+        ("CHECKING", "restart", "CHECKING"),
+        ("CHECKING", "restart", "RECORDING"),
+    ]
+    lines = record(db, _only_run(db))
+    failed = [x for x in lines if x.kind is LineKind.RESTART][-1]
+    assert failed.written == {
+        "verdict": "FAIL",
+        "failing_check": "check did not complete",
+        "restarts": 2,
+    }
+    assert launches(root) == [("88", 1), ("88", 2)]
+    assert lines[-1].next_state is S.DONE
+
+
+def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
+    """Killed at the gate: the restart asks again and sleeps (clean stop); after the approval the
+    next start is excused and the run finishes."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88"}], gate={"role": "maintainer"})
+    assert _run(root, db, crash_at="AWAITING_HUMAN") == KILLED
+    assert _run(root, db) == 0  # paused, asleep at the gate
+    run_id = _only_run(db)
+    status = cli(root, db, "status")
+    assert "gate: role maintainer to approve item 88" in status.stdout
+    approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer")
+    assert approved.returncode == 0, approved.stderr
+    assert _run(root, db) == 0
+    assert _restarts(db) == [
+        ("AWAITING_HUMAN", "restart", "AWAITING_HUMAN"),
+        ("AWAITING_HUMAN", "clean stop", "AWAITING_HUMAN"),
+        ("AWAITING_HUMAN", "start", "AWAITING_HUMAN"),
+    ]
+    assert record(db, run_id)[-1].next_state is S.DONE
+    assert launches(root) == [("88", 1)]
+
+
+def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, db: Path) -> None:
+    """Dying in FINDING on every start: restarts 1 and 2 run it again, the third is STUCK naming
+    FINDING; the next run is refused until someone clears it."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88"}])
+    for _ in range(3):
+        assert _run(root, db, crash_at="FINDING") == KILLED
+    assert _run(root, db, crash_at="FINDING") == 1  # STUCK is reached without dying again
+    assert _restarts(db) == [
+        ("FINDING", "restart", "FINDING"),
+        ("FINDING", "restart", "FINDING"),
+        ("FINDING", "restart", "STUCK"),
+    ]
+    stuck = record(db, _only_run(db))[-1]
+    assert stuck.written == {"reason": "restarts", "state": "FINDING", "restarts": 3, "stop_worker": False}
+    held = cli(root, db, "run", "loop.yaml")
+    assert held.returncode == 2
+    assert held.stderr.count("\n") == 1 and "Traceback" not in held.stderr
+    assert "clear 1 --as WHO --reason TEXT" in held.stderr
+    cleared = cli(root, db, "clear", "1", "--as", "ann", "--reason", "disk was full")
+    assert cleared.returncode == 0, cleared.stderr
+    assert _run(root, db) == 0
+    with LoopStore.open(db) as store:
+        assert [r.status for r in store.runs()] == [S.DONE, S.STUCK]
+
+
+def test_sigterm_writes_a_clean_stop_line(tmp_path: Path, db: Path) -> None:
+    """SIGTERM mid-pass interrupts the worker and writes a clean-stop line; the next start is
+    excused and records the interrupted attempt as 'no result'."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88", "kill_parent": "TERM"}])
+    assert _run(root, db) == 0
+    assert _restarts(db) == [("RUNNING", "clean stop", "RUNNING")]
+    write_loop(root, [{"id": "88"}])
+    assert _run(root, db) == 0
+    assert _restarts(db) == [
+        ("RUNNING", "clean stop", "RUNNING"),
+        ("RUNNING", "start", "RECORDING"),
+    ]
+    assert launches(root) == [("88", 1), ("88", 2)]
+
+
+def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path) -> None:
+    """'statewright loop stop' from inside a running pass stops the run cleanly."""
+    root = tmp_path / "l"
+    stop = [os.sys.executable, "-m", "statewright.loop", "stop", "--db", str(db)]  # type: ignore[attr-defined]
+    write_loop(root, [{"id": "88", "run": stop}])
+    assert _run(root, db) == 0
+    lines = record(db, _only_run(db))
+    assert lines[-1].kind is LineKind.CLEAN_STOP and lines[-1].state is S.RUNNING
+    with LoopStore.open(db) as store:
+        assert store.run(_only_run(db)).stop_requested is None  # consumed by the clean stop
+    idle = cli(root, db, "stop")
+    assert idle.returncode == 2 and "nothing to stop" in idle.stderr

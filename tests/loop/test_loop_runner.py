@@ -1,0 +1,296 @@
+"""The runner against real scripts and a real SQLite file, with an injected clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from statewright.loop.errors import RunHeldError, SourceError
+from statewright.loop.model import ItemStatus, LineKind, LoopStatus
+from statewright.loop.store import LoopStore
+
+from .helpers import FakeClock, command, launches, record, run_loop, table, write_loop
+
+S = LoopStatus
+
+
+def test_traced_run_reproduced(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+    """'Done. All tests pass.' while a test fails -> FAIL recorded, go again, PASS, DONE."""
+    loop = write_loop(tmp_path / "loop", [{"id": "88", "fix_on_attempt": 2}])
+    outcome = run_loop(loop, db, clock)
+    assert outcome.status is S.DONE and outcome.reason == "goal met"
+    lines = record(db, outcome.run_id)
+    assert [(x.state, x.next_state) for x in lines] == [
+        (S.IDLE, S.FINDING),
+        (S.FINDING, S.ASSIGNING),
+        (S.ASSIGNING, S.RUNNING),
+        (S.RUNNING, S.CHECKING),
+        (S.CHECKING, S.RECORDING),
+        (S.RECORDING, S.DECIDING),
+        (S.DECIDING, S.FINDING),
+        (S.FINDING, S.ASSIGNING),
+        (S.ASSIGNING, S.RUNNING),
+        (S.RUNNING, S.CHECKING),
+        (S.CHECKING, S.RECORDING),
+        (S.RECORDING, S.DECIDING),
+        (S.DECIDING, S.DONE),
+    ]
+    running1 = lines[3]
+    assert running1.event == "launched; returns 'Done. All tests pass.'"
+    assert running1.written["note"] == "Done. All tests pass."
+    checking1 = lines[4]
+    assert checking1.written["verdict"] == "FAIL"
+    assert "1 failed (test_export_empty)" in checking1.written["output"]["suite"]
+    assert "FAILED tests/test_export.py::test_export_empty" in checking1.written["output"]["suite"]
+    assert lines[5].summary == "88 failed; open; passes 1; since last close 1"
+    assert lines[6].event == "goal false; 1 workable; 1 < 5; budget left"
+    assert lines[8].event == "brief complete, with the prior failure"
+    assert "1 failed (test_export_empty)" in lines[8].written["brief"]
+    assert lines[10].written["verdict"] == "PASS"
+    done = lines[-1]
+    assert done.written["reason"] == "goal met"
+    assert done.written["oracle_output"][0]["output"].startswith("suite: 0 failed, 1 passed")
+    assert launches(tmp_path / "loop") == [("88", 1), ("88", 2)]
+    with LoopStore.open(db) as store:
+        assert [p["verdict"] for p in store.passes(outcome.run_id)] == ["FAIL", "PASS"]
+        assert store.run(outcome.run_id).state.tokens_spent == 200
+
+
+def test_escalated_parked_item_persists_across_runs(tmp_path: Path, db: Path) -> None:
+    """An always-failing item is parked after 3 attempts and gets no fresh attempts next run."""
+    loop = write_loop(tmp_path / "loop", [{"id": "7", "fix_on_attempt": None}])
+    first = run_loop(loop, db)
+    assert first.status is S.ESCALATED
+    assert launches(tmp_path / "loop") == [("7", 1), ("7", 2), ("7", 3)]
+    last = record(db, first.run_id)[-1]
+    assert last.written["parked"] == ["7"]
+    second = run_loop(loop, db)
+    assert second.status is S.ESCALATED and second.run_id != first.run_id
+    assert len(launches(tmp_path / "loop")) == 3  # no fresh attempts
+    with LoopStore.open(db) as store:
+        (item,) = store.ledger("nightly")
+    assert (item.status, item.attempts) == (ItemStatus.PARKED, 3)
+
+
+def test_stuck_holds_new_runs_until_cleared(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+    """STUCK by passes-since-last-close; the next run refuses to start until cleared with a reason."""
+    items = [{"id": "a", "fix_on_attempt": None}, {"id": "b", "fix_on_attempt": None}]
+    loop = write_loop(tmp_path / "loop", items, stuck_after=2)
+    outcome = run_loop(loop, db, clock)
+    assert outcome.status is S.STUCK
+    assert "no item closed in 2 passes" in outcome.reason
+    with pytest.raises(RunHeldError, match=f"clear {outcome.run_id} --as WHO --reason TEXT"):
+        run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        store.clear(outcome.run_id, who="ann", reason="b's test was flaky; fixed", at_ms=clock())
+        assert store.run(outcome.run_id).cleared_by == "ann"
+    again = run_loop(loop, db, clock)
+    assert again.run_id != outcome.run_id
+
+
+def test_out_of_budget_on_passes_and_tokens(tmp_path: Path, db: Path) -> None:
+    """A spent cap ends the run OUT_OF_BUDGET, naming the cap."""
+    loop = write_loop(tmp_path / "a", [{"id": "x", "fix_on_attempt": 3}], budgets={"passes": 1})
+    outcome = run_loop(loop, db)
+    assert outcome.status is S.OUT_OF_BUDGET
+    assert record(db, outcome.run_id)[-1].written["caps"] == ["passes"]
+
+    loop = write_loop(
+        tmp_path / "b",
+        [{"id": "y", "fix_on_attempt": 3, "tokens": 600}],
+        loop="tokens",
+        budgets={"passes": 9, "tokens": 1000},
+    )
+    outcome = run_loop(loop, tmp_path / "b.db")
+    assert outcome.status is S.OUT_OF_BUDGET
+    assert record(tmp_path / "b.db", outcome.run_id)[-1].written["caps"] == ["tokens"]
+
+
+def test_wall_time_budget_uses_the_injected_clock(tmp_path: Path, db: Path) -> None:
+    """Wall time is measured from the trigger with the clock the runner was given."""
+
+    class Jumpy(FakeClock):
+        def __call__(self) -> int:
+            self.now_ms += 3_600_000  # every read is an hour later
+            return self.now_ms
+
+    loop = write_loop(tmp_path / "l", [{"id": "x", "fix_on_attempt": 3}], budgets={"passes": 9, "wall_time": "2h"})
+    outcome = run_loop(loop, db, Jumpy())
+    assert outcome.status is S.OUT_OF_BUDGET
+    assert record(db, outcome.run_id)[-1].written["caps"] == ["wall_time"]
+
+
+def test_worker_failing_to_launch_is_a_no_result_pass(tmp_path: Path, db: Path) -> None:
+    """A worker that exits non-zero, or cannot start, is 'no result' and spends the pass."""
+    loop = write_loop(tmp_path / "l", [{"id": "x", "exit": 3}], attempts_per_item=1)
+    outcome = run_loop(loop, db)
+    assert outcome.status is S.ESCALATED
+    lines = record(db, outcome.run_id)
+    running = next(x for x in lines if x.state is S.RUNNING)
+    assert running.next_state is S.RECORDING
+    assert running.written == {"verdict": "no result", "cause": "the worker exited with status 3"}
+
+    loop = write_loop(
+        tmp_path / "m",
+        [{"id": "x"}],
+        loop="nolaunch",
+        attempts_per_item=1,
+        workflow={"command": ["/nonexistent/worker"]},
+    )
+    outcome = run_loop(loop, tmp_path / "m.db")
+    running = next(x for x in record(tmp_path / "m.db", outcome.run_id) if x.state is S.RUNNING)
+    assert "launch failed" in running.written["cause"]
+
+
+def test_gate_sleeps_then_approval_resumes(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+    """A gated pass parks the process (clean stop); an approval for the fingerprint carries on."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "maintainer"})
+    paused = run_loop(loop, db, clock)
+    assert paused.status is S.AWAITING_HUMAN and paused.paused == "asleep at the gate"
+    with LoopStore.open(db) as store:
+        (pending,) = store.pending_approvals(paused.run_id)
+        assert pending.shown["checks"][0]["outcome"] == "pass"
+        with pytest.raises(Exception, match="needs role 'maintainer'"):
+            store.decide_approval(
+                paused.run_id,
+                fingerprint=pending.fingerprint,
+                who="eve",
+                role="intern",
+                approve=True,
+                reason="",
+                at_ms=clock(),
+            )
+        store.decide_approval(
+            paused.run_id,
+            fingerprint=pending.fingerprint,
+            who="ann",
+            role="maintainer",
+            approve=True,
+            reason="",
+            at_ms=clock(),
+        )
+    done = run_loop(loop, db, clock)
+    assert done.status is S.DONE and done.run_id == paused.run_id
+    lines = record(db, done.run_id)
+    kinds = [(x.state, x.kind) for x in lines if x.kind is not LineKind.MOVE]
+    assert kinds == [(S.AWAITING_HUMAN, LineKind.CLEAN_STOP), (S.AWAITING_HUMAN, LineKind.START)]
+    approved = next(x for x in lines if x.event_type == "ApprovalGranted")
+    assert approved.written["who"] == "ann" and approved.written["fingerprint"] == pending.fingerprint
+
+
+def test_gate_timeout_parks_the_item(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+    """No decision within the gate's limit: the item parks; the clock is the injected one."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "m", "timeout": "2d"})
+    assert run_loop(loop, db, clock).status is S.AWAITING_HUMAN
+    clock.advance(2 * 86_400_000)
+    outcome = run_loop(loop, db, clock)
+    assert outcome.status is S.ESCALATED
+    with LoopStore.open(db) as store:
+        assert store.ledger("nightly")[0].status is ItemStatus.PARKED
+
+
+def test_gate_denial_parks(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+    """A denial parks the item with the reason in the record."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "m"})
+    paused = run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        (p,) = store.pending_approvals(paused.run_id)
+        store.decide_approval(
+            paused.run_id,
+            fingerprint=p.fingerprint,
+            who="bob",
+            role="m",
+            approve=False,
+            reason="touches billing",
+            at_ms=clock(),
+        )
+    outcome = run_loop(loop, db, clock)
+    assert outcome.status is S.ESCALATED
+    denial = next(x for x in record(db, outcome.run_id) if x.event_type == "ApprovalDenied")
+    assert denial.written["denial"] == {"who": "bob", "reason": "touches billing"}
+
+
+def test_kill_switch_file_stops_cleanly_and_the_restart_never_relaunches(
+    tmp_path: Path, db: Path, clock: FakeClock
+) -> None:
+    """The worker creates the kill-switch file: clean stop in RUNNING; the next start is excused,
+    records 'no result' for that attempt and launches attempt 2, never attempt 1 again."""
+    root = tmp_path / "l"
+    loop = write_loop(root, [{"id": "x", "touch": "STOP"}], kill_switch={"file": "STOP"})
+    paused = run_loop(loop, db, clock)
+    assert paused.status is S.RUNNING and paused.paused is not None
+    assert "kill switch (file" in paused.paused
+    # still on: the next start is excused, moves RUNNING -> RECORDING ('no result'),
+    # then the switch stops it again at once
+    again = run_loop(loop, db, clock)
+    assert again.status is S.RECORDING
+    (root / "STOP").unlink()
+    write_loop(root, [{"id": "x"}], kill_switch={"file": "STOP"})
+    done = run_loop(loop, db, clock)
+    assert done.status is S.DONE
+    lines = record(db, done.run_id)
+    assert [k for k in table(lines) if k[1] != "move"] == [
+        ("RUNNING", "clean stop", "RUNNING"),
+        ("RUNNING", "start", "RECORDING"),
+        ("RECORDING", "clean stop", "RECORDING"),
+        ("RECORDING", "start", "RECORDING"),
+    ]
+    no_result = next(x for x in lines if x.kind is LineKind.START and x.state is S.RUNNING)
+    assert no_result.written["verdict"] == "no result"
+    assert next(x for x in lines if x.event_type == "RecordAppended").written["outcome"]["verdict"] == "no result"
+    assert launches(root) == [("x", 1), ("x", 2)]
+
+
+def test_check_assets_the_worker_writes_make_the_check_error(tmp_path: Path, db: Path) -> None:
+    """A worker that edits a check's asset gets an error (a fail), never a pass."""
+    root = tmp_path / "l"
+    root.mkdir()
+    guard = root / "guard.txt"
+    guard.write_text("the tests\n", encoding="utf-8")
+    loop = write_loop(
+        root,
+        [{"id": "x", "tamper": "guard.txt"}],
+        attempts_per_item=1,
+        check=[{"name": "suite", "command": command("check.py"), "assets": ["guard.txt"]}],
+    )
+    outcome = run_loop(loop, db)
+    assert outcome.status is S.ESCALATED
+    checking = next(x for x in record(db, outcome.run_id) if x.state is S.CHECKING)
+    assert checking.written["verdict"] == "FAIL"
+    assert "check asset changed" in checking.written["output"]["suite"]
+
+
+def test_a_source_that_is_down_writes_nothing(tmp_path: Path, db: Path) -> None:
+    """SourceError is a crash: no line for FINDING's work; the next start counts a restart."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}])
+    (tmp_path / "l" / "backlog.jsonl").unlink()
+    with pytest.raises(SourceError, match="cannot read"):
+        run_loop(loop, db)
+    write_loop(tmp_path / "l", [{"id": "x"}])
+    outcome = run_loop(loop, db)
+    assert outcome.status is S.DONE
+    shape = table(record(db, outcome.run_id))
+    assert shape[:2] == [("IDLE", "move", "FINDING"), ("FINDING", "restart", "FINDING")]
+
+
+def test_brief_needing_a_person_parks_the_item(tmp_path: Path, db: Path) -> None:
+    """An item marked needs_person parks in ASSIGNING without launching a worker."""
+    root = tmp_path / "l"
+    loop = write_loop(root, [{"id": "x", "needs_person": "which customer is meant?"}])
+    outcome = run_loop(loop, db)
+    assert outcome.status is S.ESCALATED
+    assert launches(root) == []
+    line = next(x for x in record(db, outcome.run_id) if x.state is S.ASSIGNING)
+    assert line.written == {"reason": "which customer is meant?", "park": "x"}
+
+
+def test_several_items_close_in_source_order(tmp_path: Path, db: Path) -> None:
+    """Three items, one pass each, then the goal oracle runs once everything is closed."""
+    root = tmp_path / "l"
+    loop = write_loop(root, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
+    outcome = run_loop(loop, db)
+    assert outcome.status is S.DONE
+    assert launches(root) == [("a", 1), ("b", 1), ("c", 1)]
+    goal_lines = [x for x in record(db, outcome.run_id) if x.event_type == "GoalEvaluated"]
+    assert [x.next_state for x in goal_lines] == [S.FINDING, S.FINDING, S.DONE]
