@@ -1,0 +1,152 @@
+"""The 'loop' click group: run, status, show, clear, approve, simulate, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from statewright.loop.cli import loop
+
+from .helpers import write_loop
+
+
+def _cli(*args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Result:
+    full = list(args) + (["--db", str(db)] if db is not None else [])
+    return CliRunner().invoke(loop, full, env=env, catch_exceptions=False)
+
+
+def _one_line_error(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_run_show_status(tmp_path: Path, db: Path) -> None:
+    """The traced run through the CLI, then its record pass by pass, then the runs list."""
+    path = write_loop(tmp_path / "l", [{"id": "88", "fix_on_attempt": 2}])
+    result = _cli("run", str(path), db=db)
+    assert result.exit_code == 0, result.output
+    assert "run 1: DONE (goal met)" in result.stdout
+    shown = _cli("show", "1", db=db)
+    assert shown.exit_code == 0
+    text = shown.stdout.splitlines()
+    assert text[0] == "run 1 of loop nightly: DONE goal met"
+    assert text[1].split() == ["state", "event", "or", "check", "written"]
+    assert any("suite: fail (1 failed (test_export_empty))" in x and "verdict FAIL" in x for x in text)
+    assert text[-1].startswith("DECIDING") and 'DONE, reason "goal met"' in text[-1]
+    data = json.loads(_cli("show", "1", "--json", db=db).stdout)
+    assert data["status"] == "DONE" and len(data["lines"]) == 13
+    assert data["lines"][-1]["written"]["oracle_output"][0]["outcome"] == "pass"
+    status = json.loads(_cli("status", "--json", db=db).stdout)
+    assert [(r["run"], r["status"], r["passes"]) for r in status] == [("1", "DONE", 2)]
+
+
+def test_run_exit_status_for_other_terminals(tmp_path: Path, db: Path) -> None:
+    """ESCALATED, STUCK and OUT_OF_BUDGET exit 1."""
+    path = write_loop(tmp_path / "l", [{"id": "7", "fix_on_attempt": None}])
+    result = _cli("run", str(path), "--json", db=db)
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["status"] == "ESCALATED"
+
+
+def test_db_from_the_environment(tmp_path: Path) -> None:
+    """STATEWRIGHT_DB picks the database when --db is absent."""
+    db = tmp_path / "env.db"
+    path = write_loop(tmp_path / "l", [{"id": "1"}])
+    assert _cli("run", str(path), env={"STATEWRIGHT_DB": str(db)}).exit_code == 0
+    assert db.exists()
+
+
+def test_bad_loop_file_changes_nothing(tmp_path: Path, db: Path) -> None:
+    """A bad file: one line on stderr naming file and field, exit 2, no database made."""
+    path = write_loop(tmp_path / "l", [{"id": "1"}], budgets={"passes": "many"})
+    line = _one_line_error(_cli("run", str(path), db=db))
+    assert line.startswith("error: ") and "loop.yaml: budgets.passes: expected a whole number" in line
+    assert not db.exists()
+    line = _one_line_error(_cli("run", str(tmp_path / "missing.yaml"), db=db))
+    assert "cannot read the loop file" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("show", "99"), "no loop run with id '99'"),
+        (("show", "x"), "a run id is a number"),
+        (("clear", "1", "--as", "ann", "--reason", "r"), "not STUCK"),
+        (("approve", "1", "--as", "ann", "--role", "m"), "0 pending approvals"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, db: Path, args: tuple[str, ...], says: str) -> None:
+    """Unknown runs and impossible actions: one clear line, exit 2."""
+    path = write_loop(tmp_path / "l", [{"id": "1"}])
+    assert _cli("run", str(path), db=db).exit_code == 0
+    assert says in _one_line_error(_cli(*args, db=db))
+
+
+def test_read_commands_do_not_create_a_database(tmp_path: Path) -> None:
+    """status and show on a missing database say so and create nothing."""
+    db = tmp_path / "none.db"
+    assert "no loop runs" in _cli("status", db=db).stdout
+    assert "no statewright database" in _one_line_error(_cli("show", "1", db=db))
+    assert not db.exists()
+
+
+def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
+    """run pauses at the gate and prints the fingerprint; approve with the role; run finishes."""
+    path = write_loop(tmp_path / "l", [{"id": "1"}], gate={"role": "maintainer"})
+    paused = _cli("run", str(path), db=db)
+    assert paused.exit_code == 0
+    assert "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
+    assert "waiting for role maintainer to approve item 1" in paused.stdout
+    wrong = _one_line_error(_cli("approve", "1", "--as", "eve", "--role", "intern", db=db))
+    assert "needs role 'maintainer'" in wrong
+    ok = _cli("approve", "1", "--as", "ann", "--role", "maintainer", db=db)
+    assert ok.exit_code == 0 and "approved by ann" in ok.stdout
+    assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
+
+
+def test_simulate_prints_the_documents_figures() -> None:
+    """Default columns f=0.02 and f=0.5, exact and Monte Carlo."""
+    result = _cli("simulate", "--runs", "2000", "--seed", "3")
+    assert result.exit_code == 0, result.output
+    rows = {line[:34].strip(): line[34:].split() for line in result.stdout.splitlines()[3:]}
+    assert rows["wrong share of accepted work"][2] == "18.4%"
+    assert rows["passes"][0] == "57.5" and rows["passes"][2] == "48.8"
+    assert rows["chance 20 accepted all right"][0] == "83.6%"
+    assert rows["chance 20 accepted all right"][2] == "1.7%"
+    assert rows["longest even-odds chain"][0] == "77" and rows["longest even-odds chain"][2] == "3"
+    assert rows["right share needed over 20"][0] == "96.59%"
+
+
+def test_simulate_json_and_bad_input() -> None:
+    """--json for machines; an impossible probability is one line on stderr."""
+    result = _cli(
+        "simulate",
+        "--items",
+        "40",
+        "--success",
+        "0.7",
+        "--false-reject",
+        "0.05",
+        "--false-pass",
+        "0.5",
+        "--attempts",
+        "3",
+        "--runs",
+        "500",
+        "--seed",
+        "1",
+        "--json",
+    )
+    data = json.loads(result.stdout)
+    (col,) = data["columns"]
+    assert round(col["exact"]["wrong_share"], 3) == 0.184
+    assert col["exact"]["even_odds_chain"] == 3
+    assert col["monte_carlo"]["expected_passes"] > 0
+    line = _one_line_error(_cli("simulate", "--success", "2"))
+    assert "--success must be between 0 and 1" in line

@@ -1,0 +1,86 @@
+"""Item sources: JSONL, a command, a directory; and what a broken source says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from statewright.loop._process import run_argv
+from statewright.loop.definition import CommandSpec, SourceKind, SourceSpec
+from statewright.loop.errors import SourceError
+from statewright.loop.sources import find_items
+
+from .helpers import PY, clean_env
+
+
+def _ids(spec: SourceSpec, cwd: Path) -> list[str]:
+    return [i.id for i in find_items(spec, cwd=cwd, env=clean_env())]
+
+
+def test_jsonl(tmp_path: Path) -> None:
+    """One object per line; numeric ids become strings; blank lines are skipped."""
+    f = tmp_path / "b.jsonl"
+    f.write_text('{"id": 88, "title": "x"}\n\n{"id": "a-1"}\n', encoding="utf-8")
+    items = find_items(SourceSpec(SourceKind.JSONL, path=f), cwd=tmp_path)
+    assert [(i.id, i.data["id"]) for i in items] == [("88", "88"), ("a-1", "a-1")]
+    assert items[0].data["title"] == "x"
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"id": 1}\nnot json\n', "line 2: not JSON"),
+        ('{"title": "no id"}\n', "needs an 'id'"),
+        ("[1, 2]\n", "expected a JSON object"),
+        ('{"id": 1}\n{"id": "1"}\n', "appears twice"),
+    ],
+)
+def test_jsonl_problems(tmp_path: Path, text: str, says: str) -> None:
+    """A malformed backlog is a SourceError naming the file and line."""
+    f = tmp_path / "b.jsonl"
+    f.write_text(text, encoding="utf-8")
+    with pytest.raises(SourceError, match=says):
+        find_items(SourceSpec(SourceKind.JSONL, path=f), cwd=tmp_path)
+
+
+def test_command_list_and_lines(tmp_path: Path) -> None:
+    """A command may print a JSON list or one object per line."""
+    listing = json.dumps([{"id": 1}, {"id": 2}])
+    spec = SourceSpec(SourceKind.COMMAND, command=CommandSpec("s", (PY, "-c", f"print({listing!r})"), 30))
+    assert _ids(spec, tmp_path) == ["1", "2"]
+    code = 'print(\'{"id": "x"}\'); print(\'{"id": "y"}\')'
+    spec = SourceSpec(SourceKind.COMMAND, command=CommandSpec("s", (PY, "-c", code), 30))
+    assert _ids(spec, tmp_path) == ["x", "y"]
+
+
+def test_command_that_fails(tmp_path: Path) -> None:
+    """A non-zero exit is a source that is down, with its stderr."""
+    code = "import sys; sys.stderr.write('rate limited'); sys.exit(4)"
+    spec = SourceSpec(SourceKind.COMMAND, command=CommandSpec("s", (PY, "-c", code), 30))
+    with pytest.raises(SourceError, match="exit status 4: rate limited"):
+        find_items(spec, cwd=tmp_path, env=clean_env())
+
+
+def test_directory(tmp_path: Path) -> None:
+    """One file per item in name order: JSON/YAML objects, other files as text."""
+    d = tmp_path / "items"
+    d.mkdir()
+    (d / "b.json").write_text('{"title": "b"}', encoding="utf-8")
+    (d / "a.yaml").write_text("id: first\ntitle: a\n", encoding="utf-8")
+    (d / "c.md").write_text("# fix the export\n", encoding="utf-8")
+    (d / ".hidden").write_text("x", encoding="utf-8")
+    items = find_items(SourceSpec(SourceKind.DIRECTORY, path=d), cwd=tmp_path)
+    assert [i.id for i in items] == ["first", "b", "c"]
+    assert items[2].data["text"] == "# fix the export\n"
+    with pytest.raises(SourceError, match="not a directory"):
+        find_items(SourceSpec(SourceKind.DIRECTORY, path=tmp_path / "none"), cwd=tmp_path)
+
+
+def test_a_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    """A command that outlives its timeout is killed with its process group."""
+    code = "import select; print('started', flush=True); select.select([], [], [])"
+    done = run_argv((PY, "-c", code), cwd=tmp_path, env=clean_env(), timeout_seconds=0.5)
+    assert done.timed_out and done.exit_code is None
+    assert "started" in done.output
