@@ -119,6 +119,34 @@ def test_not_a_database(tmp_path: Path) -> None:
         LoopStore.open(bad)
 
 
+def test_a_foreign_database_is_left_alone(tmp_path: Path) -> None:
+    """A SQLite file with someone else's tables is refused and not written to."""
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(NotAStatewrightDatabaseError, match="found: customers"):
+        LoopStore.open(path)
+    conn = sqlite3.connect(path)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    finally:
+        conn.close()
+    assert names == {"customers"}
+
+
+def test_shares_the_file_with_the_task_store(tmp_path: Path) -> None:
+    """The loop tables sit beside the task store's tables in one file."""
+    from statewright.store import open_store  # the task store (another package)
+
+    path = tmp_path / "state.db"
+    LoopStore.open(path).close()
+    open_store(path).close()
+    with LoopStore.open(path) as store:
+        assert store.runs() == []
+
+
 def test_wal_mode(db: Path) -> None:
     """The file is in WAL mode."""
     LoopStore.open(db).close()

@@ -29,6 +29,7 @@ from statewright._errors import (
     StoreError,
     VersionConflictError,
 )
+from statewright.loop._schema import SCHEMA
 from statewright.loop.codec import (
     command_to_dict,
     dumps,
@@ -46,77 +47,6 @@ from statewright.loop.model import (
     LoopStatus,
     RecordLine,
 )
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS loop_runs (
-    run_id            INTEGER PRIMARY KEY AUTOINCREMENT,
-    loop              TEXT NOT NULL,
-    status            TEXT NOT NULL,
-    definition_path   TEXT NOT NULL,
-    definition_sha256 TEXT NOT NULL,
-    opened_at_ms      INTEGER NOT NULL,
-    updated_at_ms     INTEGER NOT NULL,
-    lines             INTEGER NOT NULL DEFAULT 0,
-    state_json        TEXT NOT NULL,
-    assets_json       TEXT NOT NULL DEFAULT '{}',
-    stop_requested    TEXT,
-    owner_pid         INTEGER,
-    cleared_by        TEXT,
-    cleared_reason    TEXT,
-    cleared_at_ms     INTEGER
-);
-CREATE INDEX IF NOT EXISTS loop_runs_by_loop ON loop_runs (loop, run_id);
-CREATE TABLE IF NOT EXISTS loop_lines (
-    run_id        INTEGER NOT NULL,
-    seq           INTEGER NOT NULL,
-    state         TEXT NOT NULL,
-    next_state    TEXT NOT NULL,
-    kind          TEXT NOT NULL,
-    event_type    TEXT NOT NULL,
-    event         TEXT NOT NULL,
-    summary       TEXT NOT NULL,
-    written_json  TEXT NOT NULL,
-    event_json    TEXT NOT NULL,
-    commands_json TEXT NOT NULL,
-    at_ms         INTEGER NOT NULL,
-    PRIMARY KEY (run_id, seq)
-);
-CREATE TABLE IF NOT EXISTS loop_items (
-    loop          TEXT NOT NULL,
-    item_id       TEXT NOT NULL,
-    status        TEXT NOT NULL DEFAULT 'open',
-    attempts      INTEGER NOT NULL DEFAULT 0,
-    last_failure  TEXT NOT NULL DEFAULT '',
-    payload_json  TEXT NOT NULL DEFAULT '{}',
-    updated_at_ms INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (loop, item_id)
-);
-CREATE TABLE IF NOT EXISTS loop_passes (
-    run_id      INTEGER NOT NULL,
-    record_no   INTEGER NOT NULL,
-    item_id     TEXT NOT NULL,
-    attempt     INTEGER NOT NULL,
-    verdict     TEXT NOT NULL,
-    record_json TEXT NOT NULL,
-    at_ms       INTEGER NOT NULL,
-    PRIMARY KEY (run_id, record_no)
-);
-CREATE TABLE IF NOT EXISTS loop_approvals (
-    run_id          INTEGER NOT NULL,
-    fingerprint     TEXT NOT NULL,
-    item_id         TEXT NOT NULL,
-    attempt         INTEGER NOT NULL,
-    role            TEXT NOT NULL,
-    shown_json      TEXT NOT NULL,
-    requested_at_ms INTEGER NOT NULL,
-    timeout_at_ms   INTEGER,
-    decision        TEXT,
-    who             TEXT,
-    reason          TEXT,
-    decided_at_ms   INTEGER,
-    PRIMARY KEY (run_id, fingerprint)
-);
-"""
 
 
 @dataclass(frozen=True)
@@ -192,10 +122,21 @@ class LoopStore:
         conn = sqlite3.connect(str(p), isolation_level=None, timeout=30.0)
         conn.row_factory = sqlite3.Row
         try:
+            conn.execute("PRAGMA busy_timeout=30000")
+            # Look before writing anything: a foreign file must be left exactly as it was.
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} - {
+                "sqlite_sequence"
+            }
+            if tables and "sw_meta" not in tables and not any(t.startswith("loop_") for t in tables):
+                conn.close()
+                msg = (
+                    f"{p} has tables but is not a statewright database (found:"
+                    f" {', '.join(sorted(tables)[:5])}); pass another --db"
+                )
+                raise NotAStatewrightDatabaseError(msg)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            conn.executescript(_SCHEMA)
+            conn.executescript(SCHEMA)
         except sqlite3.DatabaseError as exc:
             conn.close()
             msg = f"{p} is not a statewright database ({exc}); pass another --db"
