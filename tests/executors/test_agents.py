@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from statewright._errors import PermanentError
+from statewright._errors import PermanentError, TransientError
 from statewright.executors import OUTPUT_LIMIT_CHARS, ExecContext, Reason, run_agent
 
 SCHEMA = {
@@ -99,6 +99,19 @@ def test_python_agent_that_raises_is_an_exception_result(
     result = run_agent({"type": "python", "callable": f"{mod}:review"}, BRIEF, SCHEMA, ctx)
     assert result.error == Reason.EXCEPTION
     assert "model melted" in result.artifacts["traceback"]
+
+
+def test_python_agent_transient_errors_reach_the_retry_policy(
+    ctx: ExecContext, make_module: Callable[[str], str]
+) -> None:
+    """A TransientError raised by the callable propagates instead of failing the attempt."""
+    mod = make_module("""
+        from statewright._errors import TransientError
+        def review(brief, ctx):
+            raise TransientError("model server busy", reason="throttled")
+    """)
+    with pytest.raises(TransientError, match="model server busy"):
+        run_agent({"type": "python", "callable": f"{mod}:review"}, BRIEF, SCHEMA, ctx)
 
 
 def test_python_agent_without_schema_has_no_verdict_to_give(

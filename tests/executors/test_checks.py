@@ -124,6 +124,8 @@ def test_http_check_against_nobody_fails(ctx: ExecContext) -> None:
         ("return {'passed': 1}", False, Reason.BAD_RETURN),
         ("return None", False, Reason.BAD_RETURN),
         ("raise TimeoutError('probe hung')", False, Reason.EXCEPTION),
+        ("from statewright._errors import TransientError\n    raise TransientError('busy')",
+         False, Reason.EXCEPTION),
     ],
 )
 def test_callable_checks(
@@ -134,6 +136,8 @@ def test_callable_checks(
     mod = make_module(f"def probe(ctx):\n    {body}\n")
     result = run_check({"callable": f"{mod}:probe"}, ctx)
     assert (result.passed, result.reason) == (passed, reason), result.detail
+    if reason is Reason.EXCEPTION:
+        assert "Error: " in result.output and "AttributeError" not in result.output
 
 
 def test_unresolvable_callable_and_bad_spec_fail_without_raising(ctx: ExecContext) -> None:

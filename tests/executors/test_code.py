@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from statewright._errors import PermanentError
+from statewright._errors import ExecutorError, PermanentError
 from statewright.executors import OUTPUT_LIMIT_CHARS, ExecContext, Reason, run_code
 
 
@@ -90,6 +90,22 @@ def test_python_callables(
     result = run_code({"callable": f"{mod}:step"}, ctx)
     assert (result.ok, result.reason) == (ok, reason)
     assert output in result.output
+
+
+@pytest.mark.parametrize("error", ["TransientError", "PermanentError"])
+def test_callable_executor_errors_reach_the_retry_policy(
+    ctx: ExecContext, make_module: Callable[[str], str], error: str
+) -> None:
+    """TransientError / PermanentError raised by a callable propagate to the worker."""
+    mod = make_module(f"""
+        from statewright._errors import {error}
+        def step(ctx):
+            raise {error}("throttled by the payment API", reason="throttled")
+    """)
+    with pytest.raises(ExecutorError) as info:
+        run_code({"callable": f"{mod}:step"}, ctx)
+    assert type(info.value).__name__ == error
+    assert info.value.reason == "throttled"
 
 
 def test_callable_gets_the_context_with_the_step_timeout(

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._errors import ExecutorError
 from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
@@ -72,7 +73,9 @@ def run_python_agent(
 
     The callable gets a copy of the brief and a context whose ``timeout_seconds`` is the
     step's; an in-process call cannot be interrupted, so the timeout is advisory here
-    (use ``type: command`` for a hard limit).
+    (use ``type: command`` for a hard limit). A TransientError or PermanentError it
+    raises propagates to the worker's retry policy; any other exception is the
+    attempt's failure (``error="exception"``, traceback in the artifacts).
     """
     verdicts = VerdictSchema(schema) if schema is not None else None
     timeout = resolve_timeout(spec, ctx.timeout_seconds, DEFAULT_MODEL_TIMEOUT_SECONDS)
@@ -81,6 +84,8 @@ def run_python_agent(
     started = time.monotonic()
     try:
         returned = fn(brief_copy, dataclasses.replace(ctx, timeout_seconds=timeout))
+    except ExecutorError:
+        raise  # TransientError / PermanentError: the worker's retry policy decides
     except Exception:
         seconds = time.monotonic() - started
         return AgentResult(

@@ -16,7 +16,8 @@ must equal it as JSON (``true`` is not ``1``). Without ``equals`` the value must
 neither ``null`` nor ``false``. The timeout bounds each network wait.
 
 A callable is called with ``(ctx)`` and returns ``True``/``False`` or
-``{"passed": bool, "detail"?: str}``.
+``{"passed": bool, "detail"?: str}``. Whatever it raises, TransientError included, is a
+failed check: a wait step's budget counts checks, and an error is one that did not pass.
 """
 
 from __future__ import annotations

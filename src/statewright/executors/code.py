@@ -9,9 +9,11 @@ whole process group (reason ``timeout``); a non-zero exit is ``exit_status``.
 
 A callable returns ``True``/``False`` or ``{"ok": bool, "output"?: str,
 "artifacts"?: {name: str}}``; a false one is reason ``failed``. Anything else is
-``bad_return``; raising is ``exception`` with the traceback as output. An in-process
-call cannot be interrupted: the resolved timeout is passed as ``ctx.timeout_seconds``
-for the callable to honour.
+``bad_return``; raising is ``exception`` with the traceback as output, except that a
+TransientError or PermanentError propagates to the worker's retry policy (a throttled
+API is a command to retry, not a failed step). An in-process call cannot be
+interrupted: the resolved timeout is passed as ``ctx.timeout_seconds`` for the callable
+to honour.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
+from .._errors import ExecutorError
 from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
@@ -60,6 +63,8 @@ def _run_callable(ref: str, ctx: ExecContext) -> CodeResult:
     started = time.monotonic()
     try:
         returned = fn(ctx)
+    except ExecutorError:
+        raise  # TransientError / PermanentError: the worker's retry policy decides
     except Exception:
         cost = Cost(seconds=time.monotonic() - started)
         return CodeResult(False, cut_output(traceback.format_exc()), {}, Reason.EXCEPTION, cost)
