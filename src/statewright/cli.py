@@ -57,7 +57,11 @@ def _engine(db: str, *, create: bool = False) -> Any:
     from statewright.runtime.engine import Engine
     from statewright.store import open_store
 
-    return Engine(open_store(db, create=create))
+    engine = Engine(open_store(db, create=create))
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:  # close the database when the command ends, however it ends
+        ctx.call_on_close(engine.close)
+    return engine
 
 
 def _parse_input(raw: str | None) -> dict[str, Any]:

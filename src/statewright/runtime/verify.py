@@ -20,8 +20,15 @@ class Finding:
     problem: str
 
 
+# What a hand-edited row can make reading or replaying it raise.
+_DAMAGED = (StatewrightError, ValueError, TypeError, KeyError)
+
+
 def verify_task(engine: Engine, task_id: str) -> list[Finding]:
-    stored = engine.store.load(task_id)
+    try:
+        stored = engine.store.load(task_id)
+    except ValueError as exc:
+        return [Finding(task_id, f"the stored projection is not readable: {exc}")]
     if stored is None:
         return [Finding(task_id, "task row missing")]
     out: list[Finding] = []
@@ -37,16 +44,20 @@ def verify_task(engine: Engine, task_id: str) -> list[Finding]:
         prev = h
     try:
         wf = engine.workflow(stored.workflow_hash)
+        if wf.content_hash != stored.workflow_hash:
+            out.append(Finding(task_id, f"stored definition {stored.workflow_hash[:12]} does not match its hash"))
         state = new_task(task_id, wf)
         for r in engine.store.events(task_id):
             state, _ = transition(state, event_from_dict(r.body))
-    except StatewrightError as exc:
+    except _DAMAGED as exc:
         out.append(Finding(task_id, f"replay failed: {exc}"))
         return out
     if canonical_json(state.to_dict()) != canonical_json(stored.state):
         out.append(Finding(task_id, "replayed state differs from the stored projection"))
     if state.version != stored.version:
         out.append(Finding(task_id, f"stored version {stored.version}, replayed {state.version}"))
+    if stored.status != state.status.value:
+        out.append(Finding(task_id, f"stored status {stored.status!r}, replayed {state.status.value!r}"))
     return out
 
 

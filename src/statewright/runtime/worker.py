@@ -270,8 +270,10 @@ class Worker:
                 failed=True, error=f"{name}: {exc}",
             )
             return None
-        if isinstance(exc, TransientError):
+        if retryable:
             reason = "retries_exhausted"
+        elif isinstance(exc, TransientError):
+            reason = "non_retryable"  # the step's retry policy lists this error class
         elif isinstance(exc, PermanentError):
             reason = exc.reason if exc.reason != "error" else "permanent_error"
         else:

@@ -1,0 +1,52 @@
+"""Code-step and check callables for the runtime tests. What they remember lives in
+files in the task's workspace, so each test sees only its own calls."""
+
+from __future__ import annotations
+
+from statewright._errors import PermanentError, TransientError
+from statewright.executors import ExecContext
+
+
+class QuotaExceeded(TransientError):
+    """A transient error a step's retry policy may list as non-retryable."""
+
+
+def _call(ctx: ExecContext) -> int:
+    """Log this call's idempotency key; return how many calls this step has had."""
+    log = ctx.workspace / f"{ctx.step}.calls"
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(ctx.idempotency_key + "\n")
+    return len(log.read_text(encoding="utf-8").split())
+
+
+def record(ctx: ExecContext) -> bool:
+    _call(ctx)
+    return True
+
+
+def flaky(ctx: ExecContext) -> bool:
+    """Throttled twice, then fine."""
+    if _call(ctx) <= 2:
+        raise TransientError("throttled by the payment API", reason="throttled")
+    return True
+
+
+def always_throttled(ctx: ExecContext) -> bool:
+    _call(ctx)
+    raise TransientError("throttled by the payment API", reason="throttled")
+
+
+def over_quota(ctx: ExecContext) -> bool:
+    _call(ctx)
+    raise QuotaExceeded("monthly quota used up", reason="quota")
+
+
+def refused(ctx: ExecContext) -> bool:
+    _call(ctx)
+    raise PermanentError("the payment API refused the request", reason="refused")
+
+
+def flag_exists(ctx: ExecContext) -> bool:
+    """A wait step's check: passes once ``ctx.workspace/flag`` exists."""
+    _call(ctx)
+    return (ctx.workspace / "flag").exists()

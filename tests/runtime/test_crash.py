@@ -1,0 +1,137 @@
+"""Real worker processes SIGKILLed at each named crash point, and during an effect; a new
+worker then finishes the task with every effect done exactly once per idempotency key."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from statewright.machine.state import Outcome, TaskStatus
+from statewright.runtime.engine import Engine
+from statewright.store.base import Claim
+
+from .support import clean_env, effect_workflow, invoke, lines, work_until, worker_argv
+
+# point -> (keys in attempts.log when it died, steps whose outcome was recorded, the step
+# whose command the dead worker still held)
+WHERE_IT_DIED = {
+    "after_claim": ([], [], "charge"),
+    "before_effect": ([], [], "charge"),
+    "after_effect": (["charge"], [], "charge"),
+    "in_append_txn": (["charge"], [], "charge"),
+    "after_append": (["charge"], ["charge"], "notify"),
+}
+
+
+def record_claims(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[Claim]:
+    """Every claim the engine's store hands out from now on."""
+    seen: list[Claim] = []
+    real = engine.store.claim
+
+    def claim(*args: object, **kwargs: object) -> list[Claim]:
+        got = real(*args, **kwargs)  # type: ignore[arg-type]
+        seen.extend(got)
+        return got
+
+    monkeypatch.setattr(engine.store, "claim", claim)
+    return seen
+
+
+def reported_steps(engine: Engine, tid: str) -> list[str]:
+    return [str(e.body["step"]) for e in engine.store.events(tid) if e.type == "AttemptReported"]
+
+
+def assert_done_exactly_once(engine: Engine, db: Path, tid: str, out: Path) -> None:
+    key = {step: f"{tid}/{step}/1" for step in ("charge", "notify")}
+    st = engine.state(tid)
+    assert st.status is TaskStatus.COMPLETED
+    assert lines(out / "effects.log") == [key["charge"], key["notify"]]
+    events = engine.store.events(tid)
+    assert len({e.event_id for e in events}) == len(events)
+    assert [e.type for e in events] == ["TaskSubmitted", "AttemptReported", "AttemptReported"]
+    assert [e.body["command_id"] for e in events[1:]] == [key["charge"], key["notify"]]
+    assert [(a.step, a.number, a.outcome) for a in st.attempts] == [
+        ("charge", 1, Outcome.PASSED), ("notify", 1, Outcome.PASSED),
+    ]
+    assert engine.store.outbox(tid) == []
+    verified = invoke("verify", "--db", str(db))
+    assert verified.exit_code == 0, verified.output
+    assert "verified 1 tasks: 0 differ" in verified.stdout
+
+
+@pytest.mark.parametrize("point", sorted(WHERE_IT_DIED))
+def test_a_worker_killed_at_a_crash_point_is_finished_by_the_next_one(
+    point: str, open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGKILL at the point, then a new worker takes over the expired lease with a new
+    fencing token: the task completes, each effect happened once, no event twice."""
+    out = tmp_path / "out"
+    out.mkdir()
+    engine = open_engine()
+    tid = engine.submit(effect_workflow(effect_script, out), {"workspace": str(workspace)})
+
+    crashed = subprocess.run(
+        worker_argv(db), env=clean_env(STATEWRIGHT_CRASH_AT=point), capture_output=True, text=True, timeout=60,
+    )
+
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    attempted, reported, held = WHERE_IT_DIED[point]
+    assert lines(out / "attempts.log") == [f"{tid}/{s}/1" for s in attempted]
+    assert reported_steps(engine, tid) == reported
+    [row] = engine.store.outbox(tid)
+    assert (row["command_id"], row["token"], row["deliveries"]) == (f"{tid}/{held}/1", 1, 1)
+    assert row["lease_owner"] is not None  # still leased to the dead worker
+
+    claims = record_claims(engine, monkeypatch)
+    work_until(engine, lambda: engine.state(tid).terminal)
+
+    redelivered = [c for c in claims if c.command_id == f"{tid}/{held}/1"]
+    assert [(c.token, c.deliveries) for c in redelivered] == [(2, 2)]
+    assert_done_exactly_once(engine, db, tid, out)
+    runs = lines(out / "attempts.log")
+    # The effect ran a second time only when the first run's outcome was lost with the
+    # worker; the idempotency key kept it from happening twice.
+    assert runs.count(f"{tid}/charge/1") == (2 if point in ("after_effect", "in_append_txn") else 1)
+    assert runs.count(f"{tid}/notify/1") == 1
+
+
+def test_a_worker_killed_during_the_effect_is_finished_by_the_next_one(
+    open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path, tmp_path: Path,
+) -> None:
+    """The effect blocks until the test lets it go; the test SIGKILLs the worker process
+    instead. The lost run never did the effect; the next worker does it, once."""
+    out = tmp_path / "out"
+    out.mkdir()
+    engine = open_engine()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(30)
+        port = server.getsockname()[1]
+        tid = engine.submit(effect_workflow(effect_script, out, port=port), {"workspace": str(workspace)})
+        with subprocess.Popen(worker_argv(db), env=clean_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) as proc:
+            try:
+                conn, _ = server.accept()  # the effect script is running, inside the worker's command
+                with conn:
+                    assert conn.recv(200).decode().strip() == f"{tid}/charge/1"
+                    proc.kill()
+                    proc.communicate(timeout=30)
+                # the connection is closed: the orphaned effect script exits with no effect
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    assert lines(out / "effects.log") == []
+    assert engine.state(tid).status is TaskStatus.RUNNING
+
+    (out / "release").touch()
+    work_until(engine, lambda: engine.state(tid).terminal)
+
+    assert_done_exactly_once(engine, db, tid, out)
+    assert lines(out / "attempts.log") == [f"{tid}/charge/1", f"{tid}/charge/1", f"{tid}/notify/1"]

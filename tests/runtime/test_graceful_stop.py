@@ -1,0 +1,55 @@
+"""SIGTERM stops a worker process cleanly: it finishes the command it holds, claims
+nothing more, leaves no lease behind and exits 0."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from statewright.machine.state import TaskStatus
+from statewright.runtime.engine import Engine
+
+from .support import clean_env, drain, effect_workflow, lines, worker_argv
+
+
+def test_sigterm_mid_command_finishes_it_releases_every_lease_and_exits_0(
+    open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path, tmp_path: Path,
+) -> None:
+    """The worker (no --until-idle: it would run for ever) is inside charge's effect when
+    SIGTERM arrives; it reports charge, does not start notify, and exits 0."""
+    out = tmp_path / "out"
+    out.mkdir()
+    engine = open_engine()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(30)
+        tid = engine.submit(effect_workflow(effect_script, out, port=server.getsockname()[1]),
+                            {"workspace": str(workspace)})
+        with subprocess.Popen(worker_argv(db, until_idle=False), env=clean_env(), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+            try:
+                conn, _ = server.accept()  # the worker is inside charge's command
+                with conn:
+                    assert conn.recv(200).decode().strip() == f"{tid}/charge/1"
+                    proc.send_signal(signal.SIGTERM)
+                    conn.sendall(b"go")
+                    stdout, stderr = proc.communicate(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert "worker stopped: 1 commands" in stdout
+    assert lines(out / "effects.log") == [f"{tid}/charge/1"]  # charge done, notify not started
+    st = engine.state(tid)
+    assert st.status is TaskStatus.RUNNING and st.current is not None and st.current.step == "notify"
+    outbox = engine.store.outbox()
+    assert [r["command_id"] for r in outbox] == [f"{tid}/notify/1"]
+    assert all(r["lease_owner"] is None and r["lease_expires_ms"] is None for r in outbox)
+
+    drain(engine)  # nothing was held back: the next worker goes on at once
+    assert engine.state(tid).status is TaskStatus.COMPLETED
