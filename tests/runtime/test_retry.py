@@ -130,21 +130,13 @@ def test_a_permanent_error_fails_at_once(
     assert st.status is TaskStatus.HALTED
 
 
-# --- python-callable code steps ---------------------------------------------------------
-
-CALLABLE_SWALLOWS = pytest.mark.xfail(
-    strict=True,
-    reason="executors/code.py catches every exception a callable raises and reports the "
-    "step failure 'exception', so TransientError/PermanentError never reach the worker's "
-    "retry policy",
-)
+# --- python-callable code steps: the error classes a callable raises reach the policy ----
 
 
 def callable_workflow(fn: str, **retry: Any) -> Workflow:
     return workflow("pay", code("pay", fn, retry={**RETRY, **retry}, on_failure="continue"), code("after", "record"))
 
 
-@CALLABLE_SWALLOWS
 def test_a_callable_throttled_twice_completes_with_retries(
     engine: Engine, clock: FakeClock, workspace: Path,
 ) -> None:
@@ -156,10 +148,10 @@ def test_a_callable_throttled_twice_completes_with_retries(
     assert [(a.step, a.outcome) for a in st.attempts] == [("pay", Outcome.PASSED), ("after", Outcome.PASSED)]
 
 
-@CALLABLE_SWALLOWS
 def test_a_callable_that_stays_throttled_ends_as_retries_exhausted(
     engine: Engine, clock: FakeClock, workspace: Path,
 ) -> None:
+    """Three TransientErrors: the step fails retries_exhausted, and on_failure routes it."""
     tid = engine.submit(callable_workflow("always_throttled"), {"workspace": str(workspace)})
     st, retries, _ = run_through_backoff(engine, clock, tid)
     assert retries == 2 and len(lines(workspace / "pay.calls")) == 3
@@ -167,20 +159,20 @@ def test_a_callable_that_stays_throttled_ends_as_retries_exhausted(
     assert st.status is TaskStatus.COMPLETED  # routed by on_failure: continue
 
 
-@CALLABLE_SWALLOWS
 def test_a_callable_error_class_listed_as_non_retryable_fails_at_once(
     engine: Engine, clock: FakeClock, workspace: Path,
 ) -> None:
+    """QuotaExceeded is a TransientError, but the step's policy lists it: one call only."""
     tid = engine.submit(callable_workflow("over_quota", non_retryable=["QuotaExceeded"]), {"workspace": str(workspace)})
     st, retries, _ = run_through_backoff(engine, clock, tid)
     assert retries == 0 and len(lines(workspace / "pay.calls")) == 1
     assert failed_once(st, "pay").reason == "non_retryable"
 
 
-@CALLABLE_SWALLOWS
 def test_a_callable_permanent_error_fails_at_once(
     engine: Engine, clock: FakeClock, workspace: Path,
 ) -> None:
+    """A PermanentError is never retried; its reason code becomes the failure reason."""
     tid = engine.submit(callable_workflow("refused"), {"workspace": str(workspace)})
     st, retries, _ = run_through_backoff(engine, clock, tid)
     assert retries == 0 and len(lines(workspace / "pay.calls")) == 1
