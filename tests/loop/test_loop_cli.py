@@ -150,3 +150,17 @@ def test_simulate_json_and_bad_input() -> None:
     assert col["monte_carlo"]["expected_passes"] > 0
     line = _one_line_error(_cli("simulate", "--success", "2"))
     assert "--success must be between 0 and 1" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("clear", "1", "--reason", "r"), "Missing option '--as'"),
+        (("simulate", "--items", "many"), "'many' is not a valid integer"),
+        (("frobnicate",), "No such command 'frobnicate'"),
+    ],
+)
+def test_usage_errors_are_one_line(args: tuple[str, ...], says: str) -> None:
+    """Missing options, bad values and unknown commands: one line on stderr, exit 2."""
+    line = _one_line_error(_cli(*args))
+    assert says in line and line.startswith("error: ")

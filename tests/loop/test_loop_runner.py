@@ -188,6 +188,7 @@ def test_gate_timeout_parks_the_item(tmp_path: Path, db: Path, clock: FakeClock)
     assert outcome.status is S.ESCALATED
     with LoopStore.open(db) as store:
         assert store.ledger("nightly")[0].status is ItemStatus.PARKED
+        assert store.pending_approvals() == []
 
 
 def test_gate_denial_parks(tmp_path: Path, db: Path, clock: FakeClock) -> None:
@@ -294,3 +295,20 @@ def test_several_items_close_in_source_order(tmp_path: Path, db: Path) -> None:
     assert launches(root) == [("a", 1), ("b", 1), ("c", 1)]
     goal_lines = [x for x in record(db, outcome.run_id) if x.event_type == "GoalEvaluated"]
     assert [x.next_state for x in goal_lines] == [S.FINDING, S.FINDING, S.DONE]
+
+
+def test_kill_switch_on_before_the_trigger(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+    """With the switch on, IDLE writes a clean-stop line instead of moving; off, the run starts."""
+    root = tmp_path / "l"
+    loop = write_loop(root, [{"id": "x"}], kill_switch={"file": "STOP"})
+    (root / "STOP").write_text("", encoding="utf-8")
+    paused = run_loop(loop, db, clock)
+    assert paused.status is S.IDLE and paused.paused is not None
+    (root / "STOP").unlink()
+    done = run_loop(loop, db, clock)
+    assert done.status is S.DONE and done.run_id == paused.run_id
+    assert table(record(db, done.run_id))[:3] == [
+        ("IDLE", "clean stop", "IDLE"),
+        ("IDLE", "start", "IDLE"),
+        ("IDLE", "move", "FINDING"),
+    ]

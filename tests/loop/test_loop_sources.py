@@ -10,6 +10,8 @@ import pytest
 from statewright.loop._process import run_argv
 from statewright.loop.definition import CommandSpec, SourceKind, SourceSpec
 from statewright.loop.errors import SourceError
+from statewright.loop.model import CheckOutcome, CheckResult
+from statewright.loop.oracles import run_check
 from statewright.loop.sources import find_items
 
 from .helpers import PY, clean_env
@@ -79,8 +81,23 @@ def test_directory(tmp_path: Path) -> None:
 
 
 def test_a_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
-    """A command that outlives its timeout is killed with its process group."""
-    code = "import select; print('started', flush=True); select.select([], [], [])"
-    done = run_argv((PY, "-c", code), cwd=tmp_path, env=clean_env(), timeout_seconds=0.5)
+    """A command that outlives its timeout is killed with its process group (no waiting:
+    the command blocks forever and the timeout is zero)."""
+    code = "import select; select.select([], [], [])"
+    done = run_argv((PY, "-c", code), cwd=tmp_path, env=clean_env(), timeout_seconds=0)
     assert done.timed_out and done.exit_code is None
-    assert "started" in done.output
+
+
+def test_check_outcomes(tmp_path: Path) -> None:
+    """exit 0 passes; non-zero fails; cannot start errors; past the timeout times out."""
+    env = clean_env()
+
+    def check(argv: tuple[str, ...], timeout: float = 30) -> CheckResult:
+        return run_check(CommandSpec("c", argv, timeout), cwd=tmp_path, env=env)
+
+    assert check((PY, "-c", "print('ok')")).outcome is CheckOutcome.PASS
+    failed = check((PY, "-c", "print('1 failed'); raise SystemExit(1)"))
+    assert failed.outcome is CheckOutcome.FAIL and failed.output == "1 failed\n[exit status 1]"
+    assert check(("/no/such/checker",)).outcome is CheckOutcome.ERROR
+    blocked = check((PY, "-c", "import select; select.select([], [], [])"), timeout=0)
+    assert blocked.outcome is CheckOutcome.TIMEOUT and not blocked.passed

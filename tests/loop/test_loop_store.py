@@ -84,6 +84,7 @@ def test_approvals_bind_to_fingerprint_and_role(db: Path) -> None:
     """A decision needs the pending fingerprint and the gate's role, and happens once."""
     with LoopStore.open(db) as store:
         run_id = _new(store)
+        store._conn.execute("UPDATE loop_runs SET status = 'AWAITING_HUMAN' WHERE run_id = ?", (run_id,))
         req = RequestApproval("a", 1, "f" * 64, "maintainer", {"item": "a"}, None)
         store.request_approval(run_id, req, 10)
         store.request_approval(run_id, req, 11)  # idempotent

@@ -77,7 +77,25 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@click.group("loop")
+class _OneLineUsageError(click.UsageError):
+    """Click's usage errors, said in one line on stderr (exit status 2)."""
+
+    def show(self, file: Any = None) -> None:
+        where = self.ctx.command_path if self.ctx is not None else "statewright loop"
+        click.echo(f"error: {self.format_message()} (see '{where} --help')", err=True)
+
+
+class _LoopGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _OneLineUsageError:
+            raise
+        except click.UsageError as exc:
+            raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
+
+
+@click.group("loop", cls=_LoopGroup)
 def loop() -> None:
     """Outer loops over a backlog: find, assign, check, record, decide."""
 

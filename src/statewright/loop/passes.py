@@ -196,8 +196,8 @@ class EnginePassRunner:
             if callable(close):
                 close()
         cost = getattr(view, "cost", None)
-        tokens = _int(getattr(cost, "tokens_in", 0)) + _int(getattr(cost, "tokens_out", 0))
-        money = _float(getattr(cost, "money_usd", 0.0))
+        tokens = _int(_field(cost, "tokens_in")) + _int(_field(cost, "tokens_out"))
+        money = _float(_field(cost, "money_usd"))
         status = str(getattr(view, "status", ""))
         note = f"task {task_id} {status}"
         if status in ("completed", "completed_early"):
@@ -210,6 +210,13 @@ class EnginePassRunner:
 
     def interrupt(self) -> None:
         return None
+
+
+def _field(cost: object, name: str) -> object:
+    """A cost figure from a mapping (``view.cost["tokens_in"]``) or an object attribute."""
+    if isinstance(cost, Mapping):
+        return cost.get(name, 0)
+    return getattr(cost, name, 0)
 
 
 def _read_result(path: Path) -> Mapping[str, Any]:

@@ -284,6 +284,7 @@ class LoopRunner:
             return ApprovalDenied(command.fingerprint, row.who or "", row.reason or "", at)
         now = self.clock()
         if command.timeout_at_ms is not None and now >= command.timeout_at_ms:
+            self.store.expire_approval(run.run_id, command.fingerprint, now)
             return GateTimedOut(now)
         return GateSleep(now)
 

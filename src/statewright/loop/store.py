@@ -423,12 +423,26 @@ class LoopStore:
         return None if row is None else _approval_row(row)
 
     def pending_approvals(self, run_id: str | None = None) -> list[ApprovalRow]:
-        sql = "SELECT * FROM loop_approvals WHERE decision IS NULL"
+        """Undecided requests of runs that still wait at their gate."""
+        sql = (
+            "SELECT a.* FROM loop_approvals a JOIN loop_runs r ON r.run_id = a.run_id"
+            " WHERE a.decision IS NULL AND r.status = 'AWAITING_HUMAN'"
+        )
         args: tuple[object, ...] = ()
         if run_id is not None:
-            sql += " AND run_id = ?"
+            sql += " AND a.run_id = ?"
             args = (_run_key(run_id),)
-        return [_approval_row(r) for r in self._conn.execute(sql + " ORDER BY run_id", args)]
+        rows = self._conn.execute(sql + " ORDER BY a.run_id, a.requested_at_ms", args)
+        return [_approval_row(r) for r in rows]
+
+    def expire_approval(self, run_id: str, fingerprint: str, at_ms: int) -> None:
+        """The gate's time limit passed: the request can no longer be decided."""
+        with self._txn() as conn:
+            conn.execute(
+                "UPDATE loop_approvals SET decision = 'timed out', decided_at_ms = ?"
+                " WHERE run_id = ? AND fingerprint = ? AND decision IS NULL",
+                (at_ms, _run_key(run_id), fingerprint),
+            )
 
     def decide_approval(
         self,
