@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import PermanentError
+from ..definition.durations import parse_duration_seconds
 from ._jsonpath import parse_json_path
 from .base import Reason
 
@@ -29,31 +30,19 @@ DEFAULT_MODEL_TIMEOUT_SECONDS = 600.0
 AGENT_TYPES = ("command", "openai", "python")
 TOOL_CHOICES = ("function", "required", "auto")
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def parse_duration(value: object) -> float:
-    """Seconds in a duration: ``90s``, ``10m``, ``2h``, ``500ms`` or a bare number of seconds.
+    """Seconds in a timeout: the definition's durations (``90s``, ``10m``, ``2h``, ``2d``,
+    ``500ms``, ``1h30m`` or a number of seconds), and greater than zero.
 
     Raises ValueError with a message that shows the value and the accepted forms.
     """
-    if isinstance(value, bool):
-        raise ValueError(f"duration must be like '90s', '10m' or '2h'; got {value!r} (bool)")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value)):
-        seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    else:
-        msg = (
-            f"duration must be like '90s', '10m', '2h' or a number of seconds; "
-            f"got {value!r} ({type(value).__name__})"
-        )
-        raise ValueError(msg)
+    seconds = parse_duration_seconds(value)
     if seconds <= 0:
-        raise ValueError(f"duration must be greater than zero; got {value!r}")
+        raise ValueError(f"a timeout must be greater than zero; got {value!r}")
     return seconds
 
 
