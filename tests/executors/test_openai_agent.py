@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -287,6 +288,16 @@ def test_the_transport_is_injectable(octx: ExecContext) -> None:
     assert result.verdict == {"outcome": "valid"}
     assert result.cost.tokens_in == 0  # no usage reported, none counted
     assert str(seen[0].url) == "http://model.invalid/v1/chat/completions"
+
+
+def test_without_httpx_the_error_says_what_to_install(
+    octx: ExecContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx is the [llm] extra; its absence is a PermanentError naming the extra."""
+    monkeypatch.setitem(sys.modules, "httpx", None)  # makes ``import httpx`` fail
+    spec = {"type": "openai", "base_url": "http://model.invalid/v1", "model": "m"}
+    with pytest.raises(PermanentError, match=r"statewright\[llm\]"):
+        run_agent(spec, BRIEF, SCHEMA, octx)
 
 
 def test_a_missing_key_variable_is_permanent_and_named(

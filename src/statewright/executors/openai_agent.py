@@ -117,7 +117,11 @@ class _Turns:
         timeout: float,
         transport: httpx.BaseTransport | None,
     ) -> None:
-        import httpx
+        try:
+            import httpx
+        except ImportError:
+            msg = "agent type 'openai' needs httpx: pip install 'statewright[llm]'"
+            raise PermanentError(msg, reason=Reason.NOT_FOUND) from None
 
         self._httpx = httpx
         self._spec = spec
