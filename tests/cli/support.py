@@ -1,0 +1,62 @@
+"""Running ``statewright`` in this process (click's CliRunner) or as a real process, and
+checking what a refusal must look like."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from statewright.cli import cli
+
+
+def sw(*args: str | Path) -> Result:
+    """``statewright ARGS`` in this process; stdout and stderr kept apart."""
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=True)
+
+
+def sw_process(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """``statewright ARGS`` as a real process."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "statewright", *(str(a) for a in args)], env=env,
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, f"exit {result.exit_code}: {result.output}\n{result.exception!r}"
+    return result.stdout
+
+
+def refusal(result: Result) -> str:
+    """The one ``error:`` line of a refused command, after checking it is all there is."""
+    assert result.exit_code != 0, result.output
+    # An exception that escaped the command is what a real process prints as a traceback.
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row statewright keeps."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return {
+            table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ("sw_tasks", "sw_events", "sw_outbox", "sw_timers", "sw_definitions")
+        }
+    finally:
+        conn.close()
+
+
+def event_count(db: Path) -> int:
+    return len(snapshot(db)["sw_events"])

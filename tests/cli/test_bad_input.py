@@ -1,0 +1,172 @@
+"""Bad input gets exactly one ``error:`` line on stderr, a non-zero exit, no traceback,
+and changes nothing in the database (or the users file)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .support import ok, refusal, snapshot, sw, sw_process
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A database with a duty task awaiting sign-off (bob approved its proposal) and a
+    completed build task."""
+
+    db: Path
+    files: dict[str, Path]
+    waiting: str
+    proposal: str
+    done: str
+
+
+@pytest.fixture
+def parked(files: dict[str, Path], db: Path) -> Parked:
+    for name, roles in {"bob": ["author", "maintainer"], "carol": ["maintainer"], "erin": ["author"]}.items():
+        ok(sw("users", "add", name, *[arg for r in roles for arg in ("--role", r)], "--db", db))
+    waiting = ok(sw("submit", files["duty"], "--db", db)).strip()
+    ok(sw("approve", waiting, "--as", "bob", "--db", db))
+    state = json.loads(ok(sw("show", waiting, "--json", "--db", db)))["state"]
+    assert (state["status"], state["current"]["step"]) == ("awaiting_approval", "sign-off")
+    out = ok(sw("run", files["build"], "--input", '{"n": 1}', "--db", db))
+    done = out.split()[1]
+    return Parked(db, files, waiting, state["current"]["proposal_hash"], done)
+
+
+# (arguments, what the one line must say); {waiting}/{done}/{build}/{dir} are filled in.
+CASES: dict[str, tuple[list[str], str]] = {
+    "show-unknown-task": (["show", "t-nope"], "no task with id 't-nope'"),
+    "approve-unknown-task": (["approve", "t-nope", "--as", "carol"], "no task with id 't-nope'"),
+    "cancel-unknown-task": (["cancel", "t-nope", "--as", "ops", "--reason", "x"], "no task with id 't-nope'"),
+    "retry-unknown-task": (["retry", "t-nope", "--as", "ops", "--reason", "x"], "no task with id 't-nope'"),
+    "malformed-input-json": (["submit", "{build}", "--input", '{"n": 1'], "--input is not valid JSON"),
+    "input-not-an-object": (["submit", "{build}", "--input", "[1, 2]"], "--input must be a JSON object, got list"),
+    "input-file-missing": (["submit", "{build}", "--input", "@{dir}/nope.json"], "cannot read the file"),
+    "input-fails-schema": (["submit", "{build}", "--input", '{"n": "one"}'],
+                           "input does not match build's input_schema: n: 'one' is not of type 'integer'"),
+    "input-unknown-field": (["submit", "{build}", "--input", '{"n": 1, "colour": "blue"}'],
+                            "input does not match build's input_schema"),
+    "workflow-file-missing": (["submit", "{dir}/nope.yaml"], "nope.yaml: file not found"),
+    "approver-lacks-role": (["approve", "{waiting}", "--as", "erin"],
+                            "'erin' lacks the role 'maintainer' needed to approve (has: author)"),
+    "approver-unknown": (["approve", "{waiting}", "--as", "mallory"], "lacks the role 'maintainer'"),
+    "approver-is-an-agent": (["approve", "{waiting}", "--as", "agent:reviewer"], "is an agent or system actor"),
+    "approver-acted-in-separate-step": (["approve", "{waiting}", "--as", "bob"],
+                                        "'bob' acted in step 'propose' and may not approve it (separation of duty)"),
+    "approval-with-wrong-hash": (["approve", "{waiting}", "--as", "carol", "--hash", "ab" * 32],
+                                 "is not the current proposal"),
+    "rejecter-lacks-role": (["reject", "{waiting}", "--as", "erin", "--reason", "nope"], "lacks the role"),
+    "approve-a-finished-task": (["approve", "{done}", "--as", "carol"], "is completed, not awaiting approval"),
+    "retry-a-finished-task": (["retry", "{done}", "--as", "ops", "--reason", "again"],
+                              "event TaskRetried is not allowed while the task is completed"),
+    "unknown-status-filter": (["tasks", "--status", "bogus"], "unknown status 'bogus'"),
+    "bad-user-name": (["users", "add", "svc:bot", "--role", "maintainer"], "user name 'svc:bot' must be"),
+}
+
+
+def fill(args: list[str], parked: Parked) -> list[str]:
+    values = {"waiting": parked.waiting, "done": parked.done, "build": str(parked.files["build"]),
+              "dir": str(parked.db.parent)}
+    out = []
+    for arg in args:
+        for name, value in values.items():
+            arg = arg.replace(f"{{{name}}}", value)
+        out.append(arg)
+    return out
+
+
+def unchanged(parked: Parked) -> Callable[[], None]:
+    """Call the returned function afterwards: it checks that nothing was written."""
+    rows = snapshot(parked.db)
+    users = (parked.db.parent / "users.json").read_bytes()
+    tasks = ok(sw("tasks", "--json", "--db", parked.db))
+
+    def check() -> None:
+        assert snapshot(parked.db) == rows
+        assert (parked.db.parent / "users.json").read_bytes() == users
+        assert ok(sw("tasks", "--json", "--db", parked.db)) == tasks
+
+    return check
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_one_error_line_and_changes_nothing(case: str, parked: Parked) -> None:
+    args, expected = CASES[case]
+    check = unchanged(parked)
+
+    line = refusal(sw(*fill(args, parked), "--db", parked.db))
+
+    assert expected in line
+    check()
+
+
+@pytest.mark.parametrize("case", ["approval-with-wrong-hash", "malformed-input-json"])
+def test_a_real_process_refuses_the_same_way(case: str, parked: Parked) -> None:
+    """No traceback from the process itself: one stderr line and exit 1."""
+    args, expected = CASES[case]
+    check = unchanged(parked)
+
+    result = sw_process(*fill(args, parked), "--db", parked.db)
+
+    assert result.returncode == 1
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and expected in line
+    check()
+
+
+def test_the_right_approver_with_the_right_hash_is_accepted(parked: Parked) -> None:
+    """The refusals above are about who and what, not about the task: carol may approve."""
+    out = ok(sw("approve", parked.waiting, "--as", "carol", "--hash", parked.proposal, "--db", parked.db))
+    assert out.strip() == f"approved; task {parked.waiting} is completed"
+
+
+@pytest.fixture
+def foreign_db(tmp_path: Path) -> Path:
+    path = tmp_path / "inventory.db"
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("CREATE TABLE parts (sku TEXT PRIMARY KEY, qty INTEGER)")
+        conn.execute("INSERT INTO parts VALUES ('bolt', 12)")
+        conn.commit()
+    finally:
+        conn.close()
+    return path
+
+
+@pytest.mark.parametrize("command", [["tasks"], ["show", "t-1"], ["verify"], ["submit", "{build}"]])
+def test_a_database_of_another_application_is_refused_and_left_as_it_was(
+    command: list[str], foreign_db: Path, files: dict[str, Path],
+) -> None:
+    before = foreign_db.read_bytes()
+    siblings = sorted(p.name for p in foreign_db.parent.iterdir())
+    args = [str(files["build"]) if a == "{build}" else a for a in command]
+
+    line = refusal(sw(*args, "--db", foreign_db))
+
+    assert f"{foreign_db}: this database has tables but is not a statewright database (found: parts)" in line
+    assert foreign_db.read_bytes() == before  # not even switched to WAL
+    assert sorted(p.name for p in foreign_db.parent.iterdir()) == siblings
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    junk = tmp_path / "notes.db"
+    junk.write_text("shopping list\n", encoding="utf-8")
+
+    line = refusal(sw("tasks", "--db", junk))
+
+    assert f"{junk}: not a statewright database" in line
+    assert junk.read_text(encoding="utf-8") == "shopping list\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]
+
+
+def test_a_missing_database_is_refused_and_not_created(tmp_path: Path) -> None:
+    line = refusal(sw("tasks", "--db", tmp_path / "nowhere.db"))
+    assert "no statewright database here" in line
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,151 @@
+"""The ``statewright`` commands doing their jobs: validate, submit, run, tasks, show,
+approve, reject, retry, cancel, users, worker."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .support import ok, sw, sw_process
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TASK_ID = re.compile(r"^t-[0-9a-f]{12}$")
+
+
+def tasks_json(db: Path) -> list[dict[str, object]]:
+    return json.loads(ok(sw("tasks", "--json", "--db", db)))
+
+
+def approve_hint(output: str) -> tuple[str, str]:
+    """(task id, proposal hash) from the line ``run`` prints for a parked task."""
+    m = re.search(r"approve with: statewright approve (t-[0-9a-f]+) --as NAME --hash ([0-9a-f]{64})", output)
+    assert m is not None, output
+    return m.group(1), m.group(2)
+
+
+def test_validate_prints_ok_per_file(files: dict[str, Path]) -> None:
+    out = ok(sw("validate", EXAMPLES / "fix-bug.yaml", files["gate"]))
+    assert out.splitlines() == [
+        f"{EXAMPLES / 'fix-bug.yaml'}: OK  fix-bug v1: implement(ai) -> test(code) [fail: loop_back->implement "
+        "(max 3)] -> review(ai) [fail: loop_back->implement (max 3)] -> approve(human) -> wait-ci(wait) -> "
+        "merge(code) [ok: complete]",
+        f"{files['gate']}: OK  gate v1: build(code) -> approve(human) -> ship(code) [ok: complete]",
+    ]
+
+
+def test_validate_lists_every_problem_of_a_bad_file_and_exits_1(files: dict[str, Path], tmp_path: Path) -> None:
+    """Each problem on its own line naming the file and the step; good files still get OK."""
+    not_yaml = tmp_path / "not-yaml.yaml"
+    not_yaml.write_text("steps: [\n", encoding="utf-8")
+    result = sw("validate", files["build"], files["broken"], not_yaml, tmp_path / "missing.yaml")
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    out = result.stdout
+    assert "Traceback" not in result.output
+    assert f"{files['build']}: OK  build v1" in out
+    broken = [ln for ln in out.splitlines() if ln.startswith(str(files["broken"]))]
+    assert broken == [
+        f"{files['broken']}: step 'deploy': unknown field 'colour' for a code step",
+        f"{files['broken']}: step 'test': loop_back target 'deploy' comes after it; loops may only go back",
+    ]
+    assert any(ln.startswith(f"{not_yaml}: not valid YAML") for ln in out.splitlines())
+    assert f"{tmp_path / 'missing.yaml'}: file not found" in out
+
+
+def test_submit_prints_the_id_and_the_same_key_gives_the_same_task(files: dict[str, Path], db: Path) -> None:
+    first = ok(sw("submit", files["build"], "--input", '{"n": 1}', "--db", db)).strip()
+    keyed = ok(sw("submit", files["build"], "--input", '{"n": 2}', "--key", "order-42", "--db", db)).strip()
+    again = ok(sw("submit", files["build"], "--input", '{"n": 3}', "--key", "order-42", "--db", db)).strip()
+
+    assert TASK_ID.match(first) and TASK_ID.match(keyed)
+    assert again == keyed != first
+    listed = tasks_json(db)
+    assert sorted(t["task_id"] for t in listed) == sorted([first, keyed])
+    assert {t["status"] for t in listed} == {"running"} and {t["step"] for t in listed} == {"build"}
+    shown = json.loads(ok(sw("show", keyed, "--json", "--db", db)))
+    assert shown["state"]["input"] == {"n": 2}  # the first submission under the key won
+
+
+def test_submit_reads_the_input_from_a_file(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
+    data = {"n": 7, "workspace": str(tmp_path / "ws")}
+    (tmp_path / "input.json").write_text(json.dumps(data), encoding="utf-8")
+    tid = ok(sw("submit", files["build"], "--input", f"@{tmp_path / 'input.json'}", "--db", db)).strip()
+    assert json.loads(ok(sw("show", tid, "--json", "--db", db)))["state"]["input"] == data
+
+
+def test_run_works_the_task_to_the_end_and_prints_its_history(files: dict[str, Path], db: Path) -> None:
+    out = ok(sw("run", files["build"], "--input", '{"n": 1}', "--db", db))
+    lines = out.splitlines()
+    assert re.match(r"task t-[0-9a-f]{12}  workflow build v1 \([0-9a-f]{12}\)  status completed$", lines[0])
+    assert [ln.split()[:2] for ln in lines[1:]] == [["ok", "build"], ["ok", "ship"]]
+    [task] = tasks_json(db)
+    assert (task["status"], task["step"]) == ("completed", None)
+
+
+def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> None:
+    """users add, run (parks at the human step), show, approve --as --hash, then a
+    worker process finishes the task."""
+    assert ok(sw("users", "add", "alice", "--role", "maintainer", "--db", db)).strip() == "alice: maintainer"
+    out = ok(sw("run", files["gate"], "--db", db))
+    tid, proposal = approve_hint(out)
+    assert f"...  approve        waits for approval of proposal {proposal}" in out
+    [task] = tasks_json(db)
+    assert (task["status"], task["step"]) == ("awaiting_approval", "approve")
+    shown = json.loads(ok(sw("show", tid, "--json", "--db", db)))
+    assert shown["state"]["current"]["proposal_hash"] == proposal
+    assert [e["type"] for e in shown["events"]] == ["TaskSubmitted", "AttemptReported"]
+
+    approved = ok(sw("approve", tid, "--as", "alice", "--hash", proposal, "--comment", "looks right", "--db", db))
+    assert approved.strip() == f"approved; task {tid} is running"
+    worker = sw_process("worker", "--until-idle", "--db", db)
+
+    assert worker.returncode == 0, worker.stderr
+    # the approval request (a notice nobody had performed yet) and ship
+    assert worker.stdout.strip() == "worker stopped: 2 commands, 0 timers, 0 retries"
+    history = ok(sw("show", tid, "--db", db))
+    assert "status completed" in history.splitlines()[0]
+    assert f"approved by alice, proposal {proposal[:12]}" in history
+
+
+def test_reject_records_the_reason_code_and_halts(files: dict[str, Path], db: Path) -> None:
+    ok(sw("users", "add", "alice", "--role", "maintainer", "--db", db))
+    tid, _ = approve_hint(ok(sw("run", files["gate"], "--db", db)))
+
+    out = ok(sw("reject", tid, "--as", "alice", "--reason", "insufficient_evidence", "--comment", "no logs",
+                "--db", db))
+
+    assert out.strip() == f"rejected; task {tid} is halted"
+    history = ok(sw("show", tid, "--db", db))
+    assert "halted at approve: insufficient_evidence no logs" in history
+    state = json.loads(ok(sw("show", tid, "--json", "--db", db)))["state"]
+    assert state["attempts"][-1]["actor"] == "alice"
+    assert state["attempts"][-1]["verdict"]["reason_code"] == "insufficient_evidence"
+
+
+def test_retry_and_cancel_are_audited(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
+    """A halted task is retried (its step runs again and passes), another is cancelled;
+    both acts are in the history with the operator's name and reason."""
+    ws = tmp_path / "ws"
+    halted = ok(sw("run", files["flag"], "--input", json.dumps({"workspace": str(ws)}), "--db", db))
+    tid = re.search(r"task (t-[0-9a-f]+)", halted).group(1)  # type: ignore[union-attr]
+    assert "status halted" in halted and "exit_status" in halted
+
+    (ws / "fixed").touch()
+    assert ok(sw("retry", tid, "--as", "ops", "--reason", "created the flag", "--db", db)).strip() == (
+        f"retried; task {tid} is running"
+    )
+    assert sw_process("worker", "--until-idle", "--db", db).returncode == 0
+    history = ok(sw("show", tid, "--db", db))
+    assert "status completed" in history
+    assert "OPER retry          by ops: created the flag" in history
+
+    other = ok(sw("submit", files["flag"], "--db", db)).strip()
+    assert ok(sw("cancel", other, "--as", "ops", "--reason", "not needed", "--db", db)).strip() == (
+        f"cancelled; task {other} is cancelled"
+    )
+    assert "OPER cancel         by ops: not needed" in ok(sw("show", other, "--db", db))
+    assert {t["task_id"]: t["status"] for t in tasks_json(db)} == {tid: "completed", other: "cancelled"}
+    assert [t["task_id"] for t in json.loads(ok(sw("tasks", "--json", "--status", "cancelled", "--db", db)))] == [
+        other
+    ]
