@@ -161,14 +161,31 @@ class PostgresStore(SqlStore):
             with active.connection.cursor() as cur:
                 yield cur
             return
+        with self._classified(), self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            self._local.cur = cur
+            try:
+                yield cur
+            finally:
+                self._local.cur = None
+
+    @contextmanager
+    def _stmt(self) -> Iterator[Any]:
+        """Reads and single-statement writes run in autocommit: each statement is its own
+        transaction, which saves the BEGIN and COMMIT round trips."""
+        active = getattr(self._local, "cur", None)
+        if active is not None:
+            with active.connection.cursor() as cur:
+                yield cur
+            return
+        with self._classified(), self._pool.connection() as conn, conn.cursor() as cur:
+            yield cur
+
+    @contextmanager
+    def _classified(self) -> Iterator[None]:
+        """The one place driver errors about the connection become statewright errors."""
         errors = self._psycopg
         try:
-            with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                self._local.cur = cur
-                try:
-                    yield cur
-                finally:
-                    self._local.cur = None
+            yield
         except errors.errors.TransactionRollback:
             raise  # a lost race; append classifies it with _is_unique_violation
         except (errors.OperationalError, errors.InterfaceError) as exc:

@@ -51,6 +51,12 @@ class SqlStore:
     def _tx(self) -> AbstractContextManager[Any]:
         raise NotImplementedError  # pragma: no cover - every dialect defines it
 
+    def _stmt(self) -> AbstractContextManager[Any]:
+        """For reads and single-statement writes, where each statement is atomic on its own:
+        PostgreSQL runs them in autocommit (no BEGIN/COMMIT round trips); by default (SQLite)
+        this is an ordinary ``_tx()``."""
+        return self._tx()
+
     def _is_unique_violation(self, exc: BaseException) -> bool:
         raise NotImplementedError  # pragma: no cover - every dialect defines it
 
@@ -80,7 +86,7 @@ class SqlStore:
 
     # --- schema ----------------------------------------------------------------------
     def schema_version(self) -> int:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             tables = self._tables(cur)
             if "sw_meta" not in tables:
                 return 0
@@ -131,7 +137,7 @@ class SqlStore:
             )
 
     def get_definition(self, content_hash: str) -> Mapping[str, Any] | None:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             row = self._x(cur, "SELECT body FROM sw_definitions WHERE hash = ?", (content_hash,)).fetchone()
         return json.loads(row[0]) if row else None
 
@@ -258,12 +264,12 @@ class SqlStore:
 
     # --- reads -----------------------------------------------------------------------
     def load(self, task_id: str) -> StoredTask | None:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             row = self._x(cur, f"SELECT {_TASK_COLS} FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
         return _task(row) if row else None
 
     def task_by_key(self, idem_key: str) -> str | None:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             row = self._x(cur, "SELECT task_id FROM sw_tasks WHERE idem_key = ?", (idem_key,)).fetchone()
         return str(row[0]) if row else None
 
@@ -276,7 +282,7 @@ class SqlStore:
             where.append("workflow = ?")
             params.append(workflow)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(
                 cur, f"SELECT {_TASK_COLS} FROM sw_tasks{clause} ORDER BY created_at_ms, task_id LIMIT ?",
                 (*params, limit),
@@ -284,12 +290,12 @@ class SqlStore:
         return [_task(r) for r in rows]
 
     def task_ids(self) -> list[str]:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(cur, "SELECT task_id FROM sw_tasks ORDER BY task_id").fetchall()
         return [str(r[0]) for r in rows]
 
     def events(self, task_id: str) -> list[EventRow]:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(
                 cur,
                 "SELECT task_id, version, event_id, type, body, at_ms, prev_hash, hash FROM sw_events"
@@ -303,7 +309,7 @@ class SqlStore:
 
     def raw_events(self, task_id: str) -> list[tuple[int, str, str, str]]:
         """(version, body text, prev_hash, hash) as stored, for chain verification."""
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(
                 cur, "SELECT version, body, prev_hash, hash FROM sw_events WHERE task_id = ? ORDER BY version",
                 (task_id,),
@@ -311,11 +317,11 @@ class SqlStore:
         return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     def has_event(self, event_id: str) -> bool:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             return self._x(cur, "SELECT 1 FROM sw_events WHERE event_id = ?", (event_id,)).fetchone() is not None
 
     def counts_by_status(self) -> dict[str, int]:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(cur, "SELECT status, COUNT(*) FROM sw_tasks GROUP BY status").fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
@@ -325,7 +331,7 @@ class SqlStore:
         if task_id is not None:
             sql += " WHERE task_id = ?"
             params = (task_id,)
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(cur, sql + " ORDER BY available_at_ms", params).fetchall()
         return [
             {"command_id": r[0], "task_id": r[1], "type": r[2], "token": int(r[4]),
@@ -340,13 +346,13 @@ class SqlStore:
         if task_id is not None:
             sql += " WHERE task_id = ?"
             params = (task_id,)
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(cur, sql + " ORDER BY due_at_ms", params).fetchall()
         return [{"timer_id": r[0], "task_id": r[1], "due_at_ms": int(r[2]), "purpose": r[3]} for r in rows]
 
     # --- leases ----------------------------------------------------------------------
     def claim(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1) -> list[Claim]:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(
                 cur,
                 "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
@@ -358,7 +364,7 @@ class SqlStore:
         return [_claim(r) for r in rows]
 
     def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             r = self._x(
                 cur, "UPDATE sw_outbox SET lease_expires_ms = ? WHERE command_id = ? AND token = ?",
                 (now_ms + lease_ms, command_id, token),
@@ -376,11 +382,11 @@ class SqlStore:
             self._work_added_txn(cur)
 
     def ack(self, command_id: str, token: int) -> None:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
 
     def claim_timers(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10) -> list[TimerClaim]:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             rows = self._x(
                 cur,
                 "UPDATE sw_timers SET lease_owner = ?, lease_expires_ms = ?, token = token + 1"
@@ -393,11 +399,11 @@ class SqlStore:
         return [TimerClaim(str(r[0]), str(r[1]), int(r[2]), str(r[3]), int(r[4])) for r in rows]
 
     def drop_timer(self, timer_id: str, token: int) -> None:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             self._x(cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", (timer_id, token))
 
     def next_due_ms(self) -> int | None:
-        with self._tx() as cur:
+        with self._stmt() as cur:
             a = self._x(
                 cur,
                 "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
