@@ -3,6 +3,8 @@ files in the task's workspace, so each test sees only its own calls."""
 
 from __future__ import annotations
 
+import threading
+
 from statewright._errors import PermanentError, TransientError
 from statewright.executors import ExecContext
 
@@ -50,3 +52,11 @@ def flag_exists(ctx: ExecContext) -> bool:
     """A wait step's check: passes once ``ctx.workspace/flag`` exists."""
     _call(ctx)
     return (ctx.workspace / "flag").exists()
+
+
+HEARTBEAT_SEEN = threading.Event()
+
+
+def wait_for_heartbeat(ctx: ExecContext) -> bool:
+    """Runs until the worker's heartbeat has renewed this command's lease once."""
+    return HEARTBEAT_SEEN.wait(10)

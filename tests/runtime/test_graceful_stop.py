@@ -6,13 +6,19 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
+from statewright.runtime.worker import Worker
 
-from .support import clean_env, drain, effect_workflow, lines, worker_argv
+from . import rt_steps
+from .support import clean_env, code, drain, effect_workflow, lines, worker_argv, workflow
 
 
 def test_sigterm_mid_command_finishes_it_releases_every_lease_and_exits_0(
@@ -52,4 +58,31 @@ def test_sigterm_mid_command_finishes_it_releases_every_lease_and_exits_0(
     assert all(r["lease_owner"] is None and r["lease_expires_ms"] is None for r in outbox)
 
     drain(engine)  # nothing was held back: the next worker goes on at once
+    assert engine.state(tid).status is TaskStatus.COMPLETED
+
+
+def test_no_lease_renewal_outlives_worker_run(
+    open_engine: Callable[..., Engine], workspace: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run() returns only when its heartbeat thread is done with the store, so closing the
+    engine right after cannot break a renewal still in flight."""
+    engine = open_engine()
+    renewed = threading.Event()
+    real_renew = engine.store.renew
+
+    def slow_renew(*args: object, **kwargs: object) -> bool:
+        rt_steps.HEARTBEAT_SEEN.set()
+        time.sleep(0.3)  # a slow database round trip, in the heartbeat thread
+        try:
+            return real_renew(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            renewed.set()
+
+    monkeypatch.setattr(engine.store, "renew", slow_renew)
+    rt_steps.HEARTBEAT_SEEN.clear()
+    tid = engine.submit(workflow("slow", code("work", "wait_for_heartbeat")), {"workspace": str(workspace)})
+
+    Worker(engine, lease_seconds=0.3).run(until=lambda: engine.state(tid).terminal)
+
+    assert renewed.is_set()
     assert engine.state(tid).status is TaskStatus.COMPLETED

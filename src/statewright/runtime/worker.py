@@ -92,6 +92,7 @@ class Worker:
             self.stopping.set()
             for t in threads:
                 t.join()
+            heartbeat.join()  # no renewal may touch the store after run() returns
             self._release_all()
         return self.stats
 
