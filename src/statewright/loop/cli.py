@@ -111,6 +111,16 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
     definition = load_loop(file)
     with _open(db, create=True) as store:
         before = store.latest_run(definition.name)
+        if (
+            before is not None
+            and not before.status.is_terminal
+            and before.definition_sha256 != definition.sha256
+        ):
+            click.echo(
+                f"note: {file} changed since run {before.run_id} opened; the run keeps its"
+                " budgets and thresholds, and runs checks and oracles from the file as it is now",
+                err=True,
+            )
         runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True)
         outcome = runner.run()
         run = store.run(outcome.run_id)
