@@ -105,7 +105,14 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     assert "waiting for role maintainer to approve item 1" in paused.stdout
     wrong = _one_line_error(_cli("approve", "1", "--as", "eve", "--role", "intern", db=db))
     assert "needs role 'maintainer'" in wrong
-    ok = _cli("approve", "1", "--as", "ann", "--role", "maintainer", db=db)
+    unlisted = _one_line_error(_cli("approve", "1", "--as", "ann", db=db))
+    assert "does not hold the role 'maintainer'" in unlisted
+    agent = _one_line_error(_cli("approve", "1", "--as", "agent:worker", db=db))
+    assert "may never decide a gate" in agent
+    from statewright.runtime.users import Users, users_file
+
+    Users(users_file(str(db))).add("ann", ["maintainer"])
+    ok = _cli("approve", "1", "--as", "ann", db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
 

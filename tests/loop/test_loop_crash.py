@@ -137,6 +137,9 @@ def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
     run_id = _only_run(db)
     status = cli(root, db, "status")
     assert "gate: role maintainer to approve item 88" in status.stdout
+    from statewright.runtime.users import Users, users_file
+
+    Users(users_file(str(db))).add("ann", ["maintainer"])
     approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer")
     assert approved.returncode == 0, approved.stderr
     assert _run(root, db) == 0

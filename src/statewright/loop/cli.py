@@ -261,11 +261,11 @@ def clear_cmd(run_id: str, who: str, reason: str, db: str) -> None:
 @loop.command("approve")
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", required=True, help="Who approves.")
-@click.option("--role", required=True, help="The role the gate asks for.")
+@click.option("--role", default=None, help="The role you act in (default: the role the gate asks for).")
 @click.option("--fingerprint", default=None, help="The fingerprint shown (default: the pending one).")
 @_db_option
 @_friendly
-def approve_cmd(run_id: str, who: str, role: str, fingerprint: str | None, db: str) -> None:
+def approve_cmd(run_id: str, who: str, role: str | None, fingerprint: str | None, db: str) -> None:
     """Approve the proposal a gate of RUN shows; the next 'loop run' carries on."""
     _decide(db, run_id, who=who, role=role, fingerprint=fingerprint, approve=True, reason="")
 
@@ -273,12 +273,12 @@ def approve_cmd(run_id: str, who: str, role: str, fingerprint: str | None, db: s
 @loop.command("deny")
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", required=True)
-@click.option("--role", required=True)
+@click.option("--role", default=None)
 @click.option("--reason", required=True, help="Why not; the item is parked.")
 @click.option("--fingerprint", default=None)
 @_db_option
 @_friendly
-def deny_cmd(run_id: str, who: str, role: str, reason: str, fingerprint: str | None, db: str) -> None:
+def deny_cmd(run_id: str, who: str, role: str | None, reason: str, fingerprint: str | None, db: str) -> None:
     """Deny the proposal a gate of RUN shows; the item is parked."""
     _decide(db, run_id, who=who, role=role, fingerprint=fingerprint, approve=False, reason=reason)
 
@@ -356,7 +356,11 @@ def simulate_cmd(
 # ---------------------------------------------------------------- helpers
 
 
-def _decide(db: str, run_id: str, *, who: str, role: str, fingerprint: str | None, approve: bool, reason: str) -> None:
+def _decide(
+    db: str, run_id: str, *, who: str, role: str | None, fingerprint: str | None, approve: bool, reason: str
+) -> None:
+    from statewright.runtime.users import Users, users_file
+
     with _open(db, create=False) as store:
         run = store.run(run_id)
         pending = store.pending_approvals(run.run_id)
@@ -365,11 +369,23 @@ def _decide(db: str, run_id: str, *, who: str, role: str, fingerprint: str | Non
                 msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --fingerprint"
                 raise InputError(msg)
             fingerprint = pending[0].fingerprint
+        gate = next((p for p in pending if p.fingerprint == fingerprint), None)
+        if gate is not None:
+            role = role or gate.role
+            held = Users(users_file(db)).roles(who)
+            if ":" in who:
+                raise InputError(f"{who!r} is an agent or system actor and may never decide a gate")
+            if role == gate.role and gate.role not in held:
+                msg = (
+                    f"run {run.run_id}: {who!r} does not hold the role {gate.role!r} the gate needs "
+                    f"(has: {', '.join(held) or 'none'}); add it with 'statewright users add {who} --role {gate.role}'"
+                )
+                raise InputError(msg)
         row = store.decide_approval(
             run.run_id,
             fingerprint=fingerprint,
             who=who,
-            role=role,
+            role=role or "",
             approve=approve,
             reason=reason,
             at_ms=_now_ms(),
