@@ -228,3 +228,33 @@ def test_timers_wake_waiters_too(pg: PostgresStore, pg_url: str) -> None:
     finally:
         other.close()
     assert pg.wait_for_work(10.0) is True
+
+
+def test_the_url_shown_hides_the_password(pg_url: str) -> None:
+    """``store.url`` (used in every message) never carries the password the store connects with."""
+    user, _, rest = pg_url.partition("@")
+    with_password = f"{user}:hunter2@{rest}"  # trust auth ignores it; the URL still carries it
+    s = PostgresStore(with_password)
+    try:
+        assert "hunter2" not in s.url and ":***@" in s.url
+        assert s.schema_version() == SCHEMA_VERSION
+    finally:
+        s.close()
+
+
+def test_closing_the_store_ends_a_wait(pg: PostgresStore) -> None:
+    """A worker thread blocked in wait_for_work returns False when its store is closed."""
+    _prime(pg)
+    out: list[tuple[bool, float]] = []
+
+    def wait() -> None:
+        pg.wait_for_work(0.0)  # this thread's first call may report "maybe work"
+        started = time.monotonic()
+        out.append((pg.wait_for_work(30.0), time.monotonic() - started))
+
+    t = threading.Thread(target=wait)
+    t.start()
+    pg.close()  # before or while the thread waits: either way the wait ends
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert out[0][0] is False and out[0][1] < 10

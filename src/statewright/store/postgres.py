@@ -78,7 +78,11 @@ def split_url(url: str) -> tuple[str, str | None]:
 
 
 class PostgresStore(SqlStore):
+    """``url`` is the URL with any password replaced by ``***`` (it shows up in messages);
+    the store connects with the URL it was given."""
+
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    announces_work = True
 
     def __init__(
         self,
@@ -91,7 +95,7 @@ class PostgresStore(SqlStore):
     ) -> None:
         driver, pool_module = _driver()
         self._psycopg = driver
-        self.url = url
+        self.url = redact(url)
         self._conninfo, self._schema = split_url(url)
         self._connect_timeout = max(2, int(connect_timeout_seconds))
         self._local = threading.local()
@@ -134,7 +138,7 @@ class PostgresStore(SqlStore):
 
     def _why_unreachable(self) -> str:
         """Connect once outside the pool to learn the driver's reason, for the message."""
-        where = redact(self.url)
+        where = self.url
         try:
             conn = self._psycopg.connect(self._conninfo, connect_timeout=self._connect_timeout)
         except self._psycopg.Error as exc:
@@ -191,7 +195,7 @@ class PostgresStore(SqlStore):
         except (errors.OperationalError, errors.InterfaceError) as exc:
             reason = " ".join(str(exc).split()) or type(exc).__name__
             msg = (
-                f"PostgreSQL at {redact(self.url)} is unavailable ({reason}); "
+                f"PostgreSQL at {self.url} is unavailable ({reason}); "
                 "stop claiming work: held leases expire and other workers take over"
             )
             raise StoreUnavailableError(msg) from None
@@ -290,14 +294,17 @@ class PostgresStore(SqlStore):
         cur.execute("SELECT pg_notify(%s, current_schema())", (CHANNEL,))
 
     def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
-        """Wait until another transaction announces work, ``timeout_seconds`` pass, or
-        ``wake`` is set. Returns True at once when work was announced since this thread's
-        previous call (so an announcement made while the caller was claiming is not lost)."""
+        """Wait until another transaction announces work, ``timeout_seconds`` pass, ``wake``
+        is set or the store is closed. Returns True at once when work was announced since this
+        thread's previous call (so an announcement made while the caller was claiming is not
+        lost); False otherwise."""
         self._ensure_listener()
         deadline = time.monotonic() + max(0.0, timeout_seconds)
         seen = getattr(self._local, "seen", 0)
         with self._cond:
             while True:
+                if self._closed:
+                    return False
                 if self._listen_error is not None:
                     error = self._listen_error
                     self._listen_error = None
@@ -315,17 +322,14 @@ class PostgresStore(SqlStore):
 
     def _ensure_listener(self) -> None:
         with self._cond:
-            if self._listener is not None or self._listen_error is not None:
+            if self._listener is not None or self._listen_error is not None or self._closed:
                 return
-            if self._closed:
-                msg = f"the store for {redact(self.url)} is closed; open a new one"
-                raise StoreError(msg)
             errors = self._psycopg
             try:
                 conn = errors.connect(self._conninfo, autocommit=True, connect_timeout=self._connect_timeout)
             except errors.Error as exc:
                 reason = " ".join(str(exc).split())
-                msg = f"PostgreSQL at {redact(self.url)} is unavailable for LISTEN ({reason})"
+                msg = f"PostgreSQL at {self.url} is unavailable for LISTEN ({reason})"
                 raise StoreUnavailableError(msg) from None
             try:
                 self._configure(conn)
@@ -334,7 +338,7 @@ class PostgresStore(SqlStore):
             except errors.Error as exc:
                 conn.close()
                 reason = " ".join(str(exc).split())
-                msg = f"PostgreSQL at {redact(self.url)} refused LISTEN {CHANNEL} ({reason})"
+                msg = f"PostgreSQL at {self.url} refused LISTEN {CHANNEL} ({reason})"
                 raise StoreUnavailableError(msg) from None
             self._listen_schema = str(row[0]) if row and row[0] is not None else ""
             self._listen_conn = conn
@@ -359,7 +363,7 @@ class PostgresStore(SqlStore):
                 reason = " ".join(str(exc).split()) or type(exc).__name__
                 with self._cond:
                     self._listen_error = (
-                        f"PostgreSQL at {redact(self.url)}: the LISTEN connection was lost "
+                        f"PostgreSQL at {self.url}: the LISTEN connection was lost "
                         f"({reason}); stop claiming work: held leases expire and other "
                         "workers take over"
                     )

@@ -43,6 +43,7 @@ def chain_hash(prev_hash: str, version: int, body: str) -> str:
 class SqlStore:
     url: str = ""
     skip_locked: str = ""
+    announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
 
     # --- dialect hooks ---------------------------------------------------------------
     def close(self) -> None:
