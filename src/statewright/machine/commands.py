@@ -6,8 +6,10 @@ idempotency key and a duplicate report is a duplicate event."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
+
+from statewright.machine._records import record_dict
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,7 @@ class Command:
     attempt: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, **asdict(self)}
+        return {"type": self.type, **record_dict(self)}
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ An event's ``event_id`` makes its append idempotent."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from statewright._errors import IllegalEventError
+from statewright.machine._records import record_dict
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class Event:
     at_ms: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, **asdict(self)}
+        return {"type": self.type, **record_dict(self)}
 
 
 @dataclass(frozen=True)

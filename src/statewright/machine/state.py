@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
 from statewright.definition.model import Workflow
+from statewright.machine._records import record_dict
 
 
 class TaskStatus(StrEnum):
@@ -138,13 +139,13 @@ class TaskState:
         ]
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "workflow"}
         out: dict[str, Any] = {}
-        for key, value in data.items():
+        for key in _STATE_FIELDS:
+            value = getattr(self, key)
             if isinstance(value, tuple):
-                out[key] = [asdict(v) for v in value]
+                out[key] = [record_dict(v) for v in value]
             elif value is not None and hasattr(value, "__dataclass_fields__"):
-                out[key] = asdict(value)
+                out[key] = record_dict(value)
             else:
                 out[key] = value
         out["workflow"] = {
@@ -180,6 +181,10 @@ class TaskState:
             created_at_ms=int(data.get("created_at_ms", 0)),
             updated_at_ms=int(data.get("updated_at_ms", 0)),
         )
+
+
+#: The serialised fields of TaskState, in declaration order (the workflow is written as a reference).
+_STATE_FIELDS = tuple(f.name for f in fields(TaskState) if f.name != "workflow")
 
 
 def new_task(task_id: str, workflow: Workflow) -> TaskState:

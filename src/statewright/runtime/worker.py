@@ -33,6 +33,7 @@ log = logging.getLogger("statewright.worker")
 
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
+_WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
 
 
 @dataclass
@@ -66,6 +67,11 @@ class Worker:
         self.stopping = threading.Event()
         self._held: dict[str, int] = {}
         self._held_lock = threading.Lock()
+        # The state a report of ours wrote, keyed by the command the same commit claimed for
+        # us: performing that command then needs no read back (a stale one loses cleanly in
+        # Engine.apply and is read again).
+        self._chained: dict[str, TaskState] = {}
+        self._workspaces: dict[tuple[object, ...], Path] = {}
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -129,6 +135,7 @@ class Worker:
                 crash_point("after_claim")
                 nxt = self._perform(nxt)
                 if self.stopping.is_set() and nxt is not None:
+                    self._chained.pop(nxt.command_id, None)
                     self.store.release(nxt.command_id, nxt.token, self.clock.now_ms(), failed=False)
                     nxt = None
             did = True
@@ -149,6 +156,8 @@ class Worker:
                 continue
             self.stats.timers += 1
             nxt = applied.claimed
+            if nxt is not None:
+                self._chained[nxt.command_id] = applied.state
             while nxt is not None:
                 nxt = self._perform(nxt)
         return bool(timers)
@@ -170,6 +179,7 @@ class Worker:
     def _perform_held(self, claim: Claim) -> Claim | None:
         body = claim.body
         result_id = f"{claim.command_id}:result"
+        chained = self._chained.pop(claim.command_id, None)
         if claim.deliveries > 1 and self.store.has_event(result_id):
             self.store.ack(claim.command_id, claim.token)  # outcome already recorded
             return None
@@ -182,7 +192,7 @@ class Worker:
             self.stats.commands += 1
             return None
         try:
-            state = self.engine.state(claim.task_id)
+            state = chained if chained is not None else self.engine.state(claim.task_id)
             step = state.workflow.step(str(body["step"]))
         except (TaskNotFoundError, KeyError):
             self.store.ack(claim.command_id, claim.token)
@@ -199,7 +209,7 @@ class Worker:
         try:
             applied = self.engine.apply(
                 claim.task_id, event, complete=(claim.command_id, claim.token),
-                claim_for=None if self.stopping.is_set() else self._claim_for(),
+                claim_for=None if self.stopping.is_set() else self._claim_for(), state=state,
             )
         except IllegalEventError:
             self.stats.stale += 1
@@ -211,18 +221,27 @@ class Worker:
             return None
         crash_point("after_append")
         self.stats.commands += 1
+        if applied.claimed is not None:
+            self._chained[applied.claimed.command_id] = applied.state
         return applied.claimed
 
     def _context(self, claim: Claim, state: TaskState, step: Step) -> Any:
         from statewright.executors.base import ExecContext
 
         ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
-        workspace = Path(str(ws)) if ws else self.engine.workspace_root / state.task_id
-        workspace.mkdir(parents=True, exist_ok=True)
+        key = (str(ws),) if ws else (self.engine.workspace_root, state.task_id)
+        resolved = self._workspaces.get(key)
+        if resolved is None or not os.path.isdir(resolved):
+            workspace = Path(str(ws)) if ws else self.engine.workspace_root / state.task_id
+            workspace.mkdir(parents=True, exist_ok=True)
+            resolved = workspace.resolve()
+            if len(self._workspaces) >= _WORKSPACE_CACHE_SIZE:
+                self._workspaces.clear()
+            self._workspaces[key] = resolved
         return ExecContext(
             task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
-            workspace=workspace.resolve(), timeout_seconds=step.timeout_seconds,
+            workspace=resolved, timeout_seconds=step.timeout_seconds,
         )
 
     def _execute(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event:
