@@ -407,3 +407,39 @@ def test_stores_close_cleanly_and_open_again(store_url: str, store: SqlStore) ->
         assert again.task_ids() == ["t1"]
     finally:
         again.close()
+
+
+# --- through the engine and a real worker ---------------------------------------------------
+def _two_step_workflow() -> Any:
+    from statewright.definition.builder import WorkflowBuilder
+
+    return (
+        WorkflowBuilder("conformance")
+        .code("build", owner="ci", run={"command": ["true"]})
+        .code("ship", owner="ci", run={"command": ["true"]})
+        .build()
+    )
+
+
+def test_engine_submit_with_a_key_returns_the_same_task(store: SqlStore, tmp_path: Path) -> None:
+    """Engine.submit under one idempotency key twice gives one task."""
+    from statewright import Engine
+
+    engine = Engine(store, workspace_root=tmp_path / "ws")
+    first = engine.submit(_two_step_workflow(), {"n": 1}, key="deploy-42")
+    again = engine.submit(_two_step_workflow(), {"n": 2}, key="deploy-42")
+    assert first == again
+    assert store.task_ids() == [first]
+
+
+def test_a_task_runs_to_completion_through_a_real_worker(store: SqlStore, tmp_path: Path) -> None:
+    """Submit, then the worker claims, runs both steps and records them: completed, chain intact."""
+    from statewright import Engine
+
+    engine = Engine(store, workspace_root=tmp_path / "ws")
+    tid = engine.submit(_two_step_workflow(), {})
+    view = engine.run_task(tid, lease_seconds=5)
+    assert view.status == "completed"
+    assert [e.type for e in store.events(tid)] == ["TaskSubmitted", "AttemptReported", "AttemptReported"]
+    assert verify_chain(store.raw_events(tid)) == []
+    assert store.outbox() == [] and store.timers() == []
