@@ -97,6 +97,7 @@ def unchanged(parked: Parked) -> Callable[[], None]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_is_one_error_line_and_changes_nothing(case: str, parked: Parked) -> None:
+    """Each bad input: one error line naming the problem; rows, users file and task list unchanged."""
     args, expected = CASES[case]
     check = unchanged(parked)
 
@@ -144,6 +145,7 @@ def foreign_db(tmp_path: Path) -> Path:
 def test_a_database_of_another_application_is_refused_and_left_as_it_was(
     command: list[str], foreign_db: Path, files: dict[str, Path],
 ) -> None:
+    """Another program's SQLite file is refused byte for byte untouched, with no -wal or -shm left."""
     before = foreign_db.read_bytes()
     siblings = sorted(p.name for p in foreign_db.parent.iterdir())
     args = [str(files["build"]) if a == "{build}" else a for a in command]
@@ -156,6 +158,7 @@ def test_a_database_of_another_application_is_refused_and_left_as_it_was(
 
 
 def test_a_file_that_is_not_a_database_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A text file given as --db is refused and left as it was."""
     junk = tmp_path / "notes.db"
     junk.write_text("shopping list\n", encoding="utf-8")
 
@@ -167,6 +170,7 @@ def test_a_file_that_is_not_a_database_is_refused_and_left_as_it_was(tmp_path: P
 
 
 def test_a_missing_database_is_refused_and_not_created(tmp_path: Path) -> None:
+    """Reading commands do not create a database where there is none."""
     line = refusal(sw("tasks", "--db", tmp_path / "nowhere.db"))
     assert "no statewright database here" in line
     assert list(tmp_path.iterdir()) == []

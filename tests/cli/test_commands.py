@@ -25,6 +25,7 @@ def approve_hint(output: str) -> tuple[str, str]:
 
 
 def test_validate_prints_ok_per_file(files: dict[str, Path]) -> None:
+    """One OK line per good file, with the steps and their routes; exit 0."""
     out = ok(sw("validate", EXAMPLES / "fix-bug.yaml", files["gate"]))
     assert out.splitlines() == [
         f"{EXAMPLES / 'fix-bug.yaml'}: OK  fix-bug v1: implement(ai) -> test(code) [fail: loop_back->implement "
@@ -54,6 +55,7 @@ def test_validate_lists_every_problem_of_a_bad_file_and_exits_1(files: dict[str,
 
 
 def test_submit_prints_the_id_and_the_same_key_gives_the_same_task(files: dict[str, Path], db: Path) -> None:
+    """submit prints the new task id; a second submit with the same --key returns the first task."""
     first = ok(sw("submit", files["build"], "--input", '{"n": 1}', "--db", db)).strip()
     keyed = ok(sw("submit", files["build"], "--input", '{"n": 2}', "--key", "order-42", "--db", db)).strip()
     again = ok(sw("submit", files["build"], "--input", '{"n": 3}', "--key", "order-42", "--db", db)).strip()
@@ -68,6 +70,7 @@ def test_submit_prints_the_id_and_the_same_key_gives_the_same_task(files: dict[s
 
 
 def test_submit_reads_the_input_from_a_file(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
+    """--input @file.json reads the task input from the file."""
     data = {"n": 7, "workspace": str(tmp_path / "ws")}
     (tmp_path / "input.json").write_text(json.dumps(data), encoding="utf-8")
     tid = ok(sw("submit", files["build"], "--input", f"@{tmp_path / 'input.json'}", "--db", db)).strip()
@@ -75,6 +78,7 @@ def test_submit_reads_the_input_from_a_file(files: dict[str, Path], db: Path, tm
 
 
 def test_run_works_the_task_to_the_end_and_prints_its_history(files: dict[str, Path], db: Path) -> None:
+    """run submits, works the task to its end in this process, and prints one line per attempt."""
     out = ok(sw("run", files["build"], "--input", '{"n": 1}', "--db", db))
     lines = out.splitlines()
     assert re.match(r"task t-[0-9a-f]{12}  workflow build v1 \([0-9a-f]{12}\)  status completed$", lines[0])
@@ -109,6 +113,7 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
 
 
 def test_reject_records_the_reason_code_and_halts(files: dict[str, Path], db: Path) -> None:
+    """reject --reason records the reason code with the actor; the default route halts the task."""
     ok(sw("users", "add", "alice", "--role", "maintainer", "--db", db))
     tid, _ = approve_hint(ok(sw("run", files["gate"], "--db", db)))
 

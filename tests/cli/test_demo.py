@@ -12,6 +12,7 @@ from .support import sw_process
 
 @pytest.mark.slow  # about 5 s of CPU in a dozen processes (git, pytest, agents): 6-18 s of wall time
 def test_the_demo_loops_back_is_approved_by_alice_and_completes(tmp_path: Path) -> None:
+    """The demo's output shows the loop-back, alice's approval quoting the hash, and a completed task."""
     workdir = tmp_path / "demo"
 
     result = sw_process("demo", "--workdir", workdir)

@@ -65,12 +65,14 @@ def test_an_edited_event_body_fails_verify_naming_the_task(db: Path, tasks: tupl
 def test_an_unreadable_event_body_is_a_finding_not_a_crash(
     db: Path, tasks: tuple[str, str], body: str, problem: str,
 ) -> None:
+    """An event body that no longer parses as an event is reported, not raised."""
     bad, good = tasks
     sql(db, "UPDATE sw_events SET body = ? WHERE task_id = ? AND version = 2", (body, bad))
     assert_flags_only(db, bad, good, problem)
 
 
 def test_an_edited_projection_fails_verify(db: Path, tasks: tuple[str, str]) -> None:
+    """A projection edited to say halted no longer matches the replayed log."""
     bad, good = tasks
     sql(db, "UPDATE sw_tasks SET state = replace(state, '\"completed\"', '\"halted\"') WHERE task_id = ?", (bad,))
     assert_flags_only(db, bad, good, "replayed state differs from the stored projection")
@@ -84,12 +86,14 @@ def test_an_edited_status_column_fails_verify(db: Path, tasks: tuple[str, str]) 
 
 
 def test_an_unreadable_projection_is_a_finding_not_a_crash(db: Path, tasks: tuple[str, str]) -> None:
+    """A projection that is not JSON any more is reported, not raised."""
     bad, good = tasks
     sql(db, "UPDATE sw_tasks SET state = 'garbage' WHERE task_id = ?", (bad,))
     assert_flags_only(db, bad, good, "the stored projection is not readable")
 
 
 def test_a_deleted_last_event_fails_verify(db: Path, tasks: tuple[str, str]) -> None:
+    """Dropping the newest event leaves a projection the log no longer explains."""
     bad, good = tasks
     sql(db, "DELETE FROM sw_events WHERE task_id = ? AND version = 3", (bad,))
     assert_flags_only(db, bad, good, "replayed state differs from the stored projection")
