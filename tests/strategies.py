@@ -7,12 +7,15 @@ them and records every step, accepted or rejected, for the property tests to che
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
 
+from statewright._canonical import canonical_json
 from statewright._errors import IllegalEventError
 from statewright.definition import Workflow, workflow_from_dict
 from statewright.machine.commands import (
@@ -33,7 +36,7 @@ from statewright.machine.events import (
     TaskSubmitted,
     TimerFired,
 )
-from statewright.machine.state import TaskState, new_task
+from statewright.machine.state import TaskState, TaskStatus, new_task
 from statewright.machine.task import transition
 
 # --- workflows --------------------------------------------------------------------------
@@ -230,6 +233,16 @@ class Driver:
 _KINDS = ("ai", "code", "wait", "human")
 
 
+@functools.lru_cache(maxsize=4096)
+def _load(canonical: str, source: str) -> Workflow:
+    """Load once per distinct definition: schema checks dominate generation time."""
+    return workflow_from_dict(json.loads(canonical), source)
+
+
+def load_cached(data: Mapping[str, Any], source: str) -> Workflow:
+    return _load(json.dumps(data, sort_keys=True), source)
+
+
 @st.composite
 def random_workflows(draw: st.DrawFn) -> Workflow:
     """A valid workflow of 1-5 steps with every kind, route and approval rule in play."""
@@ -272,47 +285,70 @@ def random_workflows(draw: st.DrawFn) -> Workflow:
         if draw(st.integers(0, 4)) == 0:
             step["on_success"] = "complete"
         steps.append(step)
-    return workflow_from_dict({"workflow": "random", "steps": steps}, "<random>")
+    return load_cached({"workflow": "random", "steps": steps}, "<random>")
 
 
 def workflows() -> st.SearchStrategy[Workflow]:
-    fixed = [
-        workflow_from_dict(fix_bug_dict(), "fix-bug"),
-        workflow_from_dict(triage_dict(), "triage"),
-        workflow_from_dict(supplier_dict(), "supplier"),
-    ]
-    return st.one_of(st.sampled_from(fixed), random_workflows())
+    """The fix-bug, triage and supplier shapes, or a random valid workflow."""
+    fixed = st.sampled_from([
+        (fix_bug_dict(), "fix-bug"), (triage_dict(), "triage"), (supplier_dict(), "supplier"),
+    ]).map(lambda pair: load_cached(*pair))
+    return st.one_of(fixed, random_workflows())
 
 
 # --- Hypothesis: events ---------------------------------------------------------------
 
-AGENT_ACTORS = ("agent:fixer", "agent:reviewer", "alice", "code:runner")
-APPROVERS = ("alice", "bob", "carol", "agent:fixer", "")
-ROLE_SETS = ((), ("maintainer",), ("finance-approver",), ("maintainer", "finance-approver"),
-             ("triager",), ("triager", "maintainer", "finance-approver"))
-CLOCK_STEPS_MS = (0, 1_000, 60_000, 300_000, 3_600_000, 90_000_000)
+AGENT_ACTORS = st.sampled_from(("agent:fixer", "agent:reviewer", "alice", "code:runner"))
+_APPROVAL_FLAWS = st.sampled_from(["none", "none", "hash", "hash", "role", "actor", "step"])
+PEOPLE = st.sampled_from(("alice", "bob", "carol"))  # alice also reports work: duty rules bite
+ALL_ROLES = ("maintainer", "finance-approver", "triager")
+CLOCK_STEPS_MS = st.sampled_from((0, 1_000, 1_000, 1_000, 60_000, 300_000, 3_600_000,
+                                  90_000_000))
+# (ok, error): mostly clean reports, some failures, some executor-flagged bad verdicts
+_RESULTS = st.sampled_from([(True, None)] * 6 + [(False, "timeout"), (False, "exit_status"),
+                                                 (False, "invalid_verdict"), (True, "timeout")])
+# (note, output, artifacts): the note is noise the reducer must never read
+_FLAVOURS = st.sampled_from([
+    ("", "", {}), ("approved", "", {"diff": "sha:abc"}),
+    ("LGTM, all done", "FAILED tests/test_x.py::test_y", {"diff": "sha:def"}),
+    ("", "3 passed", {"diff": "sha:abc"}),
+])
+_REASON_CODES = st.sampled_from(["needs_work", "policy_denial", ""])
+_NOISE_VERDICTS = st.sampled_from([None, {"approved": "yes"}, {"unknown": 1}, [],
+                                   {"outcome": "bogus"}])
+_REVIEW_VERDICTS = st.fixed_dictionaries(
+    {"approved": st.booleans()},
+    optional={"must_fix": st.lists(st.sampled_from(["add a test", "handle None"]), max_size=2)},
+)
+_ANALYSIS_VERDICTS = st.fixed_dictionaries(
+    {"outcome": st.sampled_from(sorted(ANALYSIS_OUTCOMES)),
+     "summary": st.sampled_from(["ok", "callback missing"])},
+    optional={"missingEvidence": st.lists(st.just("callback"), max_size=1)},
+)
+_VERDICTS = {
+    "none": st.one_of(st.none(), _REVIEW_VERDICTS, _NOISE_VERDICTS),
+    "review": st.one_of(_REVIEW_VERDICTS, _REVIEW_VERDICTS,
+                        _REVIEW_VERDICTS.map(lambda v: {**v, "extra": True}), _NOISE_VERDICTS),
+    "analysis": st.one_of(_ANALYSIS_VERDICTS, _ANALYSIS_VERDICTS, _NOISE_VERDICTS),
+}
+# a cancel ends the run for good, so it is rare; the others are refused or answer work
+_CHOICES = st.sampled_from(["latest"] * 12 + ["old"] * 2 + ["bogus"] * 2
+                           + ["submit", "retry", "cancel"])
 
 
 def verdicts(run_step: RunStep) -> st.SearchStrategy[Any]:
     """Verdicts for one step: valid ones for its schema, invalid ones, unknown fields, none."""
     schema = run_step.brief.get("output_schema") if run_step.brief else None
-    noise = st.sampled_from([None, {"approved": "yes"}, {"unknown": 1}, [], {"outcome": "bogus"}])
-    review = st.fixed_dictionaries(
-        {"approved": st.booleans()},
-        optional={"must_fix": st.lists(st.sampled_from(["add a test", "handle None"]),
-                                       max_size=2)},
-    )
-    analysis = st.fixed_dictionaries(
-        {"outcome": st.sampled_from(sorted(ANALYSIS_OUTCOMES)),
-         "summary": st.sampled_from(["ok", "callback missing"])},
-        optional={"missingEvidence": st.lists(st.just("callback"), max_size=1)},
-    )
-    with_extra = review.map(lambda v: {**v, "extra": True})
     if schema is None:
-        return st.one_of(st.none(), review, noise)
+        return _VERDICTS["none"]
     if "approved" in schema.get("properties", {}):
-        return st.one_of(review, review, with_extra, noise)
-    return st.one_of(analysis, analysis, noise)
+        return _VERDICTS["review"]
+    return _VERDICTS["analysis"]
+
+
+def snapshot(state: TaskState) -> str:
+    """The state's dict form as text: a copy no later mutation can reach."""
+    return canonical_json(state.to_dict())
 
 
 @dataclass(frozen=True)
@@ -321,10 +357,10 @@ class Applied:
 
     event: Event
     before: TaskState
-    before_dict: dict[str, Any]
+    before_json: str  # canonical JSON of before.to_dict(), taken before the event
     accepted: bool
     after: TaskState
-    after_dict: dict[str, Any]
+    after_json: str  # the same, of the state after it (the untouched input when refused)
     commands: tuple[Command, ...]
 
 
@@ -338,20 +374,54 @@ class Run:
     def accepted(self) -> list[Applied]:
         return [s for s in self.steps if s.accepted]
 
+    def __repr__(self) -> str:
+        """The workflow and each event with its fate: what a falsifying example shows."""
+        lines = [self.workflow.describe()]
+        for s in self.steps:
+            fate = f"-> {s.after.status.value}" if s.accepted else "refused"
+            lines.append(f"{s.event!r} {fate}")
+        return "Run(\n    " + "\n    ".join(lines) + "\n)"
 
-def _answer(draw: st.DrawFn, cmd: Command, at_ms: int, state: TaskState) -> dict[str, Any]:
-    """Fields of an event answering ``cmd`` (well or badly); returns type + fields."""
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))  # Hypothesis's printer would otherwise dump every state
+
+
+def _passing_verdict(cmd: RunStep) -> dict[str, Any] | None:
+    schema = cmd.brief.get("output_schema") if cmd.brief else None
+    if schema is None:
+        return None
+    if "approved" in schema.get("properties", {}):
+        return {"approved": True}
+    return {"outcome": "sufficient", "summary": "all evidence agrees"}
+
+
+def _answer(draw: st.DrawFn, cmd: Command, at_ms: int, luck: int,
+            stale_hashes: Sequence[str]) -> dict[str, Any]:
+    """The class and fields of an event answering ``cmd``, well or badly. A run's ``luck``
+    (-1 to 2) scripts some answers: the higher it is, the more often the work simply
+    succeeds; at -1 it often simply fails, which drives loops to their budgets."""
+    scripted = draw(st.integers(0, 9)) < 4 * abs(luck)
+    lucky = scripted and luck > 0
+    if isinstance(cmd, RunStep) and scripted:
+        if lucky:
+            return {"cls": AttemptReported, "command_id": cmd.command_id, "step": cmd.step,
+                    "attempt": cmd.attempt, "actor": draw(AGENT_ACTORS),
+                    "verdict": _passing_verdict(cmd), "note": "done"}
+        return {"cls": AttemptReported, "command_id": cmd.command_id, "step": cmd.step,
+                "attempt": cmd.attempt, "actor": draw(AGENT_ACTORS), "ok": False,
+                "error": "exit_status", "output": "FAILED tests/test_x.py::test_y",
+                "note": "all good, approved"}
+    if isinstance(cmd, RunCheck) and scripted:
+        return {"cls": CheckReported, "command_id": cmd.command_id, "step": cmd.step,
+                "attempt": cmd.attempt, "check_number": cmd.check_number, "passed": lucky}
     if isinstance(cmd, RunStep):
-        error = draw(st.sampled_from([None, None, None, "timeout", "invalid_verdict"]))
+        ok, error = draw(_RESULTS)
+        note, output, artifacts = draw(_FLAVOURS)
         return {
             "cls": AttemptReported, "command_id": cmd.command_id, "step": cmd.step,
-            "attempt": cmd.attempt, "actor": draw(st.sampled_from(AGENT_ACTORS)),
-            "ok": draw(st.sampled_from([True, True, True, False])), "error": error,
-            "verdict": draw(verdicts(cmd)),
-            "note": draw(st.sampled_from(["", "approved", "LGTM, all done"])),
-            "output": draw(st.sampled_from(["", "FAILED tests/test_x.py::test_y"])),
-            "artifacts": draw(st.sampled_from([{}, {"diff": "sha:abc"}, {"diff": "sha:def"}])),
-            "cost": {"tokens": 10.0},
+            "attempt": cmd.attempt, "actor": draw(AGENT_ACTORS), "ok": ok, "error": error,
+            "verdict": draw(verdicts(cmd)), "note": note, "output": output,
+            "artifacts": artifacts, "cost": {"tokens": 10.0},
         }
     if isinstance(cmd, RunCheck):
         return {"cls": CheckReported, "command_id": cmd.command_id, "step": cmd.step,
@@ -362,69 +432,89 @@ def _answer(draw: st.DrawFn, cmd: Command, at_ms: int, state: TaskState) -> dict
                 "at_ms": max(at_ms, cmd.due_at_ms) + draw(st.sampled_from([0, 5]))}
     if not isinstance(cmd, RequestApproval):
         raise AssertionError(f"unexpected command {cmd!r}")
-    hashes = [cmd.proposal_hash, cmd.proposal_hash, "", "0" * 64]
-    cur = state.current
-    if cur is not None and cur.proposal_hash:
-        hashes.append(cur.proposal_hash)
-    fields: dict[str, Any] = {
-        "step": draw(st.sampled_from([cmd.step, cmd.step, "", "elsewhere"])),
-        "actor": draw(st.sampled_from(APPROVERS)),
-        "roles": draw(st.sampled_from(ROLE_SETS)),
-        "proposal_hash": draw(st.sampled_from(hashes)),
-    }
-    if draw(st.booleans()):
+    # a well-formed answer, or one with exactly one flaw the reducer must refuse
+    fields: dict[str, Any] = {"step": cmd.step, "actor": draw(PEOPLE), "roles": ALL_ROLES,
+                              "proposal_hash": cmd.proposal_hash}
+    flaw = draw(_APPROVAL_FLAWS)  # refused answers do not stop a lucky run: draw always
+    if flaw == "hash":
+        fields["proposal_hash"] = draw(st.sampled_from(["", "0" * 64, *stale_hashes]))
+    elif flaw == "role":
+        fields["roles"] = draw(st.sampled_from([(), ("developer",)]))
+    elif flaw == "actor":
+        fields["actor"] = draw(st.sampled_from(["", "agent:fixer", "system:loop"]))
+    elif flaw == "step":
+        fields["step"] = "elsewhere"
+    if lucky or draw(st.booleans()):
         return {"cls": ApprovalGranted, **fields}
-    return {"cls": ApprovalRejected, **fields,
-            "reason_code": draw(st.sampled_from(["needs_work", "policy_denial", ""]))}
+    return {"cls": ApprovalRejected, **fields, "reason_code": draw(_REASON_CODES)}
+
+
+def _noise(draw: st.DrawFn, choice: str, task_id: str) -> dict[str, Any]:
+    if choice == "retry":
+        return {"cls": TaskRetried, "actor": draw(st.sampled_from(["olga", ""])),
+                "reason": "operator retry"}
+    if choice == "cancel":
+        return {"cls": TaskCancelled, "actor": "olga",
+                "reason": draw(st.sampled_from(["no longer needed", ""]))}
+    if choice == "bogus":
+        return dict(draw(st.sampled_from([
+            {"cls": AttemptReported, "command_id": f"{task_id}/nope/1", "step": "nope"},
+            {"cls": CheckReported, "command_id": f"{task_id}/nope/1/check-1", "passed": True},
+            {"cls": TimerFired, "timer_id": f"{task_id}/nope/1/expiry"},
+        ])))
+    return {"cls": TaskSubmitted, "input": {"issue": 7}}
 
 
 @st.composite
 def runs(draw: st.DrawFn, max_events: int = 30) -> Run:
-    """A workflow and up to ``max_events`` events offered to the reducer, each recorded."""
+    """A workflow and up to ``max_events`` events offered to the reducer, each recorded.
+
+    Most events answer the commands of the latest transition (with random outcomes,
+    verdicts, actors, roles and hashes); the rest answer older commands (stale and
+    duplicate reports, stale timers) or are noise: a second submission, operator retries
+    and cancels with or without a reason, reports for commands that never existed."""
     workflow = draw(workflows())
+    luck = draw(st.integers(-1, 2))
     task_id = "t1"
     state = new_task(task_id, workflow)
+    state_json = snapshot(state)
     emitted: list[Command] = []
     latest: list[Command] = []
+    hashes: list[str] = []  # every proposal hash shown so far: the stale ones to replay
     now_ms = 1_000_000
     steps: list[Applied] = []
+    after_the_end = 0
     for serial in range(draw(st.integers(1, max_events))):
-        now_ms += draw(st.sampled_from(CLOCK_STEPS_MS))
-        choice = draw(st.sampled_from(
-            ["latest"] * 8 + ["old", "submit", "retry", "cancel", "bogus"]
-        ))
-        fields: dict[str, Any]
+        if state.terminal and state.status is not TaskStatus.HALTED:
+            after_the_end += 1
+            if after_the_end > 3:  # a few knocks on a closed door are enough
+                break
+        now_ms += draw(CLOCK_STEPS_MS)
+        choice = draw(_CHOICES)
+        if state.status is TaskStatus.HALTED and draw(st.integers(0, 2)) == 0:
+            choice = "retry"  # an operator usually steps in
         if choice == "latest" and latest:
-            fields = _answer(draw, draw(st.sampled_from(latest)), now_ms, state)
+            # the first command is the work itself (a timer, if any, comes after it)
+            first = draw(st.integers(0, 9)) < 4 * abs(luck)
+            command = latest[0] if first else draw(st.sampled_from(latest))
+            fields = _answer(draw, command, now_ms, luck, hashes)
         elif choice in ("latest", "old") and emitted:
-            fields = _answer(draw, draw(st.sampled_from(emitted)), now_ms, state)
-        elif choice == "retry":
-            fields = {"cls": TaskRetried, "actor": draw(st.sampled_from(["olga", ""])),
-                      "reason": "operator retry"}
-        elif choice == "cancel":
-            fields = {"cls": TaskCancelled, "actor": "olga",
-                      "reason": draw(st.sampled_from(["no longer needed", ""]))}
-        elif choice == "bogus":
-            fields = draw(st.sampled_from([
-                {"cls": AttemptReported, "command_id": f"{task_id}/nope/1", "step": "nope"},
-                {"cls": CheckReported, "command_id": f"{task_id}/nope/1/check-1", "passed": True},
-                {"cls": TimerFired, "timer_id": f"{task_id}/nope/1/expiry"},
-            ]))
+            fields = _answer(draw, draw(st.sampled_from(emitted)), now_ms, luck, hashes)
         else:
-            fields = {"cls": TaskSubmitted, "input": {"issue": 7}}
+            fields = _noise(draw, choice, task_id)
         cls = fields.pop("cls")
         now_ms = max(now_ms, fields.pop("at_ms", now_ms))
         event = cls(event_id=f"e{serial}", at_ms=now_ms, **fields)
-        before_dict = state.to_dict()
         try:
             after, commands = transition(state, event)
         except IllegalEventError:
-            steps.append(Applied(event, state, before_dict, False, state, state.to_dict(), ()))
+            steps.append(Applied(event, state, state_json, False, state, snapshot(state), ()))
             continue
-        steps.append(Applied(event, state, before_dict, True, after, after.to_dict(),
-                             tuple(commands)))
-        state = after
+        after_json = snapshot(after)
+        steps.append(Applied(event, state, state_json, True, after, after_json, tuple(commands)))
+        state, state_json = after, after_json
         if commands:
             latest = list(commands)
             emitted.extend(commands)
+            hashes.extend(c.proposal_hash for c in commands if isinstance(c, RequestApproval))
     return Run(workflow, task_id, tuple(steps))

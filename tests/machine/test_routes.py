@@ -313,3 +313,21 @@ def test_a_note_is_no_substitute_for_a_missing_verdict() -> None:
     assert repair.repair_error is not None
     d.report(verdict=None, note="approved, really")
     assert d.state.attempts[-1].reason == "invalid_verdict"
+
+
+def test_a_verdict_that_is_not_an_object_is_invalid_even_without_a_schema() -> None:
+    """Found by the property tests: a list verdict crashed the reducer with AttributeError."""
+    d = Driver(wf(code("build"), code("ship")))
+    d.submit()
+    (repair,) = d.report(verdict=["approved"])
+    assert repair.repair_error == "the verdict must be a JSON object, got list"
+    d.report(verdict=["approved"])
+    assert (d.state.attempts[-1].reason, d.state.status) == ("invalid_verdict",
+                                                             TaskStatus.HALTED)
+
+
+def test_a_failed_report_keeps_only_an_object_verdict() -> None:
+    d = Driver(wf(code("build"), code("ship")))
+    d.submit()
+    d.report(ok=False, error="exit_status", verdict=["x"])
+    assert (d.state.attempts[-1].reason, d.state.attempts[-1].verdict) == ("exit_status", None)

@@ -46,6 +46,7 @@ from statewright.machine.state import (
 )
 
 Result = tuple[TaskState, list[Command]]
+_ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 
 #: Which events each status accepts. Everything else is illegal.
 LEGAL: Mapping[TaskStatus, frozenset[str]] = {
@@ -287,18 +288,22 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         "actor": ev.actor, "artifacts": ev.artifacts, "output": ev.output,
         "cost": ev.cost, "note": ev.note,
     }
+    schema = step.output_schema
+    if schema is None and ev.verdict is not None:
+        schema = _ANY_OBJECT  # without a schema a verdict is optional, but still an object
     if ev.error == "invalid_verdict" or (
-        ev.ok and ev.error is None and step.output_schema is not None
-        and verdict_error(step.output_schema, ev.verdict) is not None
+        ev.ok and ev.error is None and schema is not None
+        and verdict_error(schema, ev.verdict) is not None
     ):
-        problem = ev.detail if ev.error else verdict_error(step.output_schema or {}, ev.verdict)
+        problem = ev.detail if ev.error else verdict_error(schema or {}, ev.verdict)
         if not cur.repair_used:
             return _repair(state, step, cur, problem or "invalid verdict")
         return _finish(state, ev.at_ms, Outcome.FAILED, reason="invalid_verdict",
                        detail=problem or "", verdict=None, **common)
     if not ev.ok or ev.error is not None:
+        kept = ev.verdict if isinstance(ev.verdict, Mapping) else None
         return _finish(state, ev.at_ms, Outcome.FAILED, reason=ev.error or "failed",
-                       detail=ev.detail, verdict=ev.verdict, **common)
+                       detail=ev.detail, verdict=kept, **common)
     verdict = ev.verdict
     if verdict is not None and step.outcomes:
         name = str(verdict.get("outcome"))
