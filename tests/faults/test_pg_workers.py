@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 TASKS = 1000
 WORKERS = 8
 LEASE_MS = 2000
-DEADLINE_SECONDS = 80.0
+DEADLINE_SECONDS = 180.0  # a failure threshold: the run took 40-60 s on 2 busy, shared cores
 CRASH_POINTS = ("after_claim", "before_effect", "after_effect", "in_append_txn", "after_append")
 RANDOM_KILLS = 12
 

@@ -89,7 +89,7 @@ class PostgresStore(SqlStore):
         url: str,
         *,
         min_size: int = 1,
-        max_size: int = 8,
+        max_size: int = 16,
         connect_timeout_seconds: float = 5.0,
         pool_timeout_seconds: float = 10.0,
     ) -> None:
