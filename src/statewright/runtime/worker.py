@@ -26,7 +26,9 @@ from statewright._errors import (
 from statewright.definition.model import Step, StepKind
 from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
+from statewright.runtime import workspaces
 from statewright.runtime.engine import Engine
+from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
 
 log = logging.getLogger("statewright.worker")
@@ -72,6 +74,7 @@ class Worker:
         # Engine.apply and is read again).
         self._chained: dict[str, TaskState] = {}
         self._workspaces: dict[tuple[object, ...], Path] = {}
+        self._env = workspaces.child_env()
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -225,31 +228,40 @@ class Worker:
             self._chained[applied.claimed.command_id] = applied.state
         return applied.claimed
 
-    def _context(self, claim: Claim, state: TaskState, step: Step) -> Any:
+    def _context(self, claim: Claim, state: TaskState, step: Step, space: AttemptSpace | None = None) -> Any:
         from statewright.executors.base import ExecContext
 
-        ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
-        key = (str(ws),) if ws else (self.engine.workspace_root, state.task_id)
-        resolved = self._workspaces.get(key)
-        if resolved is None or not os.path.isdir(resolved):
-            workspace = Path(str(ws)) if ws else self.engine.workspace_root / state.task_id
-            workspace.mkdir(parents=True, exist_ok=True)
-            resolved = workspace.resolve()
-            if len(self._workspaces) >= _WORKSPACE_CACHE_SIZE:
-                self._workspaces.clear()
-            self._workspaces[key] = resolved
+        if space is not None:
+            resolved = space.path
+        else:
+            ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
+            key = (str(ws),) if ws else (self.engine.workspace_root, state.task_id)
+            cached = self._workspaces.get(key)
+            if cached is None or not os.path.isdir(cached):
+                workspace = Path(str(ws)) if ws else self.engine.workspace_root / state.task_id
+                workspace.mkdir(parents=True, exist_ok=True)
+                cached = workspace.resolve()
+                if len(self._workspaces) >= _WORKSPACE_CACHE_SIZE:
+                    self._workspaces.clear()
+                self._workspaces[key] = cached
+            resolved = cached
         return ExecContext(
             task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
-            workspace=resolved, timeout_seconds=step.timeout_seconds,
+            workspace=resolved, timeout_seconds=step.timeout_seconds, env=self._env,
         )
 
     def _execute(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event:
         from statewright import executors
 
-        ctx = self._context(claim, state, step)
         now = self.clock.now_ms
         body = claim.body
+        attempt = int(body.get("attempt", 1))
+        if step.kind is StepKind.AI:
+            space = workspaces.for_ai_attempt(self.engine.workspace_root, state, step, attempt)
+        else:
+            space = workspaces.for_check(state, step)
+        ctx = self._context(claim, state, step, space)
         if claim.type == "RunCheck":
             res = executors.run_check(step.check or {}, ctx)
             return CheckReported(
@@ -261,12 +273,20 @@ class Worker:
             brief = body.get("brief") or {}
             ares = executors.run_agent(step.agent or {}, brief, step.output_schema, ctx)
             kind = str((step.agent or {}).get("type", "agent"))
+            artifacts = dict(ares.artifacts)
+            error, detail = ares.error, ares.detail
+            if space is not None and space.per_attempt:
+                artifacts.update(workspace=str(space.path), base_commit=space.base_commit)
+                touched = workspaces.protected_touched(space)
+                if touched:
+                    error = "protected_path_modified"
+                    detail = "the attempt changed protected paths: " + ", ".join(touched)
             return AttemptReported(
                 event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
-                attempt=ctx.attempt, actor=f"agent:{kind}", ok=ares.error is None,
+                attempt=ctx.attempt, actor=f"agent:{kind}", ok=error is None,
                 verdict=dict(ares.verdict) if ares.verdict is not None else None,
-                error=ares.error, detail=ares.detail, output=ares.detail,
-                artifacts=dict(ares.artifacts), cost=ares.cost.to_dict(), note=ares.note,
+                error=error, detail=detail, output=detail,
+                artifacts=artifacts, cost=ares.cost.to_dict(), note=ares.note,
             )
         cres = executors.run_code(step.run or {}, ctx)
         return AttemptReported(
