@@ -275,6 +275,8 @@ class Worker:
             kind = str((step.agent or {}).get("type", "agent"))
             artifacts = dict(ares.artifacts)
             error, detail = ares.error, ares.detail
+            if error == "no_verdict" and kind != "openai":
+                error = "invalid_verdict"  # the reducer grants one repair turn, then fails it
             if space is not None and space.per_attempt:
                 artifacts.update(workspace=str(space.path), base_commit=space.base_commit)
                 touched = workspaces.protected_touched(space)
