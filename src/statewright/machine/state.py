@@ -187,6 +187,27 @@ class TaskState:
 _STATE_FIELDS = tuple(f.name for f in fields(TaskState) if f.name != "workflow")
 
 
+def projection(state: TaskState) -> dict[str, Any]:
+    """``state.to_dict()`` for serialising at once, as the store does after every step: the
+    same JSON, but each record's own attribute dictionary (its fields, in declaration order)
+    is shared instead of copied. Read it, never change it."""
+    out: dict[str, Any] = {}
+    for key in _STATE_FIELDS:
+        value = getattr(state, key)
+        if isinstance(value, tuple):
+            out[key] = [v.__dict__ for v in value]
+        elif value is not None and hasattr(value, "__dataclass_fields__"):
+            out[key] = value.__dict__
+        else:
+            out[key] = value
+    out["workflow"] = {
+        "name": state.workflow.name,
+        "version": state.workflow.version,
+        "hash": state.workflow.content_hash,
+    }
+    return out
+
+
 def new_task(task_id: str, workflow: Workflow) -> TaskState:
     """The state before TaskSubmitted: version 0, no commands."""
     return TaskState(task_id=task_id, workflow=workflow)

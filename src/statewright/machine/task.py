@@ -6,7 +6,6 @@ IllegalEventError (or its ApprovalError leaf) and the caller's state is unchange
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -14,6 +13,7 @@ from statewright._canonical import canonical_json
 from statewright._errors import ApprovalError, IllegalEventError
 from statewright.approvals.proposal import proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
+from statewright.machine._records import replace
 from statewright.machine.brief import build_brief, cut_output
 from statewright.machine.commands import (
     Command,

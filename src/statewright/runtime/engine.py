@@ -29,7 +29,7 @@ from statewright.machine.events import (
     TaskSubmitted,
     event_from_dict,
 )
-from statewright.machine.state import TaskState, TaskStatus, new_task
+from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition, verdict_error
 from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.users import Users, users_file
@@ -140,7 +140,7 @@ class Engine:
         ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
         new, cmds = transition(new_task(tid, wf), ev)
         res = self.store.append(
-            tid, 0, ev.to_dict(), new.to_dict(), to_new_commands(cmds, now),
+            tid, 0, ev.to_dict(), projection(new), to_new_commands(cmds, now),
             workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
         )
         if res.duplicate and key is not None:
@@ -176,7 +176,7 @@ class Engine:
             now = self.clock.now_ms()
             try:
                 res = self.store.append(
-                    task_id, st.version, event.to_dict(), new.to_dict(), to_new_commands(cmds, now),
+                    task_id, st.version, event.to_dict(), projection(new), to_new_commands(cmds, now),
                     complete=complete, complete_timer=complete_timer, terminal=new.terminal,
                     claim_for=claim_for,
                 )

@@ -31,6 +31,10 @@ from statewright.store.base import (
 from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 GENESIS_HASH = "0" * 64
+# The projection is not hashed, so it skips canonical_json's key sort (command bodies keep
+# it: an agent sees its brief in the same order as before); one shared encoder also saves
+# building a new one per call, as json.dumps(**options) does.
+_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _CLAIM_COLS = "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms"
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
@@ -163,14 +167,14 @@ class SqlStore:
         event_id = str(event["event_id"])
         at_ms = int(event["at_ms"])
         version = expected_version + 1
-        state_json = canonical_json(state)
+        state_json = _compact_json(state)
         status = str(state.get("status", ""))
         try:
             with self._tx() as cur:
-                dup = self._x(cur, "SELECT task_id, version FROM sw_events WHERE event_id = ?", (event_id,)).fetchone()
-                if dup is not None:
-                    return AppendResult(version=int(dup[1]), duplicate=True)
                 if expected_version == 0:
+                    dup = self._duplicate_txn(cur, event_id)
+                    if dup is not None:
+                        return dup
                     if idem_key is not None:
                         row = self._x(
                             cur, "SELECT task_id, version FROM sw_tasks WHERE idem_key = ?", (idem_key,)
@@ -191,6 +195,9 @@ class SqlStore:
                         cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)
                     ).fetchone()
                     if row is None or int(row[0]) != expected_version:
+                        dup = self._duplicate_txn(cur, event_id)
+                        if dup is not None:
+                            return dup
                         actual = int(row[0]) if row is not None else 0
                         raise VersionConflictError(task_id, expected_version, actual)
                     prev = str(row[1])
@@ -229,14 +236,16 @@ class SqlStore:
                             (c.command_id, task_id, c.available_at_ms, c.purpose),
                         )
                         continue
+                    body_json = canonical_json(c.body)
+                    if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
+                        claimed = self._insert_claimed_txn(cur, task_id, c, body_json, *claim_for)
+                        continue
                     self._x(
                         cur,
                         "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms)"
                         " VALUES (?, ?, ?, ?, ?)",
-                        (c.command_id, task_id, c.type, canonical_json(c.body), c.available_at_ms),
+                        (c.command_id, task_id, c.type, body_json, c.available_at_ms),
                     )
-                    if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
-                        claimed = self._claim_one_txn(cur, c.command_id, *claim_for)
                 if any(c.timer or claimed is None or c.command_id != claimed.command_id for c in commands):
                     self._work_added_txn(cur)
                 crash_point("in_append_txn")
@@ -245,8 +254,20 @@ class SqlStore:
             raise
         except Exception as exc:
             if self._is_unique_violation(exc):
+                if expected_version != 0:
+                    # Past version 0 the event id is not looked up first: its unique index
+                    # refuses a duplicate, which is reported as before.
+                    with self._tx() as cur:
+                        dup = self._duplicate_txn(cur, event_id)
+                    if dup is not None:
+                        return dup
                 raise VersionConflictError(task_id, expected_version, expected_version + 1) from None
             raise
+
+    def _duplicate_txn(self, cur: Any, event_id: str) -> AppendResult | None:
+        """The recorded result when ``event_id`` is already in the log."""
+        dup = self._x(cur, "SELECT task_id, version FROM sw_events WHERE event_id = ?", (event_id,)).fetchone()
+        return AppendResult(version=int(dup[1]), duplicate=True) if dup is not None else None
 
     def _finish_command_txn(self, cur: Any, command_id: str, token: int) -> None:
         gone = self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
@@ -254,14 +275,22 @@ class SqlStore:
             row = self._x(cur, "SELECT token FROM sw_outbox WHERE command_id = ?", (command_id,)).fetchone()
             raise StaleLeaseError(command_id, token, int(row[0]) if row else -1)
 
-    def _claim_one_txn(self, cur: Any, command_id: str, worker_id: str, lease_expires_ms: int) -> Claim | None:
-        row = self._x(
+    def _insert_claimed_txn(
+        self, cur: Any, task_id: str, c: NewCommand, body_json: str, worker_id: str, lease_expires_ms: int
+    ) -> Claim:
+        """Insert a new command already claimed by ``worker_id``: one statement that leaves the
+        row, and returns the Claim, that inserting it and then claiming it would (token and
+        deliveries 0 -> 1)."""
+        self._x(
             cur,
-            "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-            f" deliveries = deliveries + 1 WHERE command_id = ? RETURNING {_CLAIM_COLS}",
-            (worker_id, lease_expires_ms, command_id),
-        ).fetchone()
-        return _claim(row) if row else None
+            "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms, lease_owner,"
+            " lease_expires_ms, token, deliveries) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1)",
+            (c.command_id, task_id, c.type, body_json, c.available_at_ms, worker_id, lease_expires_ms),
+        )
+        return Claim(
+            command_id=c.command_id, task_id=task_id, type=c.type, body=json.loads(body_json),
+            token=1, deliveries=1, failures=0, lease_expires_ms=int(lease_expires_ms),
+        )
 
     # --- reads -----------------------------------------------------------------------
     def load(self, task_id: str) -> StoredTask | None:

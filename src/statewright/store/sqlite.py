@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +14,12 @@ from statewright._errors import NotAStatewrightDatabaseError, StoreError
 from statewright.store.sql import SqlStore
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+BUSY_TIMEOUT_SECONDS = 30.0
+# Waits between tries for the write lock. SQLite's own busy handler sleeps 1, 2, 5, 10, 15,
+# 20, 25 ... ms, far longer than a statewright transaction holds the lock (well under 1 ms),
+# so with two workers on one file most of the time went to sleeping on a free lock.
+_FIRST_PAUSE_SECONDS = 0.00005
+_LONGEST_PAUSE_SECONDS = 0.001
 
 
 class SQLiteStore(SqlStore):
@@ -44,6 +51,9 @@ class SQLiteStore(SqlStore):
             self.ensure_schema()
             self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {sync}")
+            # From here on every statement runs inside _tx, whose BEGIN IMMEDIATE waits for
+            # the write lock itself (up to BUSY_TIMEOUT_SECONDS): SQLite must not sleep first.
+            self._conn.execute("PRAGMA busy_timeout = 0")
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             msg = f"{self.path}: not a statewright database ({exc})"
@@ -67,7 +77,7 @@ class SQLiteStore(SqlStore):
                     self._depth -= 1
                 return
             cur = self._conn.cursor()
-            cur.execute("BEGIN IMMEDIATE")
+            _begin_immediate(cur)
             self._depth = 1
             try:
                 yield cur
@@ -85,3 +95,32 @@ class SQLiteStore(SqlStore):
     def _tables(self, cur: Any) -> set[str]:
         rows = cur.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         return {str(r[0]) for r in rows if not str(r[0]).startswith("sqlite_")}
+
+
+def _begin_immediate(cur: Any) -> None:
+    """BEGIN IMMEDIATE, waiting up to BUSY_TIMEOUT_SECONDS for another writer to finish,
+    then failing as SQLite's busy timeout does ("database is locked")."""
+    try:
+        cur.execute("BEGIN IMMEDIATE")
+        return
+    except sqlite3.OperationalError as exc:
+        if not _is_busy(exc):
+            raise
+    deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
+    pause = _FIRST_PAUSE_SECONDS
+    while True:
+        time.sleep(pause)
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        pause = min(pause * 2, _LONGEST_PAUSE_SECONDS)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (int(code) & 0xFF) == sqlite3.SQLITE_BUSY
+    return "locked" in str(exc) or "busy" in str(exc)
