@@ -7,6 +7,7 @@
     ├── StoreError
     │   ├── VersionConflictError            a stale expected version lost the race
     │   ├── StaleLeaseError                 a report carries an old fencing token
+    │   ├── StoreUnavailableError           the database cannot be reached; stop claiming
     │   ├── NotAStatewrightDatabaseError    the file is not a statewright database
     │   └── SchemaVersionError              the database is from a newer statewright
     ├── TaskNotFoundError (LookupError)
@@ -67,6 +68,11 @@ class StaleLeaseError(StoreError):
         super().__init__(
             f"command {command_id}: fencing token {token} is stale (current {current})"
         )
+
+
+class StoreUnavailableError(StoreError):
+    """The database cannot be reached (connection refused or lost mid-call). A worker that
+    gets it stops claiming; the leases it holds expire and other workers take over."""
 
 
 class NotAStatewrightDatabaseError(StoreError):

@@ -20,6 +20,7 @@ from statewright._errors import (
     IllegalEventError,
     PermanentError,
     StaleLeaseError,
+    StoreError,
     TaskNotFoundError,
     TransientError,
 )
@@ -27,6 +28,7 @@ from statewright.definition.model import Step, StepKind
 from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
 from statewright.runtime import workspaces
+from statewright.runtime.clock import SystemClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
@@ -35,6 +37,7 @@ log = logging.getLogger("statewright.worker")
 
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
+IDLE_WAIT_MAX_SECONDS = 1.0
 _WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
 
 
@@ -75,6 +78,7 @@ class Worker:
         self._chained: dict[str, TaskState] = {}
         self._workspaces: dict[tuple[object, ...], Path] = {}
         self._env = workspaces.child_env()
+        self._failure: StoreError | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -90,7 +94,7 @@ class Worker:
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
         heartbeat.start()
         threads = [
-            threading.Thread(target=self._loop, args=(until_idle, until), daemon=True)
+            threading.Thread(target=self._guarded_loop, args=(until_idle, until), daemon=True)
             for _ in range(self.concurrency - 1)
         ]
         for t in threads:
@@ -103,7 +107,17 @@ class Worker:
                 t.join()
             heartbeat.join()  # no renewal may touch the store after run() returns
             self._release_all()
+        if self._failure is not None:
+            raise self._failure
         return self.stats
+
+    def _guarded_loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
+        """An extra thread's loop: a lost store stops the whole worker, and run() re-raises."""
+        try:
+            self._loop(until_idle, until)
+        except StoreError as exc:
+            self._failure = exc
+            self.stopping.set()
 
     def _loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
         while not self.stopping.is_set():
@@ -116,14 +130,21 @@ class Worker:
             if until_idle:
                 self.stopping.set()
                 return
-            self.clock.sleep(self._idle_wait(), self.stopping)
+            self._wait_idle()
 
-    def _idle_wait(self) -> float:
+    def _wait_idle(self) -> None:
+        """Idle: PostgreSQL wakes us by LISTEN/NOTIFY; otherwise poll briefly."""
+        if isinstance(self.clock, SystemClock) and self.store.announces_work:
+            self.store.wait_for_work(self._idle_wait(IDLE_WAIT_MAX_SECONDS), self.stopping)
+        else:
+            self.clock.sleep(self._idle_wait(self.idle_poll_seconds), self.stopping)
+
+    def _idle_wait(self, cap: float) -> float:
         due = self.store.next_due_ms()
         if due is None:
-            return self.idle_poll_seconds
+            return cap
         gap = (due - self.clock.now_ms()) / 1000
-        return max(0.0, min(self.idle_poll_seconds, gap)) if gap > 0 else 0.0
+        return max(0.0, min(cap, gap)) if gap > 0 else 0.0
 
     def run_once(self) -> bool:
         """Fire due timers, then claim and perform one command (and the chain of commands
@@ -339,14 +360,22 @@ class Worker:
         while not self.stopping.wait(interval):
             with self._held_lock:
                 held = list(self._held.items())
-            for cid, token in held:
-                self.store.renew(cid, token, self.clock.now_ms(), self.lease_ms)
+            try:
+                for cid, token in held:
+                    self.store.renew(cid, token, self.clock.now_ms(), self.lease_ms)
+            except StoreError as exc:
+                log.error("lost the store (%s); stopping: held leases will expire", exc)
+                self.stopping.set()
+                return
 
     def _release_all(self) -> None:
         with self._held_lock:
             held = list(self._held.items())
-        for cid, token in held:
-            self.store.release(cid, token, self.clock.now_ms(), failed=False)
+        try:
+            for cid, token in held:
+                self.store.release(cid, token, self.clock.now_ms(), failed=False)
+        except StoreError:
+            return  # the store is gone; the leases expire on their own
 
 
 def _last_line(text: str) -> str:

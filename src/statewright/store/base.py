@@ -11,12 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from statewright._errors import StoreError
-
-
-class StoreUnavailableError(StoreError):
-    """The database cannot be reached (connection refused or lost mid-call). A worker that
-    gets it stops claiming; the leases it holds expire and other workers take over."""
+from statewright._errors import StoreUnavailableError as StoreUnavailableError  # re-export
 
 
 @dataclass(frozen=True)
