@@ -335,6 +335,19 @@ def db_upgrade(db: str) -> None:
 
 
 @cli.command()
+@click.argument("file")
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "asl"]), default="mermaid", show_default=True)
+@_guard
+def export(file: str, fmt: str) -> None:
+    """Print a workflow as Mermaid or Amazon States Language."""
+    from statewright.definition import load_workflow
+    from statewright.export import to_asl, to_mermaid
+
+    wf = load_workflow(file)
+    click.echo(to_mermaid(wf) if fmt == "mermaid" else json.dumps(to_asl(wf), indent=2), nl=fmt == "asl")
+
+
+@cli.command()
 @click.option("--workdir", type=click.Path(file_okay=False), help="Where to build the demo (default: a temp dir).")
 @_guard
 def demo(workdir: str | None) -> None:

@@ -1,0 +1,45 @@
+"""Mermaid and Amazon States Language exports of the example workflows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from statewright.definition import load_workflow
+from statewright.export import to_asl, to_mermaid
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_asl_is_closed_and_reachable(path: Path) -> None:
+    """Every Next/Default/Catch target names a state, and every state is reachable from StartAt."""
+    asl = json.loads(json.dumps(to_asl(load_workflow(path))))
+    states = asl["States"]
+    edges: dict[str, set[str]] = {}
+    for name, st in states.items():
+        targets = {st.get("Next"), st.get("Default")} | {c["Next"] for c in st.get("Catch", [])}
+        targets |= {c["Next"] for c in st.get("Choices", [])}
+        edges[name] = {t for t in targets if t}
+        assert edges[name] <= set(states), (name, edges[name] - set(states))
+    seen, todo = set(), [asl["StartAt"]]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(edges[n])
+    assert seen == set(states)
+
+
+def test_mermaid_draws_steps_loop_backs_and_the_current_step() -> None:
+    """The fix-bug chart names each step, draws its loop-backs dashed, and marks the current step."""
+    wf = load_workflow(Path(__file__).resolve().parents[2] / "examples" / "fix-bug.yaml")
+    text = to_mermaid(wf, current="review")
+    assert text.startswith("flowchart TD")
+    for s in wf.steps:
+        assert f"{s.id}<br/>" in text
+    assert "s1 -.->|fail, max 3| s0" in text and "s2 -.->|fail, max 3| s0" in text
+    assert "s5 -->|ok: complete| done" in text
+    assert "class s2 current" in text
