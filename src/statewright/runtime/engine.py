@@ -3,7 +3,6 @@ event, the new projection and the commands in one store transaction."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +55,14 @@ class TaskView:
     status: str
     state: TaskState
     cost: Mapping[str, float]
+
+
+def _random_hex(n: int) -> str:
+    """The first ``n`` hex digits of a uuid4. uuid is imported on first use: importing it
+    (and the platform module it pulls in) is a noticeable part of ``import statewright``."""
+    import uuid
+
+    return uuid.uuid4().hex[:n]
 
 
 def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand]:
@@ -135,7 +142,7 @@ class Engine:
             if existing is not None:
                 return existing
         self.register(wf)
-        tid = task_id or f"t-{uuid.uuid4().hex[:12]}"
+        tid = task_id or f"t-{_random_hex(12)}"
         now = self.clock.now_ms()
         ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
         new, cmds = transition(new_task(tid, wf), ev)
@@ -193,7 +200,7 @@ class Engine:
         cur = st.current
         h = proposal_hash or (cur.proposal_hash if cur else "")
         ev = ApprovalGranted(
-            event_id=f"{task_id}:approve:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            event_id=f"{task_id}:approve:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             step=cur.step if cur else "", actor=actor, roles=self.users.roles(actor),
             proposal_hash=h, comment=comment,
         )
@@ -203,7 +210,7 @@ class Engine:
         st = self._awaiting(task_id)
         cur = st.current
         ev = ApprovalRejected(
-            event_id=f"{task_id}:reject:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            event_id=f"{task_id}:reject:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             step=cur.step if cur else "", actor=actor, roles=self.users.roles(actor),
             proposal_hash=cur.proposal_hash if cur else "", reason_code=reason_code, comment=comment,
         )
@@ -211,14 +218,14 @@ class Engine:
 
     def retry(self, task_id: str, actor: str, reason: str) -> TaskState:
         ev = TaskRetried(
-            event_id=f"{task_id}:retry:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            event_id=f"{task_id}:retry:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             actor=actor, reason=reason,
         )
         return self.apply(task_id, ev).state
 
     def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
         ev = TaskCancelled(
-            event_id=f"{task_id}:cancel:{uuid.uuid4().hex[:8]}", at_ms=self.clock.now_ms(),
+            event_id=f"{task_id}:cancel:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             actor=actor, reason=reason,
         )
         return self.apply(task_id, ev).state

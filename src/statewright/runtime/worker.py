@@ -8,7 +8,6 @@ import logging
 import os
 import random
 import signal
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ class Worker:
         self.engine = engine
         self.store = engine.store
         self.clock = engine.clock
-        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.worker_id = worker_id or _default_worker_id(self)
         self.lease_ms = int(lease_seconds * 1000)
         self.concurrency = max(1, concurrency)
         self.idle_poll_seconds = idle_poll_seconds
@@ -376,6 +375,12 @@ class Worker:
                 self.store.release(cid, token, self.clock.now_ms(), failed=False)
         except StoreError:
             return  # the store is gone; the leases expire on their own
+
+
+def _default_worker_id(worker: Worker) -> str:
+    import socket  # only here: importing it is a noticeable part of ``import statewright``
+
+    return f"{socket.gethostname()}:{os.getpid()}:{id(worker):x}"
 
 
 def _last_line(text: str) -> str:
