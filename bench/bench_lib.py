@@ -342,6 +342,23 @@ def filesystem_of(path: Path) -> str:
     return f"{best[2]} on {best[1]} (mounted at {best[0]})"
 
 
+def statewright_source() -> str:
+    """Where ``import statewright`` comes from, and the repository commit when it is this one."""
+    import statewright
+
+    where = Path(statewright.__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=REPO, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return str(where)
+    if not where.is_relative_to(REPO):
+        return f"{where} (not this repository's src/)"
+    return f"{where} at git {sha}{' + uncommitted changes in src/' if dirty else ''}"
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

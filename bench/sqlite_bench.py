@@ -187,6 +187,7 @@ def main() -> int:
     say(f"machine: {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), {platform.machine()}, "
         f"{lib.cpu_model()}")
     say(f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}")
+    say(f"statewright: {lib.statewright_source()}")
     say(f"temp dir: {tmp}  [{lib.filesystem_of(tmp)}; "
         f"{'same' if same else 'NOT the same'} filesystem as the repo]")
     say(f"load average at start: {lib.load_average()}")
