@@ -263,10 +263,14 @@ def run_workers(db: Path, synchronous: str, processes: int) -> dict[str, Any]:
     }
 
 
-def bare_interpreter_hwm_kb() -> int:
-    code = "from pathlib import Path; print([l.split()[1] for l in Path('/proc/self/status').read_text()" \
-           ".splitlines() if l.startswith('VmHWM')][0])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+def bare_interpreter_hwm_kb(*modules: str) -> int:
+    """VmHWM of a fresh ``python -c`` that imports ``modules`` (none: the bare interpreter)."""
+    code = "".join(f"import {m}; " for m in modules) + (
+        "from pathlib import Path; print([l.split()[1] for l in Path('/proc/self/status').read_text()"
+        ".splitlines() if l.startswith('VmHWM')][0])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=child_env(), cwd=str(REPO))
     return int(out.stdout.strip())
 
 

@@ -121,8 +121,12 @@ def measure_c(tmp: Path, plan: Plan) -> float:
     engine.close()
     res = lib.run_workers(db, "FULL", 1)
     bare = lib.bare_interpreter_hwm_kb()
+    plain = lib.bare_interpreter_hwm_kb("statewright")
+    with_executors = lib.bare_interpreter_hwm_kb("statewright", "statewright.executors")
     ready, done = res["hwm_kb_ready"][0], res["hwm_kb_done"][0]
     say(f"    bare interpreter (python -c):               {bare / 1024:.1f} MiB")
+    say(f"    python -c 'import statewright':             {plain / 1024:.1f} MiB")
+    say(f"    ... and statewright.executors (1st step):   {with_executors / 1024:.1f} MiB")
     say(f"    worker after imports + open, before work:  {ready / 1024:.1f} MiB")
     say(f"    worker peak after {res['commands']} steps:              {done / 1024:.1f} MiB")
     return float(done) / 1024
