@@ -38,9 +38,9 @@ class Plan:
 
 
 FULL = Plan(a_tasks=10, a_rounds=15, b_tasks=1000, c_tasks=200, d_sizes=(1_000, 10_000, 100_000),
-            d_tasks=40, d_rounds=3, e_runs=9, f_rounds=20)
+            d_tasks=10, d_rounds=9, e_runs=9, f_rounds=20)
 QUICK = Plan(a_tasks=4, a_rounds=3, b_tasks=150, c_tasks=40, d_sizes=(1_000, 10_000),
-             d_tasks=8, d_rounds=2, e_runs=3, f_rounds=5)
+             d_tasks=4, d_rounds=3, e_runs=3, f_rounds=5)
 
 GOAL_RATIO = 1.5
 GOAL_TPS = 5_000
@@ -132,16 +132,23 @@ def measure_c(tmp: Path, plan: Plan) -> float:
     return float(done) / 1024
 
 
-def measure_d(tmp: Path, plan: Plan) -> dict[int, float]:
+@dataclass(frozen=True)
+class SizeResult:
+    engine_ms: float  # median ms/step
+    floor_ms: float  # median ms/step of the floor rounds run alongside
+    ratio: float  # median of the per-round engine / floor ratios
+
+
+def measure_d(tmp: Path, plan: Plan) -> dict[int, SizeResult]:
     say(f"(d) (a) with finished tasks already stored: WAL + FULL, 1 worker; at each size {plan.d_rounds} rounds")
-    say(f"    of {plan.d_tasks} tasks, medians. Pre-fill: direct INSERTs of rows cloned from a real finished")
-    say(f"    {lib.STEPS}-step task (new ids, recomputed hash chains: 1 sw_tasks + {lib.STEPS + 1} sw_events"
-        " rows each).")
+    say(f"    of {plan.d_tasks} tasks, each next to a floor round, medians. Pre-fill: direct INSERTs of rows cloned")
+    say(f"    from a real finished {lib.STEPS}-step task (new ids, recomputed hash chains: 1 sw_tasks +"
+        f" {lib.STEPS + 1} sw_events rows each).")
     db = tmp / "d.db"
     engine = lib.open_engine(db, "FULL")
     wf = lib.eight_step_workflow()
     template = lib.template_task(engine, wf)
-    out: dict[int, float] = {}
+    out: dict[int, SizeResult] = {}
     for size in plan.d_sizes:
         have = lib.task_count(db)
         secs = lib.prefill(db, template, size - have) if size > have else 0.0
@@ -149,10 +156,12 @@ def measure_d(tmp: Path, plan: Plan) -> dict[int, float]:
         for _ in range(plan.d_rounds):
             floors.append(lib.floor_ms_per_step(tmp / "d_floor.db", plan.d_tasks * lib.STEPS, "FULL"))
             costs.append(lib.engine_run(engine, wf, plan.d_tasks).ms_per_step)
-        out[size] = lib.median(costs)
+        ratio = lib.median(c / f for c, f in zip(costs, floors, strict=True))
+        res = out[size] = SizeResult(lib.median(costs), lib.median(floors), ratio)
         mib = sum(f.stat().st_size for f in tmp.glob("d.db*")) / 2**20
-        say(f"    {size:>7,} tasks stored (db {mib:,.0f} MiB, pre-fill {secs:.1f} s): engine {out[size]:.3f} ms/step, "
-            f"floor {lib.median(floors):.3f} ms/step  rounds: {lib.fmt_list(costs, 3)}")
+        say(f"    {size:>7,} tasks stored (db {mib:,.0f} MiB, pre-fill {secs:.1f} s): engine"
+            f" {res.engine_ms:.3f} ms/step, floor {res.floor_ms:.3f} ms/step, engine/floor {res.ratio:.2f}x")
+        say(f"             engine rounds: {lib.fmt_list(costs, 3)}")
     engine.close()
     return out
 
@@ -213,16 +222,17 @@ def main() -> int:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
     first = plan.d_sizes[0]
-    growth = max(abs(c / sizes[first] - 1) for c in sizes.values())
-    by_size = ", ".join(f"{c:.3f} at {n:,}" for n, c in sizes.items())
+    growth = max(abs(r.ratio / sizes[first].ratio - 1) for r in sizes.values())
+    raw_growth = max(abs(r.engine_ms / sizes[first].engine_ms - 1) for r in sizes.values())
+    by_size = ", ".join(f"{r.ratio:.2f}x at {n:,}" for n, r in sizes.items())
     say()
     say("GOALS")
     say(f"  per-step cost <= {GOAL_RATIO}x the floor            {ratio:6.2f}x ({eng:.3f} vs {floor:.3f} ms)   "
         f"{verdict(ratio <= GOAL_RATIO)}")
     say(f"  >= {GOAL_TPS:,} transitions/s, NORMAL, 2 workers  {tps:8,.0f}/s                     "
         f"{verdict(tps >= GOAL_TPS)}")
-    say(f"  per-step cost within {GOAL_GROWTH:.0%} of the {first:,}-task figure   {growth:7.1%} max deviation "
-        f"(ms/step: {by_size})   {verdict(growth <= GOAL_GROWTH)}")
+    say(f"  per-step cost within {GOAL_GROWTH:.0%} of the {first:,}-task figure   {growth:7.1%} max deviation of"
+        f" engine/floor ({by_size}; raw ms/step: {raw_growth:.1%})   {verdict(growth <= GOAL_GROWTH)}")
     say(f"  worker peak RSS < {GOAL_RSS_MIB:.0f} MiB                 {rss:7.1f} MiB                   "
         f"{verdict(rss < GOAL_RSS_MIB)}")
     say(f"  import statewright < {GOAL_IMPORT_S} s              {imp:7.3f} s                     "
