@@ -63,12 +63,27 @@ def command_argv(spec: Mapping[str, Any]) -> list[str]:
     return [str(part) for part in command]
 
 
+_LOADED: dict[tuple[str, str], Callable[..., Any]] = {}
+_LOADED_LIMIT = 4096
+
+
 def load_callable(ref: str, workspace: Path | None = None) -> Callable[..., Any]:
     """Import ``module:function`` (or ``module:Class.method``); the workspace is importable.
 
     Raises PermanentError when the module or the attribute is missing: retrying cannot
-    fix a reference that does not resolve.
+    fix a reference that does not resolve. A resolved reference is remembered per workspace.
     """
+    key = (ref, str(workspace))
+    fn = _LOADED.get(key)
+    if fn is None:
+        fn = _load_callable(ref, workspace)
+        if len(_LOADED) >= _LOADED_LIMIT:
+            _LOADED.clear()
+        _LOADED[key] = fn
+    return fn
+
+
+def _load_callable(ref: str, workspace: Path | None) -> Callable[..., Any]:
     module_name, _, attr_path = ref.partition(":")
     with _on_sys_path(workspace):
         try:

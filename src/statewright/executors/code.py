@@ -36,13 +36,29 @@ from ._spec import (
 )
 from .base import CodeResult, Cost, ExecContext, Reason
 
+#: Specs already checked, by identity: a step's spec object is checked once per process, not
+#: once per attempt (the spec is kept alive here, so an id is never reused for another one).
+_CHECKED: dict[int, Mapping[str, Any]] = {}
+_CHECKED_LIMIT = 4096
+
+
+def _check_once(spec: Mapping[str, Any], ctx: ExecContext) -> None:
+    if _CHECKED.get(id(spec)) is spec:
+        return
+    require_valid(validate_code_spec(spec), f"task {ctx.task_id} step {ctx.step!r} run")
+    if len(_CHECKED) >= _CHECKED_LIMIT:
+        _CHECKED.clear()
+    _CHECKED[id(spec)] = spec
+
 
 def run_code(spec: Mapping[str, Any], ctx: ExecContext) -> CodeResult:
     """Run a code step's command or callable and say whether it succeeded."""
-    require_valid(validate_code_spec(spec), f"task {ctx.task_id} step {ctx.step!r} run")
+    _check_once(spec, ctx)
     timeout = resolve_timeout(spec, ctx.timeout_seconds, DEFAULT_COMMAND_TIMEOUT_SECONDS)
     if "callable" in spec:
-        return _run_callable(spec["callable"], dataclasses.replace(ctx, timeout_seconds=timeout))
+        if ctx.timeout_seconds != timeout:
+            ctx = dataclasses.replace(ctx, timeout_seconds=timeout)
+        return _run_callable(spec["callable"], ctx)
     outcome = run_process(
         command_argv(spec), cwd=ctx.workspace, env=ctx.base_env(), timeout_seconds=timeout
     )
