@@ -14,6 +14,7 @@ StoreUnavailableError. psycopg is the ``[postgres]`` extra, imported when a stor
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -22,9 +23,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from statewright._canonical import canonical_json
+from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
-from statewright.store.base import AppendResult, NewCommand, StoreUnavailableError
-from statewright.store.sql import SqlStore
+from statewright.store.base import AppendResult, Claim, NewCommand, StoredTask, StoreUnavailableError
+from statewright.store.sql import _TASK_COLS, SqlStore, _compact_json, _task, chain_hash
 
 if TYPE_CHECKING:
     import psycopg
@@ -34,6 +37,7 @@ CHANNEL = "statewright_work"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,45}$")
 _SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.schema").digest()[:8], "big", signed=True)
 _LISTEN_SLICE_SECONDS = 0.1  # how often the listener thread looks at its stop flag
+_LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last_hash) this store remembers
 
 
 def _driver() -> tuple[Any, Any]:
@@ -100,6 +104,11 @@ class PostgresStore(SqlStore):
         self._connect_timeout = max(2, int(connect_timeout_seconds))
         self._local = threading.local()
         self._sql_cache: dict[str, str] = {}
+        # (version, last_hash) per task as this store last wrote or read it: the one-statement
+        # append needs the previous hash before it writes; a stale entry is refused by the
+        # statement's own check, and the shared append then gives the answer.
+        self._last_hash: dict[str, tuple[int, str]] = {}
+        self._fast_sql: dict[tuple[Any, ...], str] = {}
         # LISTEN side: one connection and one thread per store, shared by its callers.
         self._cond = threading.Condition()
         self._generation = 0
@@ -267,7 +276,25 @@ class PostgresStore(SqlStore):
     ) -> AppendResult:
         """The shared append. Under READ COMMITTED two writers of the *same* event id (or
         idempotency key) can pass the duplicate check together; the loser then sees a
-        conflict, and is told it is a duplicate, exactly as SQLite's serialized writers are."""
+        conflict, and is told it is a duplicate, exactly as SQLite's serialized writers are.
+
+        Past version 0 the append is first tried as ONE statement (``_append_one``): one round
+        trip, its own transaction. Whenever that statement is refused (a stale version or
+        hash, a wrong fencing token, a unique violation, a lost race) nothing was written and
+        the shared append runs, which gives the refusal or the duplicate exactly as before."""
+        if expected_version > 0 and getattr(self._local, "cur", None) is None:
+            try:
+                with self._classified():
+                    done = self._append_one(
+                        task_id, expected_version, event, state, commands,
+                        complete=complete, complete_timer=complete_timer, terminal=terminal,
+                        claim_for=claim_for,
+                    )
+            except self._psycopg.Error:
+                done = None
+            if done is not None:
+                return done
+            self._last_hash.pop(task_id, None)
         try:
             return super().append(
                 task_id, expected_version, event, state, commands,
@@ -288,6 +315,118 @@ class PostgresStore(SqlStore):
             if row is not None:
                 return AppendResult(version=int(row[0]), duplicate=True)
             raise
+
+    def _remember(self, task_id: str, version: int, last_hash: str) -> None:
+        if len(self._last_hash) >= _LAST_HASH_CACHE_MAX:
+            self._last_hash.clear()
+        self._last_hash[task_id] = (version, last_hash)
+
+    def _append_one(
+        self,
+        task_id: str,
+        expected_version: int,
+        event: Mapping[str, Any],
+        state: Mapping[str, Any],
+        commands: Sequence[NewCommand],
+        *,
+        complete: tuple[str, int] | None,
+        complete_timer: tuple[str, int] | None,
+        terminal: bool,
+        claim_for: tuple[str, int] | None,
+    ) -> AppendResult | None:
+        """The shared append past version 0 as one statement of data-modifying CTEs, run in
+        autocommit (its own transaction: one round trip, no BEGIN/COMMIT). It writes the same
+        rows in the same order of effect: the projection (only at ``expected_version`` and the
+        previous hash the event is chained to), the event, the completed command or timer
+        (only with its fencing token), the terminal clean-up, the new commands. When any of
+        those checks fails the statement divides by zero, so the whole of it is rolled back.
+        Returns None when the previous hash is not at ``expected_version`` (the shared append
+        then reports the conflict or the duplicate); raises psycopg errors when refused."""
+        body = canonical_json(event)
+        version = expected_version + 1
+        known = self._last_hash.get(task_id)
+        if known is not None and known[0] == expected_version:
+            prev = known[1]
+        else:
+            with self._pool.connection() as conn:
+                row = conn.execute(
+                    "SELECT version, last_hash FROM sw_tasks WHERE task_id = %s", (task_id,)
+                ).fetchone()
+            if row is None or int(row[0]) != expected_version:
+                return None
+            prev = str(row[1])
+        h = chain_hash(prev, version, body)
+        at_ms = int(event["at_ms"])
+        params: list[Any] = [
+            str(state.get("status", "")), version, _compact_json(state), h, at_ms,
+            task_id, expected_version, prev,
+            task_id, version, str(event["event_id"]), str(event["type"]), body, at_ms, prev, h,
+        ]
+        if complete is not None:
+            params += complete
+        if complete_timer is not None:
+            params += complete_timer
+        if terminal:
+            params.append(task_id)
+            if complete is not None:
+                params.append(complete[0])
+            params.append(task_id)
+            if complete_timer is not None:
+                params.append(complete_timer[0])
+        claimed: Claim | None = None
+        n_timers = n_outbox = 0
+        for c in commands:
+            if c.timer:
+                n_timers += 1
+                params += (c.command_id, task_id, c.available_at_ms, c.purpose)
+        for c in commands:
+            if c.timer:
+                continue
+            n_outbox += 1
+            body_json = canonical_json(c.body)
+            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
+                worker_id, lease_expires_ms = claim_for
+                params += (c.command_id, task_id, c.type, body_json, c.available_at_ms,
+                           worker_id, lease_expires_ms, 1, 1)
+                claimed = Claim(
+                    command_id=c.command_id, task_id=task_id, type=c.type, body=json.loads(body_json),
+                    token=1, deliveries=1, failures=0, lease_expires_ms=int(lease_expires_ms),
+                )
+            else:
+                params += (c.command_id, task_id, c.type, body_json, c.available_at_ms, None, None, 0, 0)
+        notify = any(c.timer or claimed is None or c.command_id != claimed.command_id for c in commands)
+        if notify:
+            params.append(CHANNEL)
+        shape = (complete is not None, complete_timer is not None, terminal, n_timers, n_outbox, notify)
+        sql = self._fast_sql.get(shape)
+        if sql is None:
+            sql = self._fast_sql[shape] = _one_statement_append(*shape)
+        crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
+        with self._pool.connection() as conn:
+            conn.execute(sql, params)
+        self._remember(task_id, version, h)
+        return AppendResult(version=version, claimed=claimed)
+
+    def load(self, task_id: str) -> StoredTask | None:
+        """The shared read, also remembering the task's last hash for ``_append_one``."""
+        with self._stmt() as cur:
+            row = cur.execute(
+                f"SELECT {_TASK_COLS}, last_hash FROM sw_tasks WHERE task_id = %s", (task_id,)
+            ).fetchone()
+        if row is None:
+            return None
+        self._remember(task_id, int(row[4]), str(row[8]))
+        return _task(row)
+
+    def next_due_ms(self) -> int | None:
+        """The shared two MIN queries as one statement (one round trip)."""
+        with self._stmt() as cur:
+            row = cur.execute(
+                "SELECT LEAST((SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
+                " ELSE lease_expires_ms END) FROM sw_outbox), (SELECT MIN(CASE WHEN"
+                " lease_expires_ms IS NULL THEN due_at_ms ELSE lease_expires_ms END) FROM sw_timers))"
+            ).fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else None
 
     # --- LISTEN / NOTIFY ---------------------------------------------------------------
     def _work_added_txn(self, cur: Any) -> None:
@@ -379,3 +518,44 @@ class PostgresStore(SqlStore):
         if thread is not None:
             thread.join()
         self._listen_conn = None
+
+
+def _one_statement_append(
+    complete: bool, complete_timer: bool, terminal: bool, n_timers: int, n_outbox: int, notify: bool
+) -> str:
+    """The SQL of ``PostgresStore._append_one`` for one shape of append. All parts see the
+    same snapshot, so the terminal clean-up leaves out the completed command and timer (which
+    their own fencing-token deletes take) and cannot see the rows inserted beside it."""
+    ctes = [
+        "u AS (UPDATE sw_tasks SET status = %s, version = %s, state = %s, last_hash = %s,"
+        " updated_at_ms = %s WHERE task_id = %s AND version = %s AND last_hash = %s RETURNING 1)",
+        "e AS (INSERT INTO sw_events (task_id, version, event_id, type, body, at_ms, prev_hash, hash)"
+        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s))",
+    ]
+    checks = ["(SELECT count(*) FROM u)"]
+    if complete:
+        ctes.append("c AS (DELETE FROM sw_outbox WHERE command_id = %s AND token = %s RETURNING 1)")
+        checks.append("(SELECT count(*) FROM c)")
+    if complete_timer:
+        ctes.append("ct AS (DELETE FROM sw_timers WHERE timer_id = %s AND token = %s RETURNING 1)")
+        checks.append("(SELECT count(*) FROM ct)")
+    if terminal:
+        but_command = " AND command_id <> %s" if complete else ""
+        but_timer = " AND timer_id <> %s" if complete_timer else ""
+        ctes.append(f"xo AS (DELETE FROM sw_outbox WHERE task_id = %s{but_command})")
+        ctes.append(f"xt AS (DELETE FROM sw_timers WHERE task_id = %s{but_timer})")
+    if n_timers:
+        ctes.append(
+            "ti AS (INSERT INTO sw_timers (timer_id, task_id, due_at_ms, purpose) VALUES "
+            + ", ".join(["(%s, %s, %s, %s)"] * n_timers) + ")"
+        )
+    if n_outbox:
+        ctes.append(
+            "o AS (INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms, lease_owner,"
+            " lease_expires_ms, token, deliveries) VALUES "
+            + ", ".join(["(%s, %s, %s, %s, %s, %s::text, %s::bigint, %s, %s)"] * n_outbox) + ")"
+        )
+    select = "SELECT 1 / (" + " * ".join(checks) + ")"
+    if notify:
+        select += ", pg_notify(%s, current_schema())"
+    return "WITH " + ", ".join(ctes) + " " + select
