@@ -418,6 +418,20 @@ class PostgresStore(SqlStore):
         self._remember(task_id, int(row[4]), str(row[8]))
         return _task(row)
 
+    def release(self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "") -> None:
+        """The shared release (the update, then NOTIFY, in one transaction) as one statement:
+        one round trip instead of BEGIN, UPDATE, NOTIFY, COMMIT."""
+        if getattr(self._local, "cur", None) is not None:
+            super().release(command_id, token, available_at_ms, failed=failed, error=error)
+            return
+        with self._stmt() as cur:
+            cur.execute(
+                "WITH r AS (UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL,"
+                " available_at_ms = %s, failures = failures + %s, last_error = %s"
+                " WHERE command_id = %s AND token = %s) SELECT pg_notify(%s, current_schema())",
+                (available_at_ms, 1 if failed else 0, error[:2000], command_id, token, CHANNEL),
+            )
+
     def next_due_ms(self) -> int | None:
         """The shared two MIN queries as one statement (one round trip)."""
         with self._stmt() as cur:
