@@ -14,5 +14,5 @@ _TARGET = os.environ.get("STATEWRIGHT_CRASH_AT", "")
 
 
 def crash_point(name: str) -> None:
-    if _TARGET and _TARGET == name:
+    if _TARGET and name == _TARGET:
         os.kill(os.getpid(), signal.SIGKILL)

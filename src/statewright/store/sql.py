@@ -8,6 +8,7 @@ import hashlib
 import json
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -44,17 +45,19 @@ def chain_hash(prev_hash: str, version: int, body: str) -> str:
     return hashlib.sha256(f"{prev_hash}|{version}|{body}".encode()).hexdigest()
 
 
-class SqlStore:
+class SqlStore(ABC):
     url: str = ""
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
 
     # --- dialect hooks ---------------------------------------------------------------
+    @abstractmethod
     def close(self) -> None:
-        """Release connections; dialects override."""
+        """Release connections."""
 
+    @abstractmethod
     def _tx(self) -> AbstractContextManager[Any]:
-        raise NotImplementedError  # pragma: no cover - every dialect defines it
+        """Each dialect defines it."""
 
     def _stmt(self) -> AbstractContextManager[Any]:
         """For reads and single-statement writes, where each statement is atomic on its own:
@@ -62,18 +65,21 @@ class SqlStore:
         this is an ordinary ``_tx()``."""
         return self._tx()
 
+    @abstractmethod
     def _is_unique_violation(self, exc: BaseException) -> bool:
-        raise NotImplementedError  # pragma: no cover - every dialect defines it
+        """Each dialect defines it."""
 
     def _sql(self, sql: str) -> str:
         return sql
 
+    @abstractmethod
     def _tables(self, cur: Any) -> set[str]:
-        raise NotImplementedError  # pragma: no cover - every dialect defines it
+        """Each dialect defines it."""
 
     def _work_added_txn(self, cur: Any) -> None:
         """Inside a transaction that leaves claimable work for other workers (new outbox rows
         or timers, a released command). PostgreSQL sends NOTIFY; SQLite has no one to tell."""
+        return None
 
     def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
         """Block an idle worker for up to ``timeout_seconds``, or until ``wake`` is set.
