@@ -1,7 +1,7 @@
 """statewright on PostgreSQL: step throughput and per-step latency with 1, 2 and 4 worker
 processes, one SQLite worker on the same workload beside them, a hand-written single-row
 INSERT+COMMIT loop on the same server as the floor, and how fast an idle worker picks up
-a new command (LISTEN/NOTIFY against the 20 ms idle poll).
+a new command (the shipped Worker waits on LISTEN/NOTIFY; also a clock-level wait, for comparison).
 
     .venv/bin/python bench/pg_bench.py                 # the full run (a minute or two)
     .venv/bin/python bench/pg_bench.py --quick         # a smoke run
@@ -69,10 +69,10 @@ def child(url: str, workspace: str, out: str, mode: str) -> int:
         def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
             store.wait_for_work(seconds, wake)
 
-    if mode == "listen":  # idle waits end when work is announced (the proposed worker change)
+    if mode == "listen":  # a clock whose idle sleeps wait on wait_for_work (no worker support needed)
         engine = Engine(store, clock=ListeningClock(), workspace_root=Path(workspace))
         worker = Worker(engine, lease_seconds=30, idle_poll_seconds=1.0)
-    else:  # the worker as it is: sleep up to 20 ms between polls
+    else:  # the worker as shipped: on PostgreSQL it waits on LISTEN/NOTIFY itself
         engine = Engine(store, workspace_root=Path(workspace))
         worker = Worker(engine, lease_seconds=30)
     worker.install_signal_handlers()
@@ -371,7 +371,8 @@ def main(argv: list[str]) -> int:
         say()
         say(f"Pickup: an idle worker, a new single-step task every 150-300 ms ({pickups} samples);"
             " time until the step starts")
-        for mode, label in (("listen", "LISTEN/NOTIFY (wait_for_work)"), ("poll", "20 ms idle poll (worker as is)")):
+        modes = (("listen", "clock waits on wait_for_work"), ("poll", "Worker as shipped (LISTEN)"))
+        for mode, label in modes:
             db = fresh_pg(args.url)
             try:
                 p = run_pickup(db, mode, pickups, tmp)
