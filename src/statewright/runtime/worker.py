@@ -384,5 +384,9 @@ def _default_worker_id(worker: Worker) -> str:
 
 
 def _last_line(text: str) -> str:
+    """The last line the command itself printed (the executor's own ``[statewright: ...]``
+    marker says less than the line before it, unless it is all there is)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:200] if lines else ""
+    own = [ln for ln in lines if not ln.startswith("[statewright:")]
+    pick = own or lines
+    return pick[-1][:200] if pick else ""
