@@ -38,12 +38,11 @@ from pathlib import Path
 
 import yaml
 
+from statewright.definition.durations import parse_duration_seconds
 from statewright.loop.errors import LoopDefinitionError
 from statewright.loop.model import LoopConfig
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0
 _DEFAULT_WORKER_TIMEOUT_SECONDS = 3600.0
 
@@ -162,18 +161,6 @@ class LoopDefinition:
 
     def oracle(self, name: str) -> CommandSpec | None:
         return next((o for o in self.goal.oracles if o.name == name), None)
-
-
-def parse_duration_seconds(value: object) -> float:
-    """``90s``, ``10m``, ``2h``, ``2d``, ``500ms`` or a number of seconds; ValueError otherwise."""
-    if isinstance(value, bool):
-        pass
-    elif isinstance(value, int | float) and value >= 0:
-        return float(value)
-    elif isinstance(value, str) and (m := _DURATION.match(value.strip())):
-        return float(m.group(1)) * _UNITS[m.group(2)]
-    msg = f"expected a duration like 90s, 10m, 2h or 2d, got {value!r} ({type(value).__name__})"
-    raise ValueError(msg)
 
 
 def load_loop(path: str | Path) -> LoopDefinition:
