@@ -1,11 +1,10 @@
 """Shared pieces of the loop reducer: the Transition type, record lines, entry commands."""
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import NamedTuple
 
+from statewright._canonical import sha256_hex
 from statewright._errors import IllegalEventError
 from statewright.loop.errors import LoopInvariantError
 from statewright.loop.events import (
@@ -71,8 +70,7 @@ def entry_commands(state: LoopState) -> tuple[Command, ...]:
 
 def fingerprint(shown: Mapping[str, object]) -> str:
     """sha256 of the canonical JSON of what a person was shown."""
-    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return sha256_hex(dict(shown))
 
 
 def clean_stop(state: LoopState, event: KillSwitch | GateSleep, text: str) -> Transition:
