@@ -13,6 +13,7 @@ from statewright._errors import (
     DefinitionError,
     IllegalEventError,
     InputError,
+    StaleLeaseError,
     TaskNotFoundError,
     VersionConflictError,
 )
@@ -32,7 +33,7 @@ from statewright.machine.state import TaskState, TaskStatus, new_task, projectio
 from statewright.machine.task import transition, verdict_error
 from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.users import Users, users_file
-from statewright.store import NewCommand, open_store
+from statewright.store import AppendRequest, NewCommand, open_store
 from statewright.store.base import Claim
 from statewright.store.sql import SqlStore
 
@@ -45,6 +46,17 @@ class Applied:
     commands: Sequence[Command]
     claimed: Claim | None = None
     duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Report:
+    """One event for ``Engine.apply_many``: ``state`` is the task's state it applies to, and
+    ``complete`` the (command id, fencing token) of the command it reports on."""
+
+    task_id: str
+    event: Event
+    state: TaskState
+    complete: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,51 @@ class Engine:
                 return Applied(self.state(task_id), [], duplicate=True)
             return Applied(new, cmds, claimed=res.claimed)
         raise VersionConflictError(task_id, -1, -1)
+
+    def apply_many(
+        self, reports: Sequence[Report], *, claim_for: tuple[str, int] | None = None
+    ) -> list[Applied | IllegalEventError | StaleLeaseError]:
+        """Apply several tasks' events in ONE commit (group commit): each is reduced from
+        the state it names and all are appended together, each claiming its task's next
+        command for ``claim_for``. When any one is refused the store writes none of them,
+        and each is then applied on its own, as ``apply`` does, so one refusal (returned in
+        its place) costs the others nothing."""
+        if len(reports) > 1:
+            done = self._apply_together(reports, claim_for)
+            if done is not None:
+                return done
+        out: list[Applied | IllegalEventError | StaleLeaseError] = []
+        for r in reports:
+            try:
+                out.append(self.apply(r.task_id, r.event, complete=r.complete, claim_for=claim_for, state=r.state))
+            except (IllegalEventError, StaleLeaseError) as exc:
+                out.append(exc)
+        return out
+
+    def _apply_together(
+        self, reports: Sequence[Report], claim_for: tuple[str, int] | None
+    ) -> list[Applied | IllegalEventError | StaleLeaseError] | None:
+        reduced = []
+        for r in reports:
+            try:
+                reduced.append(transition(r.state, r.event))
+            except IllegalEventError:
+                return None
+        now = self.clock.now_ms()
+        results = self.store.append_batch([
+            AppendRequest(
+                r.task_id, r.state.version, r.event.to_dict(), projection(new), to_new_commands(cmds, now),
+                complete=r.complete, terminal=new.terminal, claim_for=claim_for,
+            )
+            for r, (new, cmds) in zip(reports, reduced, strict=True)
+        ])
+        if results is None:
+            return None
+        return [
+            Applied(self.state(r.task_id), [], duplicate=True) if res.duplicate
+            else Applied(new, cmds, claimed=res.claimed)
+            for r, (new, cmds), res in zip(reports, reduced, results, strict=True)
+        ]
 
     # --- people ------------------------------------------------------------------------
     def approve(self, task_id: str, actor: str, *, proposal_hash: str | None = None, comment: str = "") -> TaskState:

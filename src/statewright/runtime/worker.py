@@ -9,6 +9,8 @@ import os
 import random
 import signal
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,7 @@ from statewright.machine.events import AttemptReported, CheckReported, Event, Ti
 from statewright.machine.state import TaskState
 from statewright.runtime import workspaces
 from statewright.runtime.clock import SystemClock
-from statewright.runtime.engine import Engine
+from statewright.runtime.engine import Engine, Report
 from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
 
@@ -37,6 +39,8 @@ log = logging.getLogger("statewright.worker")
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0
+DEFAULT_BATCH = 64  # outcomes one commit may carry
+PREFETCH_SECONDS = 0.005  # how much work (by the average step's duration) a worker claims ahead
 _WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
 
 
@@ -48,7 +52,23 @@ class WorkerStats:
     stale: int = 0
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """A performed command's event, waiting for the committer."""
+
+    claim: Claim
+    state: TaskState
+    event: Event
+
+
 class Worker:
+    """Executor threads (``concurrency`` of them) perform claimed commands and hand each
+    outcome to one committer thread. The committer writes every outcome that is waiting in
+    one transaction (group commit: outcomes that arrive while a commit is in flight share
+    the next one, up to ``batch``), and that commit also claims each task's next command
+    for this worker. An executor never waits for a commit while it has other work, so the
+    time a commit spends on the disk overlaps with performing the next steps."""
+
     def __init__(
         self,
         engine: Engine,
@@ -57,6 +77,7 @@ class Worker:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         concurrency: int = 1,
         idle_poll_seconds: float = IDLE_POLL_SECONDS,
+        batch: int = DEFAULT_BATCH,
         rng: random.Random | None = None,
     ) -> None:
         self.engine = engine
@@ -66,6 +87,7 @@ class Worker:
         self.lease_ms = int(lease_seconds * 1000)
         self.concurrency = max(1, concurrency)
         self.idle_poll_seconds = idle_poll_seconds
+        self.batch = max(1, batch)
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
         self.stopping = threading.Event()
@@ -78,6 +100,15 @@ class Worker:
         self._workspaces: dict[tuple[object, ...], Path] = {}
         self._env = workspaces.child_env()
         self._failure: StoreError | None = None
+        # The pipeline between the executors and the committer, guarded by _cv.
+        self._cv = threading.Condition()
+        self._ready: deque[Claim] = deque()  # claimed for us, not yet started
+        self._staged: list[_Outcome] = []  # performed, waiting for the committer
+        self._pending = 0  # outcomes staged or being committed
+        self._busy = 0  # executors performing a command or claiming
+        self._executors_done = False
+        self._step_seconds: float | None = None  # moving average of performing one command
+        self._fresh_after = 0.0  # while outcomes are pending, no new claim before this time
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -91,19 +122,27 @@ class Worker:
 
     def run(self, *, until_idle: bool = False, until: Callable[[], bool] | None = None) -> WorkerStats:
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
-        heartbeat.start()
+        committer = threading.Thread(target=self._commit_loop, daemon=True)
         threads = [
             threading.Thread(target=self._guarded_loop, args=(until_idle, until), daemon=True)
             for _ in range(self.concurrency - 1)
         ]
+        heartbeat.start()
+        committer.start()
         for t in threads:
             t.start()
         try:
             self._loop(until_idle, until)
         finally:
             self.stopping.set()
+            with self._cv:
+                self._cv.notify_all()
             for t in threads:
                 t.join()
+            with self._cv:  # the committer writes what was performed, then ends
+                self._executors_done = True
+                self._cv.notify_all()
+            committer.join()
             heartbeat.join()  # no renewal may touch the store after run() returns
             self._release_all()
         if self._failure is not None:
@@ -115,21 +154,89 @@ class Worker:
         try:
             self._loop(until_idle, until)
         except StoreError as exc:
-            self._failure = exc
-            self.stopping.set()
+            self._fail(exc)
+
+    def _fail(self, exc: StoreError) -> None:
+        self._failure = exc
+        self.stopping.set()
+        with self._cv:
+            self._cv.notify_all()
 
     def _loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
         while not self.stopping.is_set():
             if until is not None and until():
                 self.stopping.set()
                 return
-            did = self.run_once()
-            if did:
-                continue
+            claim = self._take()
+            if claim is not None:
+                self._perform(claim)
+            elif not self._find_work():
+                self._settle(until_idle)
+
+    def _take(self) -> Claim | None:
+        """The next command claimed for us, marked busy."""
+        with self._cv:
+            if not self._ready:
+                return None
+            self._busy += 1
+            return self._ready.popleft()
+
+    def _find_work(self) -> bool:
+        """Fire due timers and claim new commands, unless enough outcomes are pending (their
+        commits claim the next commands) or a claim just came back short. Returns whether
+        anything became ready."""
+        with self._cv:
+            in_flight = self._pending + self._busy
+            if in_flight and (in_flight >= self._prefetch() or time.monotonic() < self._fresh_after):
+                return False
+            self._busy += 1
+        try:
+            fired = self._fire_timers()
+            if self.stopping.is_set():
+                return fired
+            limit = max(1, self._prefetch() - in_flight)
+            claims = self.store.claim(self.worker_id, self.clock.now_ms(), self.lease_ms, limit)
+            if len(claims) < limit:
+                self._fresh_after = time.monotonic() + self.idle_poll_seconds
+            self._hand_over(claims)
+            return fired or bool(claims)
+        finally:
+            with self._cv:
+                self._busy -= 1
+
+    def _settle(self, until_idle: bool) -> None:
+        """Nothing to start: wait for the committer while outcomes are pending; otherwise
+        stop (``until_idle``) or wait for new work."""
+        with self._cv:
+            if self._ready:
+                return
+            if self._pending or self._busy:
+                self._cv.wait(IDLE_POLL_SECONDS)
+                return
             if until_idle:
                 self.stopping.set()
+                self._cv.notify_all()
                 return
-            self._wait_idle()
+        self._wait_idle()
+
+    def _prefetch(self) -> int:
+        """How many commands to hold at once: enough for every executor, and, for quick
+        steps, enough to fill a commit, but never more than about PREFETCH_SECONDS of work,
+        so slow steps are not hoarded while other workers idle."""
+        est = self._step_seconds
+        n = 1 if est is None else int(PREFETCH_SECONDS / max(est, 1e-6))
+        return max(self.concurrency, min(self.batch, n))
+
+    def _hand_over(self, claims: list[Claim]) -> None:
+        """Claims of ours join the ready queue (held: the heartbeat renews their leases)."""
+        if not claims:
+            return
+        with self._held_lock:
+            for c in claims:
+                self._held[c.command_id] = c.token
+        with self._cv:
+            self._ready.extend(claims)
+            self._cv.notify_all()
 
     def _wait_idle(self) -> None:
         """Idle: PostgreSQL wakes us by LISTEN/NOTIFY; otherwise poll briefly."""
@@ -145,25 +252,6 @@ class Worker:
         gap = (due - self.clock.now_ms()) / 1000
         return max(0.0, min(cap, gap)) if gap > 0 else 0.0
 
-    def run_once(self) -> bool:
-        """Fire due timers, then claim and perform one command (and the chain of commands
-        its outcome claims for us). Returns whether anything was done."""
-        did = self._fire_timers()
-        if self.stopping.is_set():
-            return did
-        claims = self.store.claim(self.worker_id, self.clock.now_ms(), self.lease_ms, 1)
-        for claim in claims:
-            nxt: Claim | None = claim
-            while nxt is not None:
-                crash_point("after_claim")
-                nxt = self._perform(nxt)
-                if self.stopping.is_set() and nxt is not None:
-                    self._chained.pop(nxt.command_id, None)
-                    self.store.release(nxt.command_id, nxt.token, self.clock.now_ms(), failed=False)
-                    nxt = None
-            did = True
-        return did
-
     # --- timers ------------------------------------------------------------------------
     def _fire_timers(self) -> bool:
         timers = self.store.claim_timers(self.worker_id, self.clock.now_ms(), self.lease_ms, 10)
@@ -178,28 +266,49 @@ class Worker:
             except StaleLeaseError:
                 continue
             self.stats.timers += 1
-            nxt = applied.claimed
-            if nxt is not None:
-                self._chained[nxt.command_id] = applied.state
-            while nxt is not None:
-                nxt = self._perform(nxt)
+            if applied.claimed is not None:
+                self._chained[applied.claimed.command_id] = applied.state
+                self._hand_over([applied.claimed])
         return bool(timers)
 
     # --- commands ----------------------------------------------------------------------
     def _claim_for(self) -> tuple[str, int]:
         return (self.worker_id, self.clock.now_ms() + self.lease_ms)
 
-    def _perform(self, claim: Claim) -> Claim | None:
-        """Perform one claimed command; returns the next command claimed for us, if any."""
-        with self._held_lock:
-            self._held[claim.command_id] = claim.token
+    def _perform(self, claim: Claim) -> None:
+        """Perform one claimed command (the caller marked us busy) and stage its outcome."""
+        outcome: _Outcome | None = None
         try:
-            return self._perform_held(claim)
+            if self.stopping.is_set():
+                self._unhold(claim)  # not started: _release_all gives it back
+                self._hand_back(claim)
+                return
+            crash_point("after_claim")
+            started = time.perf_counter()
+            outcome = self._perform_held(claim)
+            took = time.perf_counter() - started
+            est = self._step_seconds
+            self._step_seconds = took if est is None else est + (took - est) / 8
         finally:
-            with self._held_lock:
-                self._held.pop(claim.command_id, None)
+            with self._cv:
+                self._busy -= 1
+                if outcome is not None:
+                    self._staged.append(outcome)
+                    self._pending += 1
+                self._cv.notify_all()
+            if outcome is None:
+                self._unhold(claim)
 
-    def _perform_held(self, claim: Claim) -> Claim | None:
+    def _hand_back(self, claim: Claim) -> None:
+        self._chained.pop(claim.command_id, None)
+        self.store.release(claim.command_id, claim.token, self.clock.now_ms(), failed=False)
+
+    def _unhold(self, claim: Claim) -> None:
+        with self._held_lock:
+            if self._held.get(claim.command_id) == claim.token:
+                del self._held[claim.command_id]
+
+    def _perform_held(self, claim: Claim) -> _Outcome | None:
         body = claim.body
         result_id = f"{claim.command_id}:result"
         chained = self._chained.pop(claim.command_id, None)
@@ -229,24 +338,53 @@ class Worker:
         if event is None:
             return None
         crash_point("after_effect")
+        return _Outcome(claim, state, event)
+
+    # --- the committer -----------------------------------------------------------------
+    def _commit_loop(self) -> None:
         try:
-            applied = self.engine.apply(
-                claim.task_id, event, complete=(claim.command_id, claim.token),
-                claim_for=None if self.stopping.is_set() else self._claim_for(), state=state,
-            )
-        except IllegalEventError:
-            self.stats.stale += 1
-            self.store.ack(claim.command_id, claim.token)
-            return None
-        except StaleLeaseError:
-            self.stats.stale += 1
-            log.warning("lease on %s was lost; the report was refused", claim.command_id)
-            return None
-        crash_point("after_append")
-        self.stats.commands += 1
-        if applied.claimed is not None:
-            self._chained[applied.claimed.command_id] = applied.state
-        return applied.claimed
+            while True:
+                with self._cv:
+                    while not self._staged and not self._executors_done:
+                        self._cv.wait()
+                    if not self._staged:
+                        return
+                    batch = self._staged[: self.batch]
+                    del self._staged[: len(batch)]
+                self._commit(batch)
+        except StoreError as exc:
+            log.error("lost the store (%s); stopping: held leases will expire", exc)
+            with self._cv:
+                self._staged.clear()
+                self._pending = 0
+            self._fail(exc)
+
+    def _commit(self, batch: list[_Outcome]) -> None:
+        claim_for = None if self.stopping.is_set() else self._claim_for()
+        results = self.engine.apply_many(
+            [Report(o.claim.task_id, o.event, o.state, (o.claim.command_id, o.claim.token)) for o in batch],
+            claim_for=claim_for,
+        )
+        nexts: list[Claim] = []
+        for o, res in zip(batch, results, strict=True):
+            claim = o.claim
+            if isinstance(res, IllegalEventError):
+                self.stats.stale += 1
+                self.store.ack(claim.command_id, claim.token)
+            elif isinstance(res, StaleLeaseError):
+                self.stats.stale += 1
+                log.warning("lease on %s was lost; the report was refused", claim.command_id)
+            else:
+                crash_point("after_append")
+                self.stats.commands += 1
+                if res.claimed is not None:
+                    self._chained[res.claimed.command_id] = res.state
+                    nexts.append(res.claimed)
+            self._unhold(claim)
+        self._hand_over(nexts)
+        with self._cv:
+            self._pending -= len(batch)
+            self._cv.notify_all()
 
     def _context(self, claim: Claim, state: TaskState, step: Step, space: AttemptSpace | None = None) -> Any:
         from statewright.executors.base import ExecContext

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from statewright.store.base import (
+    AppendRequest,
     AppendResult,
     Claim,
     EventRow,
@@ -24,6 +25,7 @@ DEFAULT_DB = ".statewright/state.db"
 
 __all__ = [
     "DEFAULT_DB",
+    "AppendRequest",
     "AppendResult",
     "Claim",
     "EventRow",

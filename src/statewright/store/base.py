@@ -69,6 +69,22 @@ class NewCommand:
 
 
 @dataclass(frozen=True)
+class AppendRequest:
+    """One append of a batch (``Store.append_batch``): the arguments of ``Store.append``
+    past version 0."""
+
+    task_id: str
+    expected_version: int
+    event: Mapping[str, Any]
+    state: Mapping[str, Any]
+    commands: Sequence[NewCommand]
+    complete: tuple[str, int] | None = None
+    complete_timer: tuple[str, int] | None = None
+    terminal: bool = False
+    claim_for: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
 class EventRow:
     task_id: str
     version: int
@@ -107,6 +123,12 @@ class Store(Protocol):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
     ) -> AppendResult: ...
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+        """All of ``requests`` in ONE transaction (one commit), or none of them: None when
+        any one is refused (a version conflict, a stale lease, a duplicate event id), and
+        then nothing was written; the caller appends them one by one to learn which."""
+        ...
 
     def load(self, task_id: str) -> StoredTask | None: ...
 

@@ -37,7 +37,6 @@ CHANNEL = "statewright_work"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,45}$")
 _SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.schema").digest()[:8], "big", signed=True)
 _LISTEN_SLICE_SECONDS = 0.1  # how often the listener thread looks at its stop flag
-_LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last_hash) this store remembers
 
 
 def _driver() -> tuple[Any, Any]:
@@ -315,11 +314,6 @@ class PostgresStore(SqlStore):
             if row is not None:
                 return AppendResult(version=int(row[0]), duplicate=True)
             raise
-
-    def _remember(self, task_id: str, version: int, last_hash: str) -> None:
-        if len(self._last_hash) >= _LAST_HASH_CACHE_MAX:
-            self._last_hash.clear()
-        self._last_hash[task_id] = (version, last_hash)
 
     def _append_one(
         self,

@@ -22,6 +22,7 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright.store.base import (
+    AppendRequest,
     AppendResult,
     Claim,
     EventRow,
@@ -37,6 +38,7 @@ GENESIS_HASH = "0" * 64
 # building a new one per call, as json.dumps(**options) does.
 _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _CLAIM_COLS = "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms"
+_LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last event hash) a store remembers
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
 
@@ -49,6 +51,7 @@ class SqlStore(ABC):
     url: str = ""
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
+    _last_hash: dict[str, tuple[int, str]]
 
     # --- dialect hooks ---------------------------------------------------------------
     @abstractmethod
@@ -169,12 +172,9 @@ class SqlStore(ABC):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
     ) -> AppendResult:
-        body = canonical_json(event)
+        req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
+                            complete_timer=complete_timer, terminal=terminal, claim_for=claim_for)
         event_id = str(event["event_id"])
-        at_ms = int(event["at_ms"])
-        version = expected_version + 1
-        state_json = _compact_json(state)
-        status = str(state.get("status", ""))
         try:
             with self._tx() as cur:
                 if expected_version == 0:
@@ -187,75 +187,7 @@ class SqlStore(ABC):
                         ).fetchone()
                         if row is not None:
                             return AppendResult(version=int(row[1]), duplicate=True)
-                    prev = GENESIS_HASH
-                    h = chain_hash(prev, version, body)
-                    self._x(
-                        cur,
-                        "INSERT INTO sw_tasks (task_id, workflow, workflow_hash, status, version, state,"
-                        " idem_key, last_hash, created_at_ms, updated_at_ms)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (task_id, workflow, workflow_hash, status, version, state_json, idem_key, h, at_ms, at_ms),
-                    )
-                else:
-                    row = self._x(
-                        cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)
-                    ).fetchone()
-                    if row is None or int(row[0]) != expected_version:
-                        dup = self._duplicate_txn(cur, event_id)
-                        if dup is not None:
-                            return dup
-                        actual = int(row[0]) if row is not None else 0
-                        raise VersionConflictError(task_id, expected_version, actual)
-                    prev = str(row[1])
-                    h = chain_hash(prev, version, body)
-                    upd = self._x(
-                        cur,
-                        "UPDATE sw_tasks SET status = ?, version = ?, state = ?, last_hash = ?,"
-                        " updated_at_ms = ? WHERE task_id = ? AND version = ?",
-                        (status, version, state_json, h, at_ms, task_id, expected_version),
-                    )
-                    if upd.rowcount != 1:
-                        raise VersionConflictError(task_id, expected_version, expected_version + 1)
-                self._x(
-                    cur,
-                    "INSERT INTO sw_events (task_id, version, event_id, type, body, at_ms, prev_hash, hash)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (task_id, version, event_id, str(event["type"]), body, at_ms, prev, h),
-                )
-                if complete is not None:
-                    self._finish_command_txn(cur, *complete)
-                if complete_timer is not None:
-                    gone = self._x(
-                        cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", complete_timer
-                    )
-                    if gone.rowcount != 1:
-                        raise StaleLeaseError(complete_timer[0], complete_timer[1], -1)
-                if terminal:
-                    self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ?", (task_id,))
-                    self._x(cur, "DELETE FROM sw_timers WHERE task_id = ?", (task_id,))
-                claimed = None
-                for c in commands:
-                    if c.timer:
-                        self._x(
-                            cur,
-                            "INSERT INTO sw_timers (timer_id, task_id, due_at_ms, purpose) VALUES (?, ?, ?, ?)",
-                            (c.command_id, task_id, c.available_at_ms, c.purpose),
-                        )
-                        continue
-                    body_json = canonical_json(c.body)
-                    if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
-                        claimed = self._insert_claimed_txn(cur, task_id, c, body_json, *claim_for)
-                        continue
-                    self._x(
-                        cur,
-                        "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (c.command_id, task_id, c.type, body_json, c.available_at_ms),
-                    )
-                if any(c.timer or claimed is None or c.command_id != claimed.command_id for c in commands):
-                    self._work_added_txn(cur)
-                crash_point("in_append_txn")
-                return AppendResult(version=version, claimed=claimed)
+                res, h = self._append_txn(cur, req, workflow, workflow_hash, idem_key)
         except (VersionConflictError, StaleLeaseError):
             raise
         except Exception as exc:
@@ -269,6 +201,125 @@ class SqlStore(ABC):
                         return dup
                 raise VersionConflictError(task_id, expected_version, expected_version + 1) from None
             raise
+        if not res.duplicate:
+            self._remember(task_id, res.version, h)
+        return res
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+        """Every request in ONE transaction, or none: any refusal (a version conflict, a stale
+        lease, a duplicate event id) rolls the whole batch back and returns None."""
+        try:
+            with self._tx() as cur:
+                done = [self._append_txn(cur, r) for r in requests]
+        except (VersionConflictError, StaleLeaseError):
+            return None
+        except Exception as exc:
+            if self._is_unique_violation(exc):
+                return None
+            raise
+        for r, (res, h) in zip(requests, done, strict=True):
+            if not res.duplicate:
+                self._remember(r.task_id, res.version, h)
+        return [res for res, _ in done]
+
+    def _remember(self, task_id: str, version: int, last_hash: str) -> None:
+        """Remember the hash of a task's event at ``version`` (an event never changes once
+        written), so the next append chained to it needs no read."""
+        if len(self._last_hash) >= _LAST_HASH_CACHE_MAX:
+            self._last_hash.clear()
+        self._last_hash[task_id] = (version, last_hash)
+
+    def _append_txn(
+        self, cur: Any, req: AppendRequest, workflow: str = "", workflow_hash: str = "",
+        idem_key: str | None = None,
+    ) -> tuple[AppendResult, str]:
+        """The writes of one append inside the caller's transaction; raises on a refusal
+        (the caller rolls back). Returns the result and the new event's hash."""
+        task_id, expected_version, event = req.task_id, req.expected_version, req.event
+        body = canonical_json(event)
+        event_id = str(event["event_id"])
+        at_ms = int(event["at_ms"])
+        version = expected_version + 1
+        state_json = _compact_json(req.state)
+        status = str(req.state.get("status", ""))
+        if expected_version == 0:
+            prev = GENESIS_HASH
+            h = chain_hash(prev, version, body)
+            self._x(
+                cur,
+                "INSERT INTO sw_tasks (task_id, workflow, workflow_hash, status, version, state,"
+                " idem_key, last_hash, created_at_ms, updated_at_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (task_id, workflow, workflow_hash, status, version, state_json, idem_key, h, at_ms, at_ms),
+            )
+        else:
+            known = self._last_hash.get(task_id)
+            if known is not None and known[0] == expected_version:
+                prev = known[1]
+            else:
+                row = self._x(
+                    cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)
+                ).fetchone()
+                if row is None or int(row[0]) != expected_version:
+                    dup = self._duplicate_txn(cur, event_id)
+                    if dup is not None:
+                        return dup, ""
+                    actual = int(row[0]) if row is not None else 0
+                    raise VersionConflictError(task_id, expected_version, actual)
+                prev = str(row[1])
+            h = chain_hash(prev, version, body)
+            upd = self._x(
+                cur,
+                "UPDATE sw_tasks SET status = ?, version = ?, state = ?, last_hash = ?,"
+                " updated_at_ms = ? WHERE task_id = ? AND version = ?",
+                (status, version, state_json, h, at_ms, task_id, expected_version),
+            )
+            if upd.rowcount != 1:
+                if known is not None:  # the remembered version is stale: decide as above
+                    self._last_hash.pop(task_id, None)
+                    dup = self._duplicate_txn(cur, event_id)
+                    if dup is not None:
+                        return dup, ""
+                raise VersionConflictError(task_id, expected_version, expected_version + 1)
+        self._x(
+            cur,
+            "INSERT INTO sw_events (task_id, version, event_id, type, body, at_ms, prev_hash, hash)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (task_id, version, event_id, str(event["type"]), body, at_ms, prev, h),
+        )
+        if req.complete is not None:
+            self._finish_command_txn(cur, *req.complete)
+        if req.complete_timer is not None:
+            gone = self._x(cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", req.complete_timer)
+            if gone.rowcount != 1:
+                raise StaleLeaseError(req.complete_timer[0], req.complete_timer[1], -1)
+        if req.terminal:
+            self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ?", (task_id,))
+            self._x(cur, "DELETE FROM sw_timers WHERE task_id = ?", (task_id,))
+        claimed = None
+        claim_for = req.claim_for
+        for c in req.commands:
+            if c.timer:
+                self._x(
+                    cur,
+                    "INSERT INTO sw_timers (timer_id, task_id, due_at_ms, purpose) VALUES (?, ?, ?, ?)",
+                    (c.command_id, task_id, c.available_at_ms, c.purpose),
+                )
+                continue
+            body_json = canonical_json(c.body)
+            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
+                claimed = self._insert_claimed_txn(cur, task_id, c, body_json, *claim_for)
+                continue
+            self._x(
+                cur,
+                "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (c.command_id, task_id, c.type, body_json, c.available_at_ms),
+            )
+        if any(c.timer or claimed is None or c.command_id != claimed.command_id for c in req.commands):
+            self._work_added_txn(cur)
+        crash_point("in_append_txn")
+        return AppendResult(version=version, claimed=claimed), h
 
     def _duplicate_txn(self, cur: Any, event_id: str) -> AppendResult | None:
         """The recorded result when ``event_id`` is already in the log."""
