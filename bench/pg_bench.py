@@ -78,20 +78,29 @@ def child(url: str, workspace: str, out: str, mode: str) -> int:
     worker.install_signal_handlers()
     latencies: list[float] = []
     claims = [0]
-    perform, claim = worker._perform, store.claim
+    started_at: dict[str, float] = {}
+    perform, commit, claim = worker._perform, worker._commit, store.claim
 
     def timed_perform(c: Any) -> Any:
-        started = time.perf_counter()
+        started_at[c.command_id] = time.perf_counter()
+        return perform(c)
+
+    def timed_commit(batch: Any) -> Any:
         try:
-            return perform(c)
+            return commit(batch)
         finally:
-            latencies.append(time.perf_counter() - started)
+            now = time.perf_counter()
+            for report in batch:
+                t0 = started_at.pop(report.complete[0], None)
+                if t0 is not None:
+                    latencies.append(now - t0)
 
     def counted_claim(*args: Any, **kwargs: Any) -> Any:
         claims[0] += 1
         return claim(*args, **kwargs)
 
     worker._perform = timed_perform  # type: ignore[method-assign]
+    worker._commit = timed_commit  # type: ignore[method-assign]
     store.claim = counted_claim  # type: ignore[method-assign]
     print("ready", flush=True)
     sys.stdin.readline()

@@ -4,7 +4,7 @@ event, the new projection and the commands in one store transaction."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ class Report:
     event: Event
     state: TaskState
     complete: tuple[str, int] | None = None
+    reduced: tuple[TaskState, Sequence[Command], AppendRequest] | None = None  # see Engine.reduce
 
 
 @dataclass(frozen=True)
@@ -226,29 +227,39 @@ class Engine:
                 out.append(exc)
         return out
 
+    def reduce(self, report: Report) -> Report:
+        """The report with its event already reduced and its append prepared (only the lease
+        of the next command is left to ``apply_many``): a worker does this work while the
+        previous commit is on its way to the disk. A refused event is left as it is; the
+        refusal comes from ``apply_many``."""
+        if report.reduced is not None:
+            return report
+        try:
+            new, cmds = transition(report.state, report.event)
+        except IllegalEventError:
+            return report
+        req = AppendRequest(
+            report.task_id, report.state.version, report.event.to_dict(), projection(new),
+            to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,
+        )
+        return replace(report, reduced=(new, cmds, req))
+
     def _apply_together(
         self, reports: Sequence[Report], claim_for: tuple[str, int] | None
     ) -> list[Applied | IllegalEventError | StaleLeaseError] | None:
         reduced = []
         for r in reports:
-            try:
-                reduced.append(transition(r.state, r.event))
-            except IllegalEventError:
-                return None
-        now = self.clock.now_ms()
-        results = self.store.append_batch([
-            AppendRequest(
-                r.task_id, r.state.version, r.event.to_dict(), projection(new), to_new_commands(cmds, now),
-                complete=r.complete, terminal=new.terminal, claim_for=claim_for,
-            )
-            for r, (new, cmds) in zip(reports, reduced, strict=True)
-        ])
+            done = self.reduce(r).reduced
+            if done is None:
+                return None  # a refused event: apply_many applies them one by one
+            reduced.append(done)
+        results = self.store.append_batch([replace(req, claim_for=claim_for) for _, _, req in reduced])
         if results is None:
             return None
         return [
             Applied(self.state(r.task_id), [], duplicate=True) if res.duplicate
             else Applied(new, cmds, claimed=res.claimed)
-            for r, (new, cmds), res in zip(reports, reduced, results, strict=True)
+            for r, (new, cmds, _), res in zip(reports, reduced, results, strict=True)
         ]
 
     # --- people ------------------------------------------------------------------------

@@ -52,14 +52,6 @@ class WorkerStats:
     stale: int = 0
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """A performed command's event, waiting for the committer."""
-
-    claim: Claim
-    state: TaskState
-    event: Event
-
 
 class Worker:
     """Executor threads (``concurrency`` of them) perform claimed commands and hand each
@@ -103,7 +95,7 @@ class Worker:
         # The pipeline between the executors and the committer, guarded by _cv.
         self._cv = threading.Condition()
         self._ready: deque[Claim] = deque()  # claimed for us, not yet started
-        self._staged: list[_Outcome] = []  # performed, waiting for the committer
+        self._staged: list[Report] = []  # performed, waiting for the committer
         self._pending = 0  # outcomes staged or being committed
         self._busy = 0  # executors performing a command or claiming
         self._executors_done = False
@@ -277,10 +269,10 @@ class Worker:
 
     def _perform(self, claim: Claim) -> None:
         """Perform one claimed command (the caller marked us busy) and stage its outcome."""
-        outcome: _Outcome | None = None
+        outcome: Report | None = None
         try:
             if self.stopping.is_set():
-                self._unhold(claim)  # not started: _release_all gives it back
+                self._unhold(claim.command_id, claim.token)  # not started: _release_all gives it back
                 self._hand_back(claim)
                 return
             crash_point("after_claim")
@@ -297,18 +289,18 @@ class Worker:
                     self._pending += 1
                 self._cv.notify_all()
             if outcome is None:
-                self._unhold(claim)
+                self._unhold(claim.command_id, claim.token)
 
     def _hand_back(self, claim: Claim) -> None:
         self._chained.pop(claim.command_id, None)
         self.store.release(claim.command_id, claim.token, self.clock.now_ms(), failed=False)
 
-    def _unhold(self, claim: Claim) -> None:
+    def _unhold(self, command_id: str, token: int) -> None:
         with self._held_lock:
-            if self._held.get(claim.command_id) == claim.token:
-                del self._held[claim.command_id]
+            if self._held.get(command_id) == token:
+                del self._held[command_id]
 
-    def _perform_held(self, claim: Claim) -> _Outcome | None:
+    def _perform_held(self, claim: Claim) -> Report | None:
         body = claim.body
         result_id = f"{claim.command_id}:result"
         chained = self._chained.pop(claim.command_id, None)
@@ -338,7 +330,7 @@ class Worker:
         if event is None:
             return None
         crash_point("after_effect")
-        return _Outcome(claim, state, event)
+        return self.engine.reduce(Report(claim.task_id, event, state, (claim.command_id, claim.token)))
 
     # --- the committer -----------------------------------------------------------------
     def _commit_loop(self) -> None:
@@ -359,28 +351,26 @@ class Worker:
                 self._pending = 0
             self._fail(exc)
 
-    def _commit(self, batch: list[_Outcome]) -> None:
+    def _commit(self, batch: list[Report]) -> None:
         claim_for = None if self.stopping.is_set() else self._claim_for()
-        results = self.engine.apply_many(
-            [Report(o.claim.task_id, o.event, o.state, (o.claim.command_id, o.claim.token)) for o in batch],
-            claim_for=claim_for,
-        )
+        results = self.engine.apply_many(batch, claim_for=claim_for)
         nexts: list[Claim] = []
-        for o, res in zip(batch, results, strict=True):
-            claim = o.claim
+        for report, res in zip(batch, results, strict=True):
+            assert report.complete is not None  # every staged report completes its command
+            command_id, token = report.complete
             if isinstance(res, IllegalEventError):
                 self.stats.stale += 1
-                self.store.ack(claim.command_id, claim.token)
+                self.store.ack(command_id, token)
             elif isinstance(res, StaleLeaseError):
                 self.stats.stale += 1
-                log.warning("lease on %s was lost; the report was refused", claim.command_id)
+                log.warning("lease on %s was lost; the report was refused", command_id)
             else:
                 crash_point("after_append")
                 self.stats.commands += 1
                 if res.claimed is not None:
                     self._chained[res.claimed.command_id] = res.state
                     nexts.append(res.claimed)
-            self._unhold(claim)
+            self._unhold(command_id, token)
         self._hand_over(nexts)
         with self._cv:
             self._pending -= len(batch)

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from statewright._canonical import canonical_json
 from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
-from statewright.store.base import AppendResult, Claim, NewCommand, StoredTask, StoreUnavailableError
+from statewright.store.base import AppendRequest, AppendResult, Claim, NewCommand, StoredTask, StoreUnavailableError
 from statewright.store.sql import _TASK_COLS, SqlStore, _compact_json, _task, chain_hash
 
 if TYPE_CHECKING:
@@ -329,23 +329,65 @@ class PostgresStore(SqlStore):
         claim_for: tuple[str, int] | None,
     ) -> AppendResult | None:
         """The shared append past version 0 as one statement of data-modifying CTEs, run in
-        autocommit (its own transaction: one round trip, no BEGIN/COMMIT). It writes the same
-        rows in the same order of effect: the projection (only at ``expected_version`` and the
-        previous hash the event is chained to), the event, the completed command or timer
-        (only with its fencing token), the terminal clean-up, the new commands. When any of
-        those checks fails the statement divides by zero, so the whole of it is rolled back.
-        Returns None when the previous hash is not at ``expected_version`` (the shared append
-        then reports the conflict or the duplicate); raises psycopg errors when refused."""
+        autocommit (its own transaction: one round trip, no BEGIN/COMMIT). Returns None when
+        the previous hash is not at ``expected_version`` (the shared append then reports the
+        conflict or the duplicate); raises psycopg errors when refused."""
+        req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
+                            complete_timer=complete_timer, terminal=terminal, claim_for=claim_for)
+        with self._pool.connection() as conn:
+            one = self._one_statement(conn, req)
+            if one is None:
+                return None
+            sql, params, result, h = one
+            crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
+            conn.execute(sql, params)
+        self._remember(task_id, result.version, h)
+        return result
+
+    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+        """Every request as its one statement (``_one_statement``), all in ONE transaction
+        sent as one pipeline: one round trip and one commit for the batch. Any refusal rolls
+        the whole batch back and returns None."""
+        if getattr(self._local, "cur", None) is not None:
+            return super().append_batch(requests)
+        errors = self._psycopg.errors
+        refused = (errors.DataError, errors.IntegrityError, errors.TransactionRollback)
+        with self._classified(), self._pool.connection() as conn:
+            prepared = []
+            for r in requests:
+                one = self._one_statement(conn, r)
+                if one is None:
+                    return None
+                prepared.append(one)
+            crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
+            try:
+                with conn.transaction(), conn.pipeline():
+                    for sql, params, _, _ in prepared:
+                        conn.execute(sql, params)
+            except refused:
+                return None
+        for r, (_, _, result, h) in zip(requests, prepared, strict=True):
+            self._remember(r.task_id, result.version, h)
+        return [result for _, _, result, _ in prepared]
+
+    def _one_statement(
+        self, conn: Any, req: AppendRequest
+    ) -> tuple[str, list[Any], AppendResult, str] | None:
+        """The statement of data-modifying CTEs that writes one append past version 0: the
+        projection (only at ``expected_version`` and the previous hash the event is chained
+        to), the event, the completed command or timer (only with its fencing token), the
+        terminal clean-up, the new commands. When any of those checks fails the statement
+        divides by zero, so all of it is rolled back. Returns the statement, its parameters,
+        the result and the event's hash; None when the task is not at ``expected_version``."""
+        task_id, expected_version, event, state = req.task_id, req.expected_version, req.event, req.state
+        complete, complete_timer, terminal, claim_for = req.complete, req.complete_timer, req.terminal, req.claim_for
         body = canonical_json(event)
         version = expected_version + 1
         known = self._last_hash.get(task_id)
         if known is not None and known[0] == expected_version:
             prev = known[1]
         else:
-            with self._pool.connection() as conn:
-                row = conn.execute(
-                    "SELECT version, last_hash FROM sw_tasks WHERE task_id = %s", (task_id,)
-                ).fetchone()
+            row = conn.execute("SELECT version, last_hash FROM sw_tasks WHERE task_id = %s", (task_id,)).fetchone()
             if row is None or int(row[0]) != expected_version:
                 return None
             prev = str(row[1])
@@ -369,11 +411,11 @@ class PostgresStore(SqlStore):
                 params.append(complete_timer[0])
         claimed: Claim | None = None
         n_timers = n_outbox = 0
-        for c in commands:
+        for c in req.commands:
             if c.timer:
                 n_timers += 1
                 params += (c.command_id, task_id, c.available_at_ms, c.purpose)
-        for c in commands:
+        for c in req.commands:
             if c.timer:
                 continue
             n_outbox += 1
@@ -388,18 +430,14 @@ class PostgresStore(SqlStore):
                 )
             else:
                 params += (c.command_id, task_id, c.type, body_json, c.available_at_ms, None, None, 0, 0)
-        notify = any(c.timer or claimed is None or c.command_id != claimed.command_id for c in commands)
+        notify = any(c.timer or claimed is None or c.command_id != claimed.command_id for c in req.commands)
         if notify:
             params.append(CHANNEL)
         shape = (complete is not None, complete_timer is not None, terminal, n_timers, n_outbox, notify)
         sql = self._fast_sql.get(shape)
         if sql is None:
             sql = self._fast_sql[shape] = _one_statement_append(*shape)
-        crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
-        with self._pool.connection() as conn:
-            conn.execute(sql, params)
-        self._remember(task_id, version, h)
-        return AppendResult(version=version, claimed=claimed)
+        return sql, params, AppendResult(version=version, claimed=claimed), h
 
     def load(self, task_id: str) -> StoredTask | None:
         """The shared read, also remembering the task's last hash for ``_append_one``."""
