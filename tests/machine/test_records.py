@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
 
 from statewright import IllegalEventError, TaskState, TaskStatus
+from statewright._canonical import canonical_json
 from statewright.machine.commands import command_from_dict
 from statewright.machine.events import AttemptReported, event_from_dict
 from statewright.machine.state import Attempt, Outcome
-from strategies import Driver, fix_bug
+from strategies import Driver, Run, fix_bug, runs
 
 
 def full_run() -> Driver:
@@ -164,6 +166,17 @@ def test_events_and_commands_round_trip_through_their_logged_form() -> None:
     assert len(commands) > 20
     for command in commands:
         assert command_from_dict(json.loads(json.dumps(command.to_dict()))) == command
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs())
+def test_the_wire_form_serialises_as_the_dict_form(run: Run) -> None:
+    """The store serialises ``wire()`` (shared values) where ``to_dict()`` copies: equal JSON."""
+    for step in run.steps:
+        assert canonical_json(step.event.wire()) == canonical_json(step.event.to_dict())
+    for applied in run.accepted:
+        for command in applied.commands:
+            assert canonical_json(command.wire()) == canonical_json(command.to_dict())
 
 
 def test_an_unknown_event_type_is_refused() -> None:

@@ -23,6 +23,11 @@ class Command:
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **record_dict(self)}
 
+    def wire(self) -> dict[str, Any]:
+        """``to_dict()`` for serialising at once (the store's log and outbox): the same JSON,
+        but the field values are shared, not copied. Read it, never change it."""
+        return {"type": self.type, **self.__dict__}
+
 
 @dataclass(frozen=True)
 class RunStep(Command):

@@ -22,6 +22,11 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **record_dict(self)}
 
+    def wire(self) -> dict[str, Any]:
+        """``to_dict()`` for serialising at once (the store's log and outbox): the same JSON,
+        but the field values are shared, not copied. Read it, never change it."""
+        return {"type": self.type, **self.__dict__}
+
 
 @dataclass(frozen=True)
 class TaskSubmitted(Event):

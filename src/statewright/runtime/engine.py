@@ -4,7 +4,7 @@ event, the new projection and the commands in one store transaction."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from statewright._errors import (
 )
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
+from statewright.machine._records import replace
 from statewright.machine.commands import Command, StartTimer
 from statewright.machine.events import (
     ApprovalGranted,
@@ -84,7 +85,7 @@ def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand
         if isinstance(c, StartTimer):
             out.append(NewCommand(c.timer_id, "TimerFired", {}, c.due_at_ms, timer=True, purpose=c.purpose))
         else:
-            out.append(NewCommand(c.command_id, c.type, c.to_dict(), now_ms))
+            out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms))
     return out
 
 
@@ -160,7 +161,7 @@ class Engine:
         ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
         new, cmds = transition(new_task(tid, wf), ev)
         res = self.store.append(
-            tid, 0, ev.to_dict(), projection(new), to_new_commands(cmds, now),
+            tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
             workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
         )
         if res.duplicate and key is not None:
@@ -196,7 +197,7 @@ class Engine:
             now = self.clock.now_ms()
             try:
                 res = self.store.append(
-                    task_id, st.version, event.to_dict(), projection(new), to_new_commands(cmds, now),
+                    task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
                     complete=complete, complete_timer=complete_timer, terminal=new.terminal,
                     claim_for=claim_for,
                 )
@@ -215,7 +216,7 @@ class Engine:
         command for ``claim_for``. When any one is refused the store writes none of them,
         and each is then applied on its own, as ``apply`` does, so one refusal (returned in
         its place) costs the others nothing."""
-        if len(reports) > 1:
+        if len(reports) > 1 or (reports and reports[0].reduced is not None):
             done = self._apply_together(reports, claim_for)
             if done is not None:
                 return done
@@ -239,7 +240,7 @@ class Engine:
         except IllegalEventError:
             return report
         req = AppendRequest(
-            report.task_id, report.state.version, report.event.to_dict(), projection(new),
+            report.task_id, report.state.version, report.event.wire(), projection(new),
             to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,
         )
         return replace(report, reduced=(new, cmds, req))

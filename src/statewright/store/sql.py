@@ -11,6 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 from statewright._canonical import canonical_json
@@ -175,6 +176,7 @@ class SqlStore(ABC):
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
                             complete_timer=complete_timer, terminal=terminal, claim_for=claim_for)
         event_id = str(event["event_id"])
+        encoded = _Encoded.of(req)
         try:
             with self._tx() as cur:
                 if expected_version == 0:
@@ -187,7 +189,7 @@ class SqlStore(ABC):
                         ).fetchone()
                         if row is not None:
                             return AppendResult(version=int(row[1]), duplicate=True)
-                res, h = self._append_txn(cur, req, workflow, workflow_hash, idem_key)
+                res, h = self._append_txn(cur, req, encoded, workflow, workflow_hash, idem_key)
         except (VersionConflictError, StaleLeaseError):
             raise
         except Exception as exc:
@@ -208,9 +210,10 @@ class SqlStore(ABC):
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
         """Every request in ONE transaction, or none: any refusal (a version conflict, a stale
         lease, a duplicate event id) rolls the whole batch back and returns None."""
+        encoded = [_Encoded.of(r) for r in requests]  # outside the transaction: less time holding the lock
         try:
             with self._tx() as cur:
-                done = [self._append_txn(cur, r) for r in requests]
+                done = [self._append_txn(cur, r, e) for r, e in zip(requests, encoded, strict=True)]
         except (VersionConflictError, StaleLeaseError):
             return None
         except Exception as exc:
@@ -230,17 +233,16 @@ class SqlStore(ABC):
         self._last_hash[task_id] = (version, last_hash)
 
     def _append_txn(
-        self, cur: Any, req: AppendRequest, workflow: str = "", workflow_hash: str = "",
+        self, cur: Any, req: AppendRequest, encoded: _Encoded, workflow: str = "", workflow_hash: str = "",
         idem_key: str | None = None,
     ) -> tuple[AppendResult, str]:
         """The writes of one append inside the caller's transaction; raises on a refusal
         (the caller rolls back). Returns the result and the new event's hash."""
         task_id, expected_version, event = req.task_id, req.expected_version, req.event
-        body = canonical_json(event)
+        body, state_json = encoded.body, encoded.state_json
         event_id = str(event["event_id"])
         at_ms = int(event["at_ms"])
         version = expected_version + 1
-        state_json = _compact_json(req.state)
         status = str(req.state.get("status", ""))
         if expected_version == 0:
             prev = GENESIS_HASH
@@ -298,7 +300,7 @@ class SqlStore(ABC):
             self._x(cur, "DELETE FROM sw_timers WHERE task_id = ?", (task_id,))
         claimed = None
         claim_for = req.claim_for
-        for c in req.commands:
+        for c, body_json in zip(req.commands, encoded.command_bodies, strict=True):
             if c.timer:
                 self._x(
                     cur,
@@ -306,7 +308,6 @@ class SqlStore(ABC):
                     (c.command_id, task_id, c.available_at_ms, c.purpose),
                 )
                 continue
-            body_json = canonical_json(c.body)
             if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
                 claimed = self._insert_claimed_txn(cur, task_id, c, body_json, *claim_for)
                 continue
@@ -503,6 +504,22 @@ class SqlStore(ABC):
             ).fetchone()
         vals = [int(v[0]) for v in (a, b) if v is not None and v[0] is not None]
         return min(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """The JSON text of one append, made before its transaction opens."""
+
+    body: str  # the event, canonical (it is hashed)
+    state_json: str
+    command_bodies: tuple[str, ...]  # canonical; "" for a timer
+
+    @classmethod
+    def of(cls, req: AppendRequest) -> _Encoded:
+        return cls(
+            canonical_json(req.event), _compact_json(req.state),
+            tuple("" if c.timer else canonical_json(c.body) for c in req.commands),
+        )
 
 
 def _claim(r: Any) -> Claim:
