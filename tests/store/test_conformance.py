@@ -20,7 +20,7 @@ from statewright._errors import (
     StoreError,
     VersionConflictError,
 )
-from statewright.store import AppendResult, NewCommand, open_store
+from statewright.store import AppendRequest, AppendResult, NewCommand, open_store
 from statewright.store.schema import SCHEMA_VERSION
 from statewright.store.sql import GENESIS_HASH, SqlStore, chain_hash
 
@@ -443,3 +443,65 @@ def test_a_task_runs_to_completion_through_a_real_worker(store: SqlStore, tmp_pa
     assert [e.type for e in store.events(tid)] == ["TaskSubmitted", "AttemptReported", "AttemptReported"]
     assert verify_chain(store.raw_events(tid)) == []
     assert store.outbox() == [] and store.timers() == []
+
+
+# --- group commit --------------------------------------------------------------------------
+def batch_step(task_id: str, version: int, event_id: str, commands: Sequence[NewCommand] = (),
+               **kw: Any) -> AppendRequest:
+    return AppendRequest(task_id, version, event(event_id, T0 + version), {"status": "running", "n": version},
+                         list(commands), **kw)
+
+
+def test_append_batch_writes_every_append_in_one_transaction(store: SqlStore, opener: Callable[[], SqlStore]) -> None:
+    """A batch of appends to several tasks: each is written as ``append`` would write it (the
+    event chained, the projection, the completed command gone, the next one claimed)."""
+    for tid in ("t1", "t2", "t3"):
+        submit(store, tid, [run_step(f"{tid}/a/1")])
+    claims = {c.task_id: c for c in store.claim("w1", T0, LEASE_MS, 3)}
+    results = store.append_batch([
+        batch_step(tid, 1, f"{tid}:r1", [run_step(f"{tid}/b/1")],
+                   complete=(f"{tid}/a/1", claims[tid].token), claim_for=("w1", T0 + LEASE_MS))
+        for tid in ("t1", "t2", "t3")
+    ])
+    assert results is not None and [r.version for r in results] == [2, 2, 2]
+    assert [r.claimed.command_id if r.claimed else None for r in results] == ["t1/b/1", "t2/b/1", "t3/b/1"]
+    other = opener()
+    for tid in ("t1", "t2", "t3"):
+        loaded = other.load(tid)
+        assert loaded is not None and loaded.version == 2 and loaded.state["n"] == 1
+        assert verify_chain(other.raw_events(tid)) == []
+        assert [r["lease_owner"] for r in other.outbox(tid)] == ["w1"]
+    assert outbox_ids(other) == ["t1/b/1", "t2/b/1", "t3/b/1"]
+    # the claimed commands are held: nobody else can claim them
+    assert other.claim("w2", T0, LEASE_MS, 10) == []
+    # and the next batch chains on from what the first one wrote
+    again = store.append_batch([batch_step(tid, 2, f"{tid}:r2") for tid in ("t1", "t2")])
+    assert again is not None and [r.version for r in again] == [3, 3]
+    assert verify_chain(other.raw_events("t1")) == []
+
+
+@pytest.mark.parametrize("refusal", ["stale_version", "stale_token", "duplicate_event"])
+def test_a_refused_append_rolls_the_whole_batch_back(store: SqlStore, refusal: str) -> None:
+    """One refused append (a stale version, an old fencing token, an event already recorded)
+    and append_batch writes none of the batch and returns None."""
+    for tid in ("t1", "t2"):
+        submit(store, tid, [run_step(f"{tid}/a/1")])
+    claims = {c.task_id: c for c in store.claim("w1", T0, LEASE_MS, 2)}
+    good = batch_step("t1", 1, "t1:r1", [run_step("t1/b/1")], complete=("t1/a/1", claims["t1"].token))
+    if refusal == "stale_version":
+        step(store, "t2", 1, "t2:other")
+        bad = batch_step("t2", 1, "t2:r1")
+    elif refusal == "stale_token":
+        bad = batch_step("t2", 1, "t2:r1", complete=("t2/a/1", claims["t2"].token + 5))
+    else:
+        step(store, "t2", 1, "t2:r1")
+        bad = batch_step("t2", 1, "t2:r1")
+    before = {tid: store.load(tid) for tid in ("t1", "t2")}
+    assert store.append_batch([good, bad]) is None
+    assert store.append_batch([bad, good]) is None
+    assert {tid: store.load(tid) for tid in ("t1", "t2")} == before
+    assert not store.has_event("t1:r1")
+    assert outbox_ids(store, "t1") == ["t1/a/1"]
+    # the good one alone still goes through
+    res = store.append_batch([good])
+    assert res is not None and res[0].version == 2

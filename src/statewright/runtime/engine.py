@@ -258,9 +258,8 @@ class Engine:
         if results is None:
             return None
         return [
-            Applied(self.state(r.task_id), [], duplicate=True) if res.duplicate
-            else Applied(new, cmds, claimed=res.claimed)
-            for r, (new, cmds, _), res in zip(reports, reduced, results, strict=True)
+            Applied(new, cmds, claimed=res.claimed)
+            for (new, cmds, _), res in zip(reduced, results, strict=True)
         ]
 
     # --- people ------------------------------------------------------------------------

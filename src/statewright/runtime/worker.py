@@ -1,6 +1,7 @@
 """Workers claim due commands under a lease with a fencing token, perform them, and report
 the outcome as an event. The transaction that records an outcome also claims the task's
-next command for the same worker, so a step costs one commit."""
+next command for the same worker, and outcomes that are ready together share that
+transaction (group commit), so a step costs at most one commit."""
 
 from __future__ import annotations
 

@@ -214,7 +214,9 @@ class SqlStore(ABC):
         try:
             with self._tx() as cur:
                 done = [self._append_txn(cur, r, e) for r, e in zip(requests, encoded, strict=True)]
-        except (VersionConflictError, StaleLeaseError):
+                if any(res.duplicate for res, _ in done):
+                    raise _Refused
+        except (VersionConflictError, StaleLeaseError, _Refused):
             return None
         except Exception as exc:
             if self._is_unique_violation(exc):
@@ -504,6 +506,10 @@ class SqlStore(ABC):
             ).fetchone()
         vals = [int(v[0]) for v in (a, b) if v is not None and v[0] is not None]
         return min(vals) if vals else None
+
+
+class _Refused(Exception):
+    """A batch holds an event that is already recorded: the batch is rolled back."""
 
 
 @dataclass(frozen=True)

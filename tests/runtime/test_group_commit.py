@@ -1,0 +1,136 @@
+"""Group commit: a worker writes the outcomes that are ready together in one transaction,
+each still claiming its own task's next command; a refusal in a batch costs the others
+nothing; ``batch=1`` gives every outcome a commit of its own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from statewright._errors import IllegalEventError, StaleLeaseError
+from statewright.machine.events import AttemptReported
+from statewright.machine.state import TaskStatus
+from statewright.runtime.clock import FakeClock
+from statewright.runtime.engine import Applied, Engine, Report
+from statewright.runtime.worker import Worker
+from statewright.store import AppendRequest, AppendResult
+
+from .support import code, lines, workflow
+
+THREE_STEPS = workflow("three-steps", code("a", "record"), code("b", "record"), code("c", "record"))
+
+
+@pytest.fixture
+def engine(open_engine: Callable[..., Engine], clock: FakeClock) -> Engine:
+    return open_engine(clock=clock)
+
+
+def spy_batches(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of every append_batch the store is given."""
+    sizes: list[int] = []
+    real = engine.store.append_batch
+
+    def append_batch(requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+        sizes.append(len(requests))
+        return real(requests)
+
+    monkeypatch.setattr(engine.store, "append_batch", append_batch)
+    return sizes
+
+
+def report_for(engine: Engine, task_id: str, command_id: str, token: int, at_ms: int) -> Report:
+    state = engine.state(task_id)
+    step = command_id.split("/")[1]
+    event = AttemptReported(event_id=f"{command_id}:result", at_ms=at_ms, command_id=command_id,
+                            step=step, attempt=1, actor=f"code:{step}", ok=True)
+    return Report(task_id, event, state, (command_id, token))
+
+
+def test_apply_many_writes_several_tasks_in_one_commit(
+    engine: Engine, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three tasks' reports: one append_batch, each task moves on, and each next command is
+    claimed for the worker named in claim_for."""
+    tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(3)]
+    claims = engine.store.claim("w1", clock.now_ms(), 30_000, 3)
+    sizes = spy_batches(engine, monkeypatch)
+    reports = [report_for(engine, c.task_id, c.command_id, c.token, clock.now_ms()) for c in claims]
+
+    results = engine.apply_many(reports, claim_for=("w1", clock.now_ms() + 30_000))
+
+    assert sizes == [3]
+    assert all(isinstance(r, Applied) for r in results)
+    for c, res in zip(claims, results, strict=True):
+        assert isinstance(res, Applied) and res.claimed is not None
+        assert res.claimed.command_id == f"{c.task_id}/b/1"
+        assert engine.state(c.task_id).version == 2
+    assert sorted(r["lease_owner"] for r in engine.store.outbox()) == ["w1"] * 3
+    assert {c.task_id for c in claims} == set(tids)
+
+
+def test_a_refused_report_in_a_batch_costs_the_others_nothing(
+    engine: Engine, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One task cancelled and one lease lost after their steps ran: the batch is refused as a
+    whole, then each report is applied alone; the refusals come back in their places."""
+    tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(3)]
+    claims = {c.task_id: c for c in engine.store.claim("w1", clock.now_ms(), 30_000, 3)}
+    reports = [report_for(engine, t, claims[t].command_id, claims[t].token, clock.now_ms()) for t in tids]
+    engine.cancel(tids[1], "olga", "duplicate issue")
+    stale = reports[2]
+    reports[2] = Report(stale.task_id, stale.event, stale.state, (claims[tids[2]].command_id, 99))
+    sizes = spy_batches(engine, monkeypatch)
+
+    results = engine.apply_many(reports)
+
+    assert sizes == [3]  # tried together once, then one by one
+    assert isinstance(results[0], Applied) and engine.state(tids[0]).version == 2
+    assert isinstance(results[1], IllegalEventError)
+    assert engine.state(tids[1]).status is TaskStatus.CANCELLED
+    assert isinstance(results[2], StaleLeaseError)
+    assert engine.state(tids[2]).version == 1
+
+
+def test_a_worker_shares_commits_among_ready_tasks(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twenty tasks drained by one worker: every step ran once, every task completed, and
+    fewer commits than outcomes were needed (some batches held more than one)."""
+    tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(20)]
+    worker = Worker(engine)
+    sizes: list[int] = []
+    real = engine.store.append_batch
+
+    def slow_first_commit(requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+        if not sizes:  # hold the first commit until more outcomes wait behind it
+            with worker._cv:
+                worker._cv.wait_for(lambda: len(worker._staged) >= 2, timeout=10)
+        sizes.append(len(requests))
+        return real(requests)
+
+    monkeypatch.setattr(engine.store, "append_batch", slow_first_commit)
+
+    stats = worker.run(until_idle=True)
+
+    assert stats.commands == 60
+    assert all(engine.state(t).status is TaskStatus.COMPLETED for t in tids)
+    for i in range(20):
+        for step in ("a", "b", "c"):
+            assert len(lines(tmp_path / f"ws{i}" / f"{step}.calls")) == 1
+    assert sum(sizes) == 60
+    assert max(sizes) > 1 and len(sizes) < 60
+
+
+def test_batch_one_gives_every_outcome_its_own_commit(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(5)]
+    sizes = spy_batches(engine, monkeypatch)
+
+    stats = Worker(engine, batch=1).run(until_idle=True)
+
+    assert stats.commands == 15
+    assert all(engine.state(t).status is TaskStatus.COMPLETED for t in tids)
+    assert sizes == [1] * 15
