@@ -41,6 +41,7 @@ DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0
 DEFAULT_BATCH = 64  # outcomes one commit may carry
+TIMER_CHECK_SECONDS = 0.1  # how often a worker with work in hand looks for due timers
 PREFETCH_SECONDS = 0.005  # how much work (by the average step's duration) a worker claims ahead
 _WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
 
@@ -102,6 +103,7 @@ class Worker:
         self._executors_done = False
         self._step_seconds: float | None = None  # moving average of performing one command
         self._fresh_after = 0.0  # while outcomes are pending, no new claim before this time
+        self._timers_due = 0.0  # when a worker with work in hand next looks for due timers
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -160,6 +162,8 @@ class Worker:
             if until is not None and until():
                 self.stopping.set()
                 return
+            if time.monotonic() >= self._timers_due:  # a busy worker still fires due timers
+                self._fire_timers()
             claim = self._take()
             if claim is not None:
                 self._perform(claim)
@@ -247,6 +251,7 @@ class Worker:
 
     # --- timers ------------------------------------------------------------------------
     def _fire_timers(self) -> bool:
+        self._timers_due = time.monotonic() + TIMER_CHECK_SECONDS
         timers = self.store.claim_timers(self.worker_id, self.clock.now_ms(), self.lease_ms, 10)
         for t in timers:
             ev = TimerFired(event_id=f"{t.timer_id}:fired", at_ms=self.clock.now_ms(), timer_id=t.timer_id)
