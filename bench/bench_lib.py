@@ -91,7 +91,7 @@ class EngineRun:
     steps: int
 
 
-def engine_run(engine: Any, workflow: Any, n_tasks: int) -> EngineRun:
+def engine_run(engine: Any, workflow: Any, n_tasks: int, **worker_options: Any) -> EngineRun:
     """Submit ``n_tasks`` tasks, then time one Worker draining them (STEPS steps each)."""
     from statewright import Worker
 
@@ -99,7 +99,7 @@ def engine_run(engine: Any, workflow: Any, n_tasks: int) -> EngineRun:
     ids = [engine.submit(workflow, {"n": i}) for i in range(n_tasks)]
     t1 = time.perf_counter()
     c1 = time.process_time()
-    stats = Worker(engine).run(until_idle=True)
+    stats = Worker(engine, **worker_options).run(until_idle=True)
     c2 = time.process_time()
     t2 = time.perf_counter()
     steps = n_tasks * STEPS

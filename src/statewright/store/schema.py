@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -62,5 +62,12 @@ MIGRATIONS: dict[int, list[str]] = {
         )""",
         "CREATE INDEX IF NOT EXISTS sw_timers_due ON sw_timers (due_at_ms)",
         "CREATE INDEX IF NOT EXISTS sw_timers_task ON sw_timers (task_id)",
+    ],
+    # Listing by status needs no time in the index: an index on (status, updated_at_ms) was
+    # rewritten by every step (each append moves updated_at_ms), one on status alone only
+    # when the status changes (on PostgreSQL the update can then stay on its heap page).
+    2: [
+        "DROP INDEX IF EXISTS sw_tasks_status",
+        "CREATE INDEX IF NOT EXISTS sw_tasks_by_status ON sw_tasks (status)",
     ],
 }
