@@ -92,6 +92,31 @@ def test_db_upgrade_migrates_an_older_schema(store_url: str, opener: Callable[[]
     assert again.schema_version() == SCHEMA_VERSION
 
 
+def index_names(backend: str, store_url: str) -> set[str]:
+    if backend == "sqlite":
+        rows = raw_sql(store_url, "SELECT name FROM sqlite_master WHERE type = 'index'")
+    else:
+        rows = raw_sql(store_url, "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")
+    return {str(r[0]) for r in rows}
+
+
+def test_db_upgrade_from_version_1_replaces_the_status_index(
+    backend: str, store_url: str, opener: Callable[[], SqlStore],
+) -> None:
+    """Version 2 indexes tasks by status alone: upgrading a version 1 database drops the old
+    (status, updated_at_ms) index and keeps every row."""
+    store = opener()
+    submit(store, "t1", [run_step("t1/a/1")])
+    raw_sql(store_url, "DROP INDEX sw_tasks_by_status")
+    raw_sql(store_url, "CREATE INDEX sw_tasks_status ON sw_tasks (status, updated_at_ms)")
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("1", "schema_version"))
+    again = opener()
+    assert again.schema_version() == SCHEMA_VERSION == 2
+    names = index_names(backend, store_url)
+    assert "sw_tasks_by_status" in names and "sw_tasks_status" not in names
+    assert again.counts_by_status() == {"running": 1} and outbox_ids(again) == ["t1/a/1"]
+
+
 def test_newer_schema_version_is_refused(store_url: str, opener: Callable[[], SqlStore]) -> None:
     """A database written by a newer statewright is refused with a message saying what to do."""
     opener()
