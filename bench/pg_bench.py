@@ -391,6 +391,16 @@ def main(argv: list[str]) -> int:
                 f"  from submit(): p50 {ms(p['p50_call'])}  max {ms(p['max_call'])};"
                 f"  idle claim queries {p['claims_per_s']:.1f}/s")
         say()
+        one, two = rows[0][2]["rate"], rows[1][2]["rate"]
+        cost = f_pg["rate"] / one  # a step's cost in floor commits
+        say("GOALS")
+        say(f"  one worker's per-step cost <= 2x the floor     {cost:5.2f}x ({one:.0f} steps/s vs "
+            f"{f_pg['rate']:.0f} commits/s)   {'PASS' if cost <= 2 else 'MISS'}")
+        say(f"  pickup within 50 ms (as shipped, max from submit)  {p['max_call'] * 1000:6.2f} ms"
+            f"              {'PASS' if p['max_call'] < 0.05 else 'MISS'}")
+        say(f"  throughput grows from 1 to 2 workers           {one:.0f} -> {two:.0f} steps/s"
+            f"          {'PASS' if two > one else 'MISS'}")
+        say()
         say(f"  load average at end {os.getloadavg()[0]:.2f} (other processes on this host share the CPUs)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
