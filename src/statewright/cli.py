@@ -129,14 +129,16 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--lease", "lease", default=30.0, show_default=True, type=click.FloatRange(0.5, 60.0),
               help="Lease length in seconds.")
+@click.option("--batch", default=32, show_default=True, type=click.IntRange(1, 1000),
+              help="Most step outcomes one commit may carry (1: a commit per outcome).")
 @_db_option
 @_guard
-def worker(until_idle: bool, concurrency: int, lease: float, db: str) -> None:
+def worker(until_idle: bool, concurrency: int, lease: float, batch: int, db: str) -> None:
     """Claim and perform due commands. SIGTERM/Ctrl-C stops cleanly."""
     from statewright.runtime.worker import Worker
 
     engine = _engine(db, create=True)
-    w = Worker(engine, lease_seconds=lease, concurrency=concurrency)
+    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch)
     w.install_signal_handlers()
     stats = w.run(until_idle=until_idle)
     click.echo(f"worker stopped: {stats.commands} commands, {stats.timers} timers, {stats.retries} retries")
@@ -375,8 +377,31 @@ def _attach_optional() -> None:
 _attach_optional()
 
 
+class _NeverRaised(click.ClickException):
+    """Stands in for click's NoArgsIsHelpError on click versions without it."""
+
+
+_NO_ARGS_IS_HELP: type[click.ClickException] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
+
+
 def main() -> None:
-    cli(prog_name="statewright")
+    """The ``statewright`` command: a usage mistake is one line on stderr, as every other
+    refusal is (click's own format takes three)."""
+    try:
+        code = cli.main(prog_name="statewright", standalone_mode=False)
+    except _NO_ARGS_IS_HELP as exc:  # a bare ``statewright`` (or group): the help, as click shows it
+        click.echo(exc.format_message(), err=True)
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        where = exc.ctx.command_path if isinstance(exc, click.UsageError) and exc.ctx else "statewright"
+        click.echo(f"error: {exc.format_message()} (see '{where} --help')"
+                   if isinstance(exc, click.UsageError) else f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        sys.exit(1)
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

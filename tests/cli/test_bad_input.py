@@ -122,6 +122,26 @@ def test_a_real_process_refuses_the_same_way(case: str, parked: Parked) -> None:
     check()
 
 
+@pytest.mark.parametrize("args", [
+    ["worker", "--batch", "0", "--until-idle"],
+    ["worker", "--lease", "0", "--until-idle"],
+    ["show"],
+    ["approve", "t-1", "--as"],
+    ["no-such-command"],
+])
+def test_a_usage_mistake_is_one_error_line_too(args: list[str], parked: Parked) -> None:
+    """An option out of range, a missing argument, an unknown command: one line, exit 2."""
+    check = unchanged(parked)
+
+    result = sw_process(*args, "--db", parked.db)
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: ") and "--help" in line
+    check()
+
+
 def test_the_right_approver_with_the_right_hash_is_accepted(parked: Parked) -> None:
     """The refusals above are about who and what, not about the task: carol may approve."""
     out = ok(sw("approve", parked.waiting, "--as", "carol", "--hash", parked.proposal, "--db", parked.db))
