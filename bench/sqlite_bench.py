@@ -194,7 +194,7 @@ def measure_f(tmp: Path, plan: Plan) -> float:
     picks = lib.approval_pickups(tmp / "f.db", plan.f_rounds)
     med = lib.median(picks)
     say(f"    median {med:.1f} ms, min {min(picks):.1f} ms, max {max(picks):.1f} ms")
-    return med
+    return max(picks)
 
 
 def main() -> int:
@@ -249,7 +249,7 @@ def main() -> int:
         f"{verdict(rss < GOAL_RSS_MIB)}")
     say(f"  import statewright < {GOAL_IMPORT_S} s              {imp:7.3f} s                     "
         f"{verdict(imp < GOAL_IMPORT_S)}")
-    say(f"  approval pickup < {GOAL_PICKUP_MS:.0f} ms                  {pick:7.1f} ms                    "
+    say(f"  approval pickup < {GOAL_PICKUP_MS:.0f} ms, every round     {pick:7.1f} ms (max)              "
         f"{verdict(pick < GOAL_PICKUP_MS)}")
     say(f"(total {time.perf_counter() - started:.0f} s; load average at the end: {lib.load_average()})")
     return 0

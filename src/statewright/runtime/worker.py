@@ -116,6 +116,8 @@ class Worker:
         signal.signal(signal.SIGINT, handler)
 
     def run(self, *, until_idle: bool = False, until: Callable[[], bool] | None = None) -> WorkerStats:
+        import statewright.executors  # noqa: F401  (now, not during the first step a user waits on)
+
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
         committer = threading.Thread(target=self._commit_loop, daemon=True)
         threads = [
