@@ -38,7 +38,7 @@ class Plan:
 
 
 FULL = Plan(a_tasks=10, a_rounds=15, b_tasks=1000, c_tasks=200, d_sizes=(1_000, 10_000, 100_000),
-            d_tasks=10, d_rounds=9, e_runs=9, f_rounds=20)
+            d_tasks=20, d_rounds=15, e_runs=9, f_rounds=20)
 QUICK = Plan(a_tasks=4, a_rounds=3, b_tasks=150, c_tasks=40, d_sizes=(1_000, 10_000),
              d_tasks=4, d_rounds=3, e_runs=3, f_rounds=5)
 
