@@ -11,7 +11,6 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,8 +159,10 @@ def template_task(engine: Any, workflow: Any) -> Template:
 
 
 def prefill(db: Path, template: Template, count: int, *, batch: int = 5000) -> float:
-    """Insert ``count`` finished tasks cloned from the template (new ids, correct hash chains)
-    directly with SQL, in batches. Returns the seconds it took."""
+    """Insert ``count`` finished tasks cloned from the template (new ids, as the engine makes
+    them, for earlier submit times; correct hash chains) directly with SQL, in batches.
+    Returns the seconds it took."""
+    from statewright.runtime.engine import new_task_id
     from statewright.store.sql import GENESIS_HASH, chain_hash
 
     t0 = time.perf_counter()
@@ -175,8 +176,8 @@ def prefill(db: Path, template: Template, count: int, *, batch: int = 5000) -> f
         n = min(batch, count - done)
         tasks, events = [], []
         for i in range(n):
-            tid = f"t-{uuid.uuid4().hex[:12]}"
-            shift = (done + i + 1) * 1000
+            shift = (done + i + 1) * 1000  # each one submitted a second before the next
+            tid = new_task_id(created - shift)  # an id as the engine makes it, at that time
             prev = GENESIS_HASH
             for ev_version, event_id, ev_type, body, at_ms in template.events:
                 new_body = body.replace(old, tid)

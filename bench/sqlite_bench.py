@@ -147,8 +147,9 @@ def measure_d(tmp: Path, plan: Plan) -> dict[int, SizeResult]:
     say(f"(d) (a) with {sizes} finished tasks already stored, one database per size: WAL + FULL, 1 worker.")
     say(f"    {plan.d_rounds} rounds; each round runs {plan.d_tasks} tasks on every database in turn (rotating the")
     say("    order) and one floor round, so a slow spell of the disk hits every size alike; medians.")
-    say(f"    Pre-fill: direct INSERTs of rows cloned from a real finished {lib.STEPS}-step task (new ids,")
-    say(f"    recomputed hash chains: 1 sw_tasks + {lib.STEPS + 1} sw_events rows each).")
+    say(f"    Pre-fill: direct INSERTs of rows cloned from a real finished {lib.STEPS}-step task (new ids made")
+    say("    as the engine makes them, for earlier submit times; recomputed hash chains:")
+    say(f"    1 sw_tasks + {lib.STEPS + 1} sw_events rows each).")
     wf = lib.eight_step_workflow()
     engines = {}
     for size in plan.d_sizes:

@@ -10,7 +10,7 @@ from pathlib import Path
 from .support import ok, sw, sw_process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-TASK_ID = re.compile(r"^t-[0-9a-f]{12}$")
+TASK_ID = re.compile(r"^t-[0-9a-f]{19}$")
 
 
 def tasks_json(db: Path) -> list[dict[str, object]]:
@@ -81,7 +81,7 @@ def test_run_works_the_task_to_the_end_and_prints_its_history(files: dict[str, P
     """run submits, works the task to its end in this process, and prints one line per attempt."""
     out = ok(sw("run", files["build"], "--input", '{"n": 1}', "--db", db))
     lines = out.splitlines()
-    assert re.match(r"task t-[0-9a-f]{12}  workflow build v1 \([0-9a-f]{12}\)  status completed$", lines[0])
+    assert re.match(r"task t-[0-9a-f]{19}  workflow build v1 \([0-9a-f]{12}\)  status completed$", lines[0])
     assert [ln.split()[:2] for ln in lines[1:]] == [["ok", "build"], ["ok", "ship"]]
     [task] = tasks_json(db)
     assert (task["status"], task["step"]) == ("completed", None)

@@ -28,6 +28,6 @@ def test_the_demo_loops_back_is_approved_by_alice_and_completes(tmp_path: Path) 
     assert re.search(r"ok +implement +ai +#2", history)
     assert f"approved by alice, proposal {proposal[:12]}" in history
     assert f"--as alice --hash {proposal}" in out
-    assert re.search(r"history of t-[0-9a-f]{12} \(fix-bug\), status completed", history)
+    assert re.search(r"history of t-[0-9a-f]{19} \(fix-bug\), status completed", history)
     assert "tests on main: 2 passed" in out
     assert (workdir / "state.db").exists() and (workdir / "repo" / ".git").is_dir()

@@ -79,6 +79,13 @@ def _random_hex(n: int) -> str:
     return uuid.uuid4().hex[:n]
 
 
+def new_task_id(now_ms: int) -> str:
+    """``t-``, the submit time (milliseconds, 11 hex digits) and 8 random hex digits. Tasks
+    submitted close together sort together in every index keyed by task id, so a commit of
+    several tasks' steps writes a few pages, not a few pages per task."""
+    return f"t-{max(0, now_ms):011x}{_random_hex(8)}"
+
+
 def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand]:
     out = []
     for c in commands:
@@ -156,17 +163,29 @@ class Engine:
             if existing is not None:
                 return existing
         self.register(wf)
-        tid = task_id or f"t-{_random_hex(12)}"
         now = self.clock.now_ms()
-        ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
-        new, cmds = transition(new_task(tid, wf), ev)
-        res = self.store.append(
-            tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
-            workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
-        )
-        if res.duplicate and key is not None:
-            return self.store.task_by_key(key) or tid
-        return tid
+        for attempt in range(_CONFLICT_RETRIES):
+            tid = task_id or new_task_id(now)
+            ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
+            new, cmds = transition(new_task(tid, wf), ev)
+            try:
+                res = self.store.append(
+                    tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
+                    workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
+                )
+            except VersionConflictError:
+                if task_id is not None or attempt == _CONFLICT_RETRIES - 1:
+                    raise
+                continue  # a generated id that is taken (the same millisecond, the same 32 bits)
+            if not res.duplicate:
+                return tid
+            existing = self.store.task_by_key(key) if key is not None else None
+            if existing is not None:
+                return existing  # submitted before under this key
+            if task_id is None:
+                continue  # a generated id that is taken: never join another submit's task
+            return tid  # the caller's own task id, submitted before
+        raise VersionConflictError(task_id or "t-?", 0, 1)
 
     def state(self, task_id: str) -> TaskState:
         stored = self.store.load(task_id)

@@ -288,7 +288,7 @@ class Worker:
             outcome = self._perform_held(claim)
             took = time.perf_counter() - started
             est = self._step_seconds
-            self._step_seconds = took if est is None else est + (took - est) / 8
+            self._step_seconds = took if est is None else (est + took) / 2
         finally:
             with self._cv:
                 self._busy -= 1
