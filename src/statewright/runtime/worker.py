@@ -42,8 +42,10 @@ IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0
 DEFAULT_BATCH = 32  # outcomes one commit may carry
 TIMER_CHECK_SECONDS = 0.1  # how often a worker with work in hand looks for due timers
+COMMIT_DELAY_SECONDS = 0.002  # how long a commit waits for outcomes that are being produced
 PREFETCH_SECONDS = 0.005  # how much work (by the average step's duration) a worker claims ahead
 _WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
+WORKSPACE_RECHECK_SECONDS = 1.0  # how long a remembered workspace is trusted to still exist
 
 
 @dataclass
@@ -91,7 +93,7 @@ class Worker:
         # us: performing that command then needs no read back (a stale one loses cleanly in
         # Engine.apply and is read again).
         self._chained: dict[str, TaskState] = {}
-        self._workspaces: dict[tuple[object, ...], Path] = {}
+        self._workspaces: dict[tuple[object, ...], tuple[Path, float]] = {}  # path, next check
         self._env = workspaces.child_env()
         self._failure: StoreError | None = None
         # The pipeline between the executors and the committer, guarded by _cv.
@@ -349,6 +351,7 @@ class Worker:
                         self._cv.wait()
                     if not self._staged:
                         return
+                    self._gather()
                     batch = self._staged[: self.batch]
                     del self._staged[: len(batch)]
                 self._commit(batch)
@@ -358,6 +361,19 @@ class Worker:
                 self._staged.clear()
                 self._pending = 0
             self._fail(exc)
+
+    def _gather(self) -> None:
+        """With _cv held and an outcome staged: while executors are still producing outcomes
+        (performing, or with commands ready to start), wait up to COMMIT_DELAY_SECONDS for
+        them to join this commit, as PostgreSQL's commit_delay does. A lone outcome, with
+        nothing else under way, is committed at once."""
+        deadline = time.monotonic() + COMMIT_DELAY_SECONDS
+        while (len(self._staged) < self.batch and (self._busy or self._ready)
+               and not self._executors_done and not self.stopping.is_set()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._cv.wait(left)
 
     def _commit(self, batch: list[Report]) -> None:
         claim_for = None if self.stopping.is_set() else self._claim_for()
@@ -392,20 +408,28 @@ class Worker:
         else:
             ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
             key = (str(ws),) if ws else (self.engine.workspace_root, state.task_id)
-            cached = self._workspaces.get(key)
-            if cached is None or not os.path.isdir(cached):
-                workspace = Path(str(ws)) if ws else self.engine.workspace_root / state.task_id
-                workspace.mkdir(parents=True, exist_ok=True)
-                cached = workspace.resolve()
-                if len(self._workspaces) >= _WORKSPACE_CACHE_SIZE:
-                    self._workspaces.clear()
-                self._workspaces[key] = cached
-            resolved = cached
+            resolved = self._workspace(key, Path(str(ws)) if ws else self.engine.workspace_root / state.task_id)
         return ExecContext(
             task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
             workspace=resolved, timeout_seconds=step.timeout_seconds, env=self._env,
         )
+
+    def _workspace(self, key: tuple[object, ...], path: Path) -> Path:
+        """The task's workspace directory, made if missing. A resolved path is remembered and
+        looked at again (is it still there?) at most every WORKSPACE_RECHECK_SECONDS."""
+        now = time.monotonic()
+        cached = self._workspaces.get(key)
+        if cached is not None and (now < cached[1] or os.path.isdir(cached[0])):
+            if now >= cached[1]:
+                self._workspaces[key] = (cached[0], now + WORKSPACE_RECHECK_SECONDS)
+            return cached[0]
+        path.mkdir(parents=True, exist_ok=True)
+        resolved = path.resolve()
+        if len(self._workspaces) >= _WORKSPACE_CACHE_SIZE:
+            self._workspaces.clear()
+        self._workspaces[key] = (resolved, now + WORKSPACE_RECHECK_SECONDS)
+        return resolved
 
     def _execute(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event:
         from statewright import executors
