@@ -258,10 +258,10 @@ class Engine:
             new, cmds = transition(report.state, report.event)
         except IllegalEventError:
             return report
-        req = AppendRequest(
+        req = self.store.encode(AppendRequest(
             report.task_id, report.state.version, report.event.wire(), projection(new),
             to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,
-        )
+        ))
         return replace(report, reduced=(new, cmds, req))
 
     def _apply_together(

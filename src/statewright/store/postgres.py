@@ -23,11 +23,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from statewright._canonical import canonical_json
 from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
 from statewright.store.base import AppendRequest, AppendResult, Claim, NewCommand, StoredTask, StoreUnavailableError
-from statewright.store.sql import _TASK_COLS, SqlStore, _compact_json, _task, chain_hash
+from statewright.store.sql import _TASK_COLS, SqlStore, _Encoded, _task, chain_hash
 
 if TYPE_CHECKING:
     import psycopg
@@ -381,7 +380,8 @@ class PostgresStore(SqlStore):
         the result and the event's hash; None when the task is not at ``expected_version``."""
         task_id, expected_version, event, state = req.task_id, req.expected_version, req.event, req.state
         complete, complete_timer, terminal, claim_for = req.complete, req.complete_timer, req.terminal, req.claim_for
-        body = canonical_json(event)
+        encoded = _Encoded.of(req)
+        body = encoded.body
         version = expected_version + 1
         known = self._last_hash.get(task_id)
         if known is not None and known[0] == expected_version:
@@ -394,7 +394,7 @@ class PostgresStore(SqlStore):
         h = chain_hash(prev, version, body)
         at_ms = int(event["at_ms"])
         params: list[Any] = [
-            str(state.get("status", "")), version, _compact_json(state), h, at_ms,
+            str(state.get("status", "")), version, encoded.state_json, h, at_ms,
             task_id, expected_version, prev,
             task_id, version, str(event["event_id"]), str(event["type"]), body, at_ms, prev, h,
         ]
@@ -415,11 +415,10 @@ class PostgresStore(SqlStore):
             if c.timer:
                 n_timers += 1
                 params += (c.command_id, task_id, c.available_at_ms, c.purpose)
-        for c in req.commands:
+        for c, body_json in zip(req.commands, encoded.command_bodies, strict=True):
             if c.timer:
                 continue
             n_outbox += 1
-            body_json = canonical_json(c.body)
             if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
                 worker_id, lease_expires_ms = claim_for
                 params += (c.command_id, task_id, c.type, body_json, c.available_at_ms,

@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from statewright._canonical import canonical_json
@@ -206,6 +206,9 @@ class SqlStore(ABC):
         if not res.duplicate:
             self._remember(task_id, res.version, h)
         return res
+
+    def encode(self, request: AppendRequest) -> AppendRequest:
+        return replace(request, encoded=_Encoded.of(request))
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
         """Every request in ONE transaction, or none: any refusal (a version conflict, a stale
@@ -522,6 +525,8 @@ class _Encoded:
 
     @classmethod
     def of(cls, req: AppendRequest) -> _Encoded:
+        if isinstance(req.encoded, _Encoded):
+            return req.encoded
         return cls(
             canonical_json(req.event), _compact_json(req.state),
             tuple("" if c.timer else canonical_json(c.body) for c in req.commands),
