@@ -530,3 +530,18 @@ def test_a_refused_append_rolls_the_whole_batch_back(store: SqlStore, refusal: s
     # the good one alone still goes through
     res = store.append_batch([good])
     assert res is not None and res[0].version == 2
+
+
+def test_load_many_reads_the_tasks_that_exist(store: SqlStore) -> None:
+    """One query for several tasks: those that exist, as ``load`` reads each one."""
+    for tid in ("t1", "t2", "t3"):
+        submit(store, tid)
+    step(store, "t2", 1, "t2:e2")
+    found = store.load_many(["t3", "nobody", "t2"])
+    assert sorted(found) == ["t2", "t3"]
+    assert found["t2"] == store.load("t2") and found["t2"].version == 2
+    assert store.load_many([]) == {}
+    # what it read chains the next append, as a load does
+    assert store.append_batch([batch_step("t2", 2, "t2:e3"), batch_step("t3", 1, "t3:e2")]) is not None
+    assert verify_chain(store.raw_events("t2")) == [] and verify_chain(store.raw_events("t3")) == []
+

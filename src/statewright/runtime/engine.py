@@ -187,6 +187,13 @@ class Engine:
             return tid  # the caller's own task id, submitted before
         raise VersionConflictError(task_id or "t-?", 0, 1)
 
+    def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
+        """The states of the tasks that exist among ``task_ids``, read in one query."""
+        return {
+            tid: TaskState.from_dict(stored.state, self.workflow(stored.workflow_hash))
+            for tid, stored in self.store.load_many(task_ids).items()
+        }
+
     def state(self, task_id: str) -> TaskState:
         stored = self.store.load(task_id)
         if stored is None:

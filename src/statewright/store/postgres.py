@@ -25,8 +25,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
-from statewright.store.base import AppendRequest, AppendResult, Claim, NewCommand, StoredTask, StoreUnavailableError
-from statewright.store.sql import _TASK_COLS, SqlStore, _Encoded, _task, chain_hash
+from statewright.store.base import AppendRequest, AppendResult, Claim, NewCommand, StoreUnavailableError
+from statewright.store.sql import SqlStore, _Encoded, chain_hash
 
 if TYPE_CHECKING:
     import psycopg
@@ -437,17 +437,6 @@ class PostgresStore(SqlStore):
         if sql is None:
             sql = self._fast_sql[shape] = _one_statement_append(*shape)
         return sql, params, AppendResult(version=version, claimed=claimed), h
-
-    def load(self, task_id: str) -> StoredTask | None:
-        """The shared read, also remembering the task's last hash for ``_append_one``."""
-        with self._stmt() as cur:
-            row = cur.execute(
-                f"SELECT {_TASK_COLS}, last_hash FROM sw_tasks WHERE task_id = %s", (task_id,)
-            ).fetchone()
-        if row is None:
-            return None
-        self._remember(task_id, int(row[4]), str(row[8]))
-        return _task(row)
 
     def release(self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "") -> None:
         """The shared release (the update, then NOTIFY, in one transaction) as one statement:

@@ -357,9 +357,24 @@ class SqlStore(ABC):
 
     # --- reads -----------------------------------------------------------------------
     def load(self, task_id: str) -> StoredTask | None:
+        """A task's row; its last event's hash is remembered for the next append."""
+        found = self.load_many([task_id])
+        return found.get(task_id)
+
+    def load_many(self, task_ids: Sequence[str]) -> dict[str, StoredTask]:
+        """The rows of the tasks that exist among ``task_ids``, in one query."""
+        if not task_ids:
+            return {}
+        marks = ", ".join("?" * len(task_ids))
         with self._stmt() as cur:
-            row = self._x(cur, f"SELECT {_TASK_COLS} FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
-        return _task(row) if row else None
+            rows = self._x(
+                cur, f"SELECT {_TASK_COLS}, last_hash FROM sw_tasks WHERE task_id IN ({marks})", tuple(task_ids)
+            ).fetchall()
+        out = {}
+        for row in rows:
+            self._remember(str(row[0]), int(row[4]), str(row[8]))
+            out[str(row[0])] = _task(row)
+        return out
 
     def task_by_key(self, idem_key: str) -> str | None:
         with self._stmt() as cur:
