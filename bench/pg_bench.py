@@ -12,9 +12,10 @@ Each run works in a schema of its own, dropped afterwards. Every figure printed 
 by this run; nothing is copied from anywhere else.
 
 Workload: tasks of a workflow of N code steps whose callable returns True, through the real
-worker path (claim, load, run the callable, append the outcome and claim the next step in
-one transaction). Per-step latency is the worker's time from holding a claimed command to
-its outcome committed (and the next command claimed)."""
+worker path (claim, read the states, run the callable, then append the outcome and claim the
+next step in one transaction, which outcomes produced together share). Per-step latency runs
+from the worker starting to perform a command to its outcome committed (and the next command
+claimed), so it includes waiting behind the worker's other claimed steps."""
 
 from __future__ import annotations
 
