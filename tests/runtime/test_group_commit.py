@@ -4,6 +4,7 @@ nothing; ``batch=1`` gives every outcome a commit of its own."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from statewright.machine.events import AttemptReported
 from statewright.machine.state import TaskStatus
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Applied, Engine, Report
-from statewright.runtime.worker import Worker
+from statewright.runtime.worker import READY_HOLD_SECONDS, Worker
 from statewright.store import AppendRequest, AppendResult
 
 from .support import code, lines, workflow
@@ -134,3 +135,26 @@ def test_batch_one_gives_every_outcome_its_own_commit(
     assert stats.commands == 15
     assert all(engine.state(t).status is TaskStatus.COMPLETED for t in tids)
     assert sizes == [1] * 15
+
+
+def test_commands_no_executor_could_start_are_given_back(
+    engine: Engine, clock: FakeClock, tmp_path: Path,
+) -> None:
+    """Claims waiting in a worker's ready queue longer than READY_HOLD_SECONDS (its executors
+    were busy with slow steps) are released, so an idle worker can take them at once."""
+    for i in range(3):
+        engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")})
+    worker = Worker(engine, worker_id="busy")
+    claims = engine.store.claim("busy", clock.now_ms(), 30_000, 3)
+    worker._hand_over(claims)
+    start = time.monotonic()
+
+    assert worker._give_back_waiting(now=start) == 0  # not waiting long yet
+    assert len(worker._ready) == 3
+
+    assert worker._give_back_waiting(now=start + READY_HOLD_SECONDS + 0.5) == 3
+    assert len(worker._ready) == 0 and worker._held == {}
+    assert [r["lease_owner"] for r in engine.store.outbox()] == [None] * 3
+    taken = engine.store.claim("idle", clock.now_ms(), 30_000, 10)
+    assert sorted(c.command_id for c in taken) == sorted(c.command_id for c in claims)
+    assert all(c.token == 2 for c in taken)  # a new claim, a new fencing token

@@ -41,6 +41,7 @@ DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0
 DEFAULT_BATCH = 32  # outcomes one commit may carry
+READY_HOLD_SECONDS = 1.0  # a claimed command no executor starts within this is given back
 TIMER_CHECK_SECONDS = 0.1  # how often a worker with work in hand looks for due timers
 COMMIT_DELAY_SECONDS = 0.002  # how long a commit waits for outcomes that are being produced
 PREFETCH_SECONDS = 0.005  # how much work (by the average step's duration) a worker claims ahead
@@ -98,6 +99,7 @@ class Worker:
         # The pipeline between the executors and the committer, guarded by _cv.
         self._cv = threading.Condition()
         self._ready: deque[Claim] = deque()  # claimed for us, not yet started
+        self._ready_since: dict[str, float] = {}  # command id -> when it joined _ready
         self._staged: list[Report] = []  # performed, waiting for the committer
         self._pending = 0  # outcomes staged or being committed
         self._busy = 0  # executors performing a command or claiming
@@ -179,7 +181,9 @@ class Worker:
             if not self._ready:
                 return None
             self._busy += 1
-            return self._ready.popleft()
+            claim = self._ready.popleft()
+            self._ready_since.pop(claim.command_id, None)
+            return claim
 
     def _find_work(self) -> bool:
         """Fire due timers and claim new commands, unless enough outcomes are pending (their
@@ -245,8 +249,11 @@ class Worker:
         with self._held_lock:
             for c in claims:
                 self._held[c.command_id] = c.token
+        now = time.monotonic()
         with self._cv:
             self._ready.extend(claims)
+            for c in claims:
+                self._ready_since[c.command_id] = now
             self._cv.notify_all()
 
     def _wait_idle(self) -> None:
@@ -531,17 +538,43 @@ class Worker:
 
     # --- leases ------------------------------------------------------------------------
     def _heartbeat(self) -> None:
+        """Renew the leases we hold (every third of a lease), and give back commands that
+        have waited too long for an executor."""
         interval = max(0.05, self.lease_ms / 3000)
-        while not self.stopping.wait(interval):
-            with self._held_lock:
-                held = list(self._held.items())
+        renew_at = time.monotonic() + interval
+        while not self.stopping.wait(min(interval, READY_HOLD_SECONDS / 2)):
             try:
+                self._give_back_waiting()
+                if time.monotonic() < renew_at:
+                    continue
+                renew_at = time.monotonic() + interval
+                with self._held_lock:
+                    held = list(self._held.items())
                 for cid, token in held:
                     self.store.renew(cid, token, self.clock.now_ms(), self.lease_ms)
             except StoreError as exc:
                 log.error("lost the store (%s); stopping: held leases will expire", exc)
-                self.stopping.set()
+                self._fail(exc)
                 return
+
+    def _give_back_waiting(self, now: float | None = None) -> int:
+        """Release the commands that have waited in our ready queue for more than
+        READY_HOLD_SECONDS (every executor was busy with slow steps), so idle workers can
+        take them. Returns how many were given back."""
+        now = time.monotonic() if now is None else now
+        with self._cv:
+            old = [c for c in self._ready if now - self._ready_since.get(c.command_id, now) > READY_HOLD_SECONDS]
+            if not old:
+                return 0
+            gone = {c.command_id for c in old}
+            self._ready = deque(c for c in self._ready if c.command_id not in gone)
+            for cid in gone:
+                self._ready_since.pop(cid, None)
+        for c in old:
+            self._unhold(c.command_id, c.token)
+            self._hand_back(c)
+        log.info("gave back %d command(s) that no executor could start within %.1f s", len(old), READY_HOLD_SECONDS)
+        return len(old)
 
     def _release_all(self) -> None:
         with self._held_lock:
