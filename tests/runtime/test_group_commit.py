@@ -158,3 +158,23 @@ def test_commands_no_executor_could_start_are_given_back(
     taken = engine.store.claim("idle", clock.now_ms(), 30_000, 10)
     assert sorted(c.command_id for c in taken) == sorted(c.command_id for c in claims)
     assert all(c.token == 2 for c in taken)  # a new claim, a new fencing token
+
+
+def test_a_stopping_worker_commits_what_it_performed_and_releases_the_rest(
+    engine: Engine, tmp_path: Path,
+) -> None:
+    """Stopped mid-way with several tasks in flight: every performed step's outcome is
+    committed, every command it held but did not start is released, and another worker
+    finishes the tasks with each step run exactly once."""
+    tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(12)]
+    first = Worker(engine, worker_id="first")
+    first.run(until=lambda: first.stats.commands >= 7)
+
+    assert 7 <= first.stats.commands < 36
+    assert all(r["lease_owner"] is None for r in engine.store.outbox())
+    second = Worker(engine, worker_id="second").run(until_idle=True)
+    assert first.stats.commands + second.commands == 36
+    assert all(engine.state(t).status is TaskStatus.COMPLETED for t in tids)
+    for i in range(12):
+        for step in ("a", "b", "c"):
+            assert len(lines(tmp_path / f"ws{i}" / f"{step}.calls")) == 1
