@@ -1,8 +1,9 @@
 """Named crash points at commit boundaries, for crash tests.
 
 ``STATEWRIGHT_CRASH_AT=after_claim`` makes the process SIGKILL itself the first time it
-passes that point. Points: after_claim, before_effect, after_effect, in_append_txn,
-after_append."""
+passes that point; ``STATEWRIGHT_CRASH_AT=in_append_txn:5`` the fifth time (so a test can
+die in the middle of a commit that carries several outcomes). Points: after_claim,
+before_effect, after_effect, in_append_txn, after_append."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ import os
 import signal
 
 CRASH_POINTS = frozenset({"after_claim", "before_effect", "after_effect", "in_append_txn", "after_append"})
-_TARGET = os.environ.get("STATEWRIGHT_CRASH_AT", "")
+_TARGET, _, _NTH = os.environ.get("STATEWRIGHT_CRASH_AT", "").partition(":")
+_AT_PASS = int(_NTH) if _NTH.isdigit() and int(_NTH) > 0 else 1
+_passes = 0
 
 
 def crash_point(name: str) -> None:
+    global _passes
     if _TARGET and name == _TARGET:
-        os.kill(os.getpid(), signal.SIGKILL)
+        _passes += 1
+        if _passes >= _AT_PASS:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -3,6 +3,7 @@ files in the task's workspace, so each test sees only its own calls."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 from statewright._errors import PermanentError, TransientError
@@ -60,3 +61,17 @@ HEARTBEAT_SEEN = threading.Event()
 def wait_for_heartbeat(ctx: ExecContext) -> bool:
     """Runs until the worker's heartbeat has renewed this command's lease once."""
     return HEARTBEAT_SEEN.wait(10)
+
+
+def effect_once(ctx: ExecContext) -> bool:
+    """An idempotent effect keyed by the idempotency key: one line in
+    ``workspace/effects.log`` per key, however often the step runs (each run is logged)."""
+    _call(ctx)
+    log = ctx.workspace / "effects.log"
+    done = log.read_text(encoding="utf-8").split() if log.exists() else []
+    if ctx.idempotency_key not in done:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(ctx.idempotency_key + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    return True

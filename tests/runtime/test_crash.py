@@ -15,7 +15,7 @@ from statewright.machine.state import Outcome, TaskStatus
 from statewright.runtime.engine import Engine
 from statewright.store.base import Claim
 
-from .support import clean_env, effect_workflow, invoke, lines, work_until, worker_argv
+from .support import clean_env, code, effect_workflow, invoke, lines, work_until, worker_argv, workflow
 
 # point -> (keys in attempts.log when it died, steps whose outcome was recorded, the step
 # whose command the dead worker still held)
@@ -135,3 +135,35 @@ def test_a_worker_killed_during_the_effect_is_finished_by_the_next_one(
 
     assert_done_exactly_once(engine, db, tid, out)
     assert lines(out / "attempts.log") == [f"{tid}/charge/1", f"{tid}/charge/1", f"{tid}/notify/1"]
+
+
+@pytest.mark.parametrize("point", ["after_effect:7", "in_append_txn:5", "after_append:12"])
+def test_a_worker_killed_inside_a_group_commit_loses_nothing(
+    point: str, open_engine: Callable[..., Engine], db: Path, workspace: Path,
+) -> None:
+    """Ten tasks of three quick steps, so outcomes share commits; the worker process dies at
+    the Nth pass of a point (in_append_txn:5 is inside a commit that carries several
+    outcomes). A new worker finishes every task; each effect happened exactly once."""
+    engine = open_engine()
+    wf = workflow("quick", *(code(s, "effect_once") for s in ("a", "b", "c")))
+    tids = [engine.submit(wf, {"workspace": str(workspace)}) for _ in range(10)]
+    tests_dir = str(Path(__file__).resolve().parents[1])
+
+    crashed = subprocess.run(
+        worker_argv(db), env=clean_env(STATEWRIGHT_CRASH_AT=point, PYTHONPATH=tests_dir),
+        capture_output=True, text=True, timeout=60,
+    )
+
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr
+    assert not all(engine.state(t).terminal for t in tids)
+    work_until(engine, lambda: all(engine.state(t).terminal for t in tids))
+
+    keys = sorted(f"{t}/{s}/1" for t in tids for s in ("a", "b", "c"))
+    assert sorted(lines(workspace / "effects.log")) == keys  # every effect, each once
+    for t in tids:
+        assert engine.state(t).status is TaskStatus.COMPLETED
+        events = engine.store.events(t)
+        assert [e.type for e in events] == ["TaskSubmitted"] + ["AttemptReported"] * 3
+    verified = invoke("verify", "--db", str(db))
+    assert verified.exit_code == 0, verified.output
+    assert "verified 10 tasks: 0 differ" in verified.stdout
