@@ -429,15 +429,19 @@ class Worker:
             resolved = space.path
         else:
             ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
-            key = (str(ws),) if ws else (self.engine.workspace_root, state.task_id)
-            resolved = self._workspace(key, Path(str(ws)) if ws else self.engine.workspace_root / state.task_id)
+            if ws:
+                resolved = self._workspace((str(ws),), Path(str(ws)))
+            else:  # under the root, resolved once: a task's own directory needs no realpath
+                root = self._workspace((self.engine.workspace_root,), self.engine.workspace_root)
+                resolved = self._workspace((self.engine.workspace_root, state.task_id), root / state.task_id,
+                                           resolve=False)
         return ExecContext(
             task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
             workspace=resolved, timeout_seconds=step.timeout_seconds, env=self._env,
         )
 
-    def _workspace(self, key: tuple[object, ...], path: Path) -> Path:
+    def _workspace(self, key: tuple[object, ...], path: Path, *, resolve: bool = True) -> Path:
         """The task's workspace directory, made if missing. A resolved path is remembered and
         looked at again (is it still there?) at most every WORKSPACE_RECHECK_SECONDS."""
         now = time.monotonic()
@@ -447,7 +451,7 @@ class Worker:
                 self._workspaces[key] = (cached[0], now + WORKSPACE_RECHECK_SECONDS)
             return cached[0]
         path.mkdir(parents=True, exist_ok=True)
-        resolved = path.resolve()
+        resolved = path.resolve() if resolve else path
         if len(self._workspaces) >= _WORKSPACE_CACHE_SIZE:
             self._workspaces.clear()
         self._workspaces[key] = (resolved, now + WORKSPACE_RECHECK_SECONDS)
