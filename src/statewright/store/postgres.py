@@ -283,11 +283,10 @@ class PostgresStore(SqlStore):
         if expected_version > 0 and getattr(self._local, "cur", None) is None:
             try:
                 with self._classified():
-                    done = self._append_one(
-                        task_id, expected_version, event, state, commands,
-                        complete=complete, complete_timer=complete_timer, terminal=terminal,
-                        claim_for=claim_for,
-                    )
+                    done = self._append_one(AppendRequest(
+                        task_id, expected_version, event, state, commands, complete=complete,
+                        complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
+                    ))
             except self._psycopg.Error:
                 done = None
             if done is not None:
@@ -314,25 +313,11 @@ class PostgresStore(SqlStore):
                 return AppendResult(version=int(row[0]), duplicate=True)
             raise
 
-    def _append_one(
-        self,
-        task_id: str,
-        expected_version: int,
-        event: Mapping[str, Any],
-        state: Mapping[str, Any],
-        commands: Sequence[NewCommand],
-        *,
-        complete: tuple[str, int] | None,
-        complete_timer: tuple[str, int] | None,
-        terminal: bool,
-        claim_for: tuple[str, int] | None,
-    ) -> AppendResult | None:
+    def _append_one(self, req: AppendRequest) -> AppendResult | None:
         """The shared append past version 0 as one statement of data-modifying CTEs, run in
         autocommit (its own transaction: one round trip, no BEGIN/COMMIT). Returns None when
         the previous hash is not at ``expected_version`` (the shared append then reports the
         conflict or the duplicate); raises psycopg errors when refused."""
-        req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
-                            complete_timer=complete_timer, terminal=terminal, claim_for=claim_for)
         with self._pool.connection() as conn:
             one = self._one_statement(conn, req)
             if one is None:
@@ -340,7 +325,7 @@ class PostgresStore(SqlStore):
             sql, params, result, h = one
             crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
             conn.execute(sql, params)
-        self._remember(task_id, result.version, h)
+        self._remember(req.task_id, result.version, h)
         return result
 
     def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
