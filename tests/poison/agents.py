@@ -93,3 +93,14 @@ def check(ctx: ExecContext) -> Any:
 
 def done(ctx: ExecContext) -> bool:
     return True
+
+
+def counted(brief: dict[str, Any], ctx: ExecContext) -> Any:
+    """A clean python agent that logs each call in ``workspace/calls``."""
+    with open(ctx.workspace / "calls", "a", encoding="utf-8") as fh:
+        fh.write(ctx.idempotency_key + "\n")
+    return {"verdict": {"approved": True}}
+
+
+def failing_check(ctx: ExecContext) -> bool:
+    return False

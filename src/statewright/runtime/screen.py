@@ -113,11 +113,8 @@ def describe(exc: BaseException) -> str:
 
 
 def _failed(event: AttemptReported, texts: Mapping[str, Any], reason: Reason, why: str) -> Event:
-    detail = _text(why, MAX_DETAIL_CHARS)
-    return replace(
-        event, ok=False, verdict=None, artifacts=texts.get("artifacts", {}), cost={},
-        **{**texts, "error": reason.value, "detail": detail},
-    )
+    fields = {"artifacts": {}, **texts, "error": reason.value, "detail": _text(why, MAX_DETAIL_CHARS)}
+    return replace(event, ok=False, verdict=None, cost={}, **fields)
 
 
 def _artifacts(raw: Mapping[str, str]) -> tuple[dict[str, str], str | None]:

@@ -522,15 +522,17 @@ class Worker:
         except StoreError:
             raise
         except Exception as exc:
-            failed = screen.failed_instead(report.event, f"recording the outcome failed ({screen.describe(exc)})")
+            why = screen.describe(exc)
+            failed = screen.failed_instead(report.event, f"recording the outcome failed ({why})")
             if failed is None:
                 raise
-            log.warning("task %s: recording an outcome failed: %s", report.task_id, screen.describe(exc))
         try:
-            return self.engine.apply(report.task_id, failed, complete=report.complete, claim_for=claim_for,
-                                     state=report.state)
+            applied = self.engine.apply(report.task_id, failed, complete=report.complete, claim_for=claim_for,
+                                        state=report.state)
         except (IllegalEventError, StaleLeaseError) as refused:
             return refused
+        log.warning("task %s: recording an outcome failed (%s); its attempt failed instead", report.task_id, why)
+        return applied
 
     def _context(self, claim: Claim, state: TaskState, step: Step, space: AttemptSpace | None = None) -> Any:
         from statewright.executors.base import ExecContext
