@@ -99,8 +99,8 @@ def plain_json(
         else:
             kind = type(node).__name__
             return None, _bad(path, f"not plain JSON: a {kind} is not JSON data")
-    written = len(json.dumps(root[0], ensure_ascii=False).encode("utf-8"))
-    if written > max_bytes:
+    # ``size`` counts characters; written as JSON one may take up to 6 bytes (an escape).
+    if size * 6 > max_bytes and len(json.dumps(root[0], ensure_ascii=False).encode("utf-8")) > max_bytes:
         return None, _too_large(max_bytes)
     return root[0], None
 

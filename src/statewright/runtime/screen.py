@@ -67,6 +67,9 @@ def screen(event: Event) -> Event:
     cost, problem = _cost(event.cost)
     if problem is not None:
         return _failed(event, {**texts, "artifacts": artifacts}, Reason.INVALID_OUTPUT, problem)
+    if (event.verdict is None and artifacts == event.artifacts and cost == event.cost
+            and all(texts[name] is getattr(event, name) for name in texts)):
+        return event  # nothing to change (a code step's report, usually)
     return replace(event, verdict=verdict, artifacts=artifacts, cost=cost, **texts)
 
 
@@ -148,5 +151,7 @@ def _whole(value: object) -> int:
 
 
 def _text(value: object, limit: int) -> str:
+    if type(value) is str and len(value) <= limit and value.isascii():
+        return value  # the common case, at once
     text = value if isinstance(value, str) else str(value)
     return cut_output(clean_text(str.__str__(text)), limit)
