@@ -4,6 +4,7 @@ workspace for code steps, which get no brief)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from statewright._errors import PermanentError
@@ -65,6 +66,8 @@ def agent(brief: dict[str, Any], ctx: ExecContext) -> Any:
         raise ValueError("\ud800" * 10 + "m" * (5 * MB))
     if case == "raises PermanentError with a 5 MB message":
         raise PermanentError("\udfff" + "m" * (5 * MB), reason="refused")
+    if case == "calls sys.exit()":
+        sys.exit(3)
     return _returned(case)
 
 
@@ -83,6 +86,8 @@ def code(ctx: ExecContext) -> Any:
         return {"ok": True, "artifacts": {"\ud800": "\udfff" * 10}}
     if case == "raises PermanentError with a 5 MB message":
         raise PermanentError("\udfff" + "m" * (5 * MB), reason="refused")
+    if case == "calls sys.exit()":
+        sys.exit(0)
     return True
 
 

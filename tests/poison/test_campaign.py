@@ -75,6 +75,7 @@ PYTHON_CASES = [
     Case("1,000 artifacts", "output_too_large"),
     Case("raises a 5 MB message with lone surrogates", "exception"),
     Case("raises PermanentError with a 5 MB message", "refused"),
+    Case("calls sys.exit()", "executor_error"),
     Case("20 MB note", "passed"),
     Case("lone surrogate in note", "passed"),
     Case("5 MB artifact", "passed"),
@@ -85,6 +86,7 @@ CODE_CASES = [
     Case("1,000 artifacts", "output_too_large"),
     Case("lone surrogates in artifact name and text", "passed"),
     Case("raises PermanentError with a 5 MB message", "refused"),
+    Case("calls sys.exit()", "executor_error"),
     Case("command prints 20 MB and surrogate bytes", "passed"),
     Case("check detail of 5 MB with a lone surrogate", "wait_exhausted"),
 ]

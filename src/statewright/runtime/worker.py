@@ -390,8 +390,8 @@ class Worker:
         event: Event | None
         try:
             event = self._execute(claim, state, step, result_id)
-        except Exception as exc:  # classified: transient -> retry later; else a step failure
-            event = self._on_error(claim, step, exc, result_id)
+        except (Exception, SystemExit) as exc:  # transient -> retry later; else a step failure
+            event = self._on_error(claim, step, exc, result_id)  # (a step's code may call sys.exit)
         if event is None:
             return None
         crash_point("after_effect")
@@ -617,7 +617,7 @@ class Worker:
             cost=cres.cost.to_dict(),
         )
 
-    def _on_error(self, claim: Claim, step: Step, exc: Exception, result_id: str) -> Event | None:
+    def _on_error(self, claim: Claim, step: Step, exc: BaseException, result_id: str) -> Event | None:
         policy = step.retry
         name = type(exc).__name__
         failures = claim.failures + 1
