@@ -12,6 +12,7 @@
     │   └── SchemaVersionError              the database is from a newer statewright
     ├── TaskNotFoundError (LookupError)
     ├── InputError (ValueError)             bad task input or bad CLI input
+    ├── WorkerStoppedError                  a worker could not go on; its leases were released
     └── ExecutorError
         ├── TransientError                  retryable: timeout, throttle, connection
         └── PermanentError                  not retryable: a poisoned command
@@ -93,6 +94,11 @@ class TaskNotFoundError(StatewrightError, LookupError):
 
 class InputError(StatewrightError, ValueError):
     """Bad input: malformed JSON, input that fails the schema, a bad option."""
+
+
+class WorkerStoppedError(StatewrightError):
+    """A worker could not go on (an outcome, and even its failure, could not be recorded);
+    it released its leases and stopped."""
 
 
 class ApprovalError(IllegalEventError):

@@ -1,20 +1,25 @@
 """Verdict schemas: close them (unknown fields fail closed) and check verdicts against them.
 
 Every adapter (python callable, command, OpenAI-compatible, the MCP verdict server) goes
-through ``VerdictSchema`` so "valid" means the same thing on every channel.
+through ``VerdictSchema`` so "valid" means the same thing on every channel. Before the
+schema is asked, a verdict must be plain JSON within the limits of ``statewright._jsonsafe``
+(``MAX_JSON_DEPTH`` levels, ``MAX_JSON_BYTES`` bytes, no NaN or Infinity, no lone
+surrogates); a verdict over the size limit is ``output_too_large``, any other problem
+``no_verdict``.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import exceptions as js_exceptions
 from jsonschema import validators
 
 from .._errors import PermanentError
+from .._jsonsafe import JsonProblem, loads_plain, plain_json
 from .base import Reason
 
 # Keywords next to which adding ``additionalProperties: false`` could reject valid data
@@ -55,6 +60,16 @@ def _close_in_place(node: dict[str, Any]) -> None:
         _close_in_place(items)
 
 
+@dataclass(frozen=True)
+class Checked:
+    """A verdict that passed (``verdict``, a plain copy) or why not (``problem`` and the
+    reason code it fails with: ``no_verdict`` or ``output_too_large``)."""
+
+    verdict: dict[str, Any] | None
+    problem: str | None = None
+    reason: Reason | None = None
+
+
 class VerdictSchema:
     """A closed, checked verdict schema. Build once per attempt, then ``problem(verdict)``."""
 
@@ -71,8 +86,33 @@ class VerdictSchema:
             raise PermanentError(msg, reason=Reason.INVALID_SPEC) from None
         self._validator = cls(self.schema)
 
+    def check(self, verdict: object) -> Checked:
+        """The verdict as plain JSON if it is one and valid against the schema, else why not."""
+        plain, unsafe = plain_json(verdict)
+        if unsafe is not None:
+            return _refused(unsafe)
+        problem = self._schema_problem(plain)
+        if problem is not None:
+            return Checked(None, problem, Reason.NO_VERDICT)
+        return Checked(plain)
+
+    def check_text(self, text: str) -> Checked:
+        """``check`` for JSON text (strict: ``NaN`` and ``Infinity`` are not JSON)."""
+        value, unsafe = loads_plain(text)
+        if unsafe is not None:
+            return _refused(unsafe)
+        return self.check(value)
+
     def problem(self, verdict: object) -> str | None:
         """None when ``verdict`` is a JSON object valid against the schema, else why not."""
+        return self.check(verdict).problem
+
+    def parse(self, text: str) -> tuple[dict[str, Any] | None, str | None]:
+        """Parse JSON text and check it: ``(verdict, None)`` or ``(None, problem)``."""
+        checked = self.check_text(text)
+        return checked.verdict, checked.problem
+
+    def _schema_problem(self, verdict: object) -> str | None:
         if not isinstance(verdict, dict):
             return f"the verdict must be a JSON object; got {_json_type(verdict)}"
         errors = sorted(self._validator.iter_errors(verdict), key=lambda e: list(e.path))
@@ -86,16 +126,10 @@ class VerdictSchema:
             parts.append(f"and {len(errors) - 5} more")
         return _cut("verdict does not match the schema: " + "; ".join(parts))
 
-    def parse(self, text: str) -> tuple[dict[str, Any] | None, str | None]:
-        """Parse JSON text and check it: ``(verdict, None)`` or ``(None, problem)``."""
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            return None, f"the verdict is not valid JSON ({exc.msg} at line {exc.lineno})"
-        problem = self.problem(value)
-        if problem is not None:
-            return None, problem
-        return value, None
+
+def _refused(unsafe: JsonProblem) -> Checked:
+    reason = Reason.OUTPUT_TOO_LARGE if unsafe.too_large else Reason.NO_VERDICT
+    return Checked(None, f"the verdict is {unsafe.message}", reason)
 
 
 def _json_type(value: object) -> str:

@@ -17,8 +17,12 @@ produce and a turn that ran cleanly succeeds with ``verdict=None``.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
+import math
+import os
 import shutil
+import stat
 import tempfile
 import time
 import traceback
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ExecutorError
+from .._jsonsafe import MAX_JSON_BYTES, MAX_JSON_INT
 from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
@@ -42,7 +47,7 @@ from .base import AgentResult, Cost, ExecContext, Reason
 
 _RESULT_KEYS = frozenset({"verdict", "artifacts", "note", "cost"})
 _COST_KEYS = frozenset({"tokens_in", "tokens_out", "money_usd"})
-MAX_VERDICT_BYTES = 1_000_000
+MAX_VERDICT_BYTES = MAX_JSON_BYTES  # the verdict file is read up to this size
 
 
 def run_agent(
@@ -127,13 +132,13 @@ def _python_result(
         return bad(f"'cost' may hold only {', '.join(sorted(_COST_KEYS))}, as numbers")
     verdict: dict[str, Any] | None = None
     if verdicts is not None:
-        problem = verdicts.problem(returned.get("verdict"))
-        if problem is not None:
+        checked = verdicts.check(returned.get("verdict"))
+        if checked.verdict is None:
             return AgentResult(
                 verdict=None, artifacts=artifacts, cost=cost, note=note,
-                error=Reason.NO_VERDICT, detail=problem,
+                error=checked.reason, detail=str(checked.problem),
             )
-        verdict = returned["verdict"]
+        verdict = checked.verdict
     return AgentResult(verdict=verdict, artifacts=artifacts, cost=cost, note=note)
 
 
@@ -141,7 +146,7 @@ def _cost_from(raw: object, seconds: float) -> Cost | None:
     if not isinstance(raw, dict) or any(k not in _COST_KEYS for k in raw):
         return None
     values = {k: raw.get(k, 0) for k in _COST_KEYS}
-    if any(isinstance(v, bool) or not isinstance(v, int | float) or v < 0 for v in values.values()):
+    if not all(_count_like(v) for v in values.values()):
         return None
     return Cost(
         tokens_in=int(values["tokens_in"]),
@@ -149,6 +154,13 @@ def _cost_from(raw: object, seconds: float) -> Cost | None:
         money_usd=float(values["money_usd"]),
         seconds=seconds,
     )
+
+
+def _count_like(value: object) -> bool:
+    """A number a cost may hold: finite, not negative, within 64 bits (NaN is not JSON)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and 0 <= value <= MAX_JSON_INT
 
 
 def run_command_agent(
@@ -201,25 +213,42 @@ def run_command_agent(
     if verdicts is None:
         return base
     if verdict_text is None:
-        return dataclasses.replace(base, error=Reason.NO_VERDICT, detail=unreadable)
-    verdict, problem = verdicts.parse(verdict_text)
-    if verdict is None:
-        return dataclasses.replace(base, error=Reason.NO_VERDICT, detail=str(problem))
-    return dataclasses.replace(base, verdict=verdict)
+        return dataclasses.replace(base, error=unreadable[0], detail=unreadable[1])
+    checked = verdicts.check_text(verdict_text)
+    if checked.verdict is None:
+        return dataclasses.replace(base, error=checked.reason, detail=str(checked.problem))
+    return dataclasses.replace(base, verdict=checked.verdict)
 
 
-def _read_verdict_file(path: Path) -> tuple[str | None, str]:
-    """The verdict file's text, or None and why there is none to read."""
+def _read_verdict_file(path: Path) -> tuple[str | None, tuple[Reason, str]]:
+    """The verdict file's text, or None and why there is none to read. The agent controls
+    the path: it is opened without following a symbolic link and without blocking (a FIFO
+    would block ``open``), and only a regular file is read, at most MAX_VERDICT_BYTES."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_VERDICT_BYTES + 1)
+        fd = os.open(path, flags)
     except FileNotFoundError:
-        return None, "the agent wrote no verdict file at $STATEWRIGHT_VERDICT (stdout is not read)"
+        return None, (Reason.NO_VERDICT, "the agent wrote no verdict file at $STATEWRIGHT_VERDICT (stdout is not read)")
     except OSError as exc:
-        return None, f"the verdict file at $STATEWRIGHT_VERDICT cannot be read: {exc.strerror}"
-    if len(data) > MAX_VERDICT_BYTES:
-        return None, f"the verdict file is larger than {MAX_VERDICT_BYTES} bytes"
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        return None, (Reason.NO_VERDICT, f"the verdict file at $STATEWRIGHT_VERDICT cannot be read: {why}")
     try:
-        return data.decode("utf-8"), ""
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, (Reason.NO_VERDICT, "$STATEWRIGHT_VERDICT is not a regular file")
+        chunks, size = [], 0
+        while size <= MAX_VERDICT_BYTES:
+            chunk = os.read(fd, MAX_VERDICT_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        return None, (Reason.NO_VERDICT, f"the verdict file at $STATEWRIGHT_VERDICT cannot be read: {exc.strerror}")
+    finally:
+        os.close(fd)
+    if size > MAX_VERDICT_BYTES:
+        return None, (Reason.OUTPUT_TOO_LARGE, f"the verdict file is larger than {MAX_VERDICT_BYTES} bytes")
+    try:
+        return b"".join(chunks).decode("utf-8"), (Reason.NO_VERDICT, "")
     except UnicodeDecodeError:
-        return None, "the verdict file is not UTF-8 text"
+        return None, (Reason.NO_VERDICT, "the verdict file is not UTF-8 text")

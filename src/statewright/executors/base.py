@@ -128,3 +128,7 @@ class Reason(StrEnum):
     CONNECTION = "connection"  # the model server could not be reached
     BAD_RESPONSE = "bad_response"  # the model server's reply breaks the wire format
     MISSING_CREDENTIAL = "missing_credential"  # the API key variable is not set
+    INVALID_VERDICT = "invalid_verdict"  # a verdict that is not plain JSON or breaks the schema
+    OUTPUT_TOO_LARGE = "output_too_large"  # a verdict or the report is over its size limit
+    INVALID_OUTPUT = "invalid_output"  # output other than the verdict that cannot be stored
+    HANDLING_ERROR = "handling_error"  # recording the outcome failed; the attempt failed instead

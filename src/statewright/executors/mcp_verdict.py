@@ -60,6 +60,8 @@ class VerdictServer:
             message = json.loads(line)
         except json.JSONDecodeError as exc:
             reply = _error(None, PARSE_ERROR, f"parse error: {exc.msg}")
+        except (RecursionError, ValueError):  # nested too deep, or an integer too long
+            reply = _error(None, PARSE_ERROR, "parse error: the message is nested too deep or holds too long a number")
         else:
             reply = self.handle(message)
         return None if reply is None else json.dumps(reply, separators=(",", ":"))

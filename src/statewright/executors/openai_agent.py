@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PermanentError, TransientError
+from .._jsonsafe import clean_text
 from ._process import cut_output
 from ._spec import (
     DEFAULT_MODEL_TIMEOUT_SECONDS,
@@ -183,8 +184,8 @@ class _Turns:
             raise PermanentError(msg, reason=Reason.HTTP_STATUS)
         try:
             return response.json()
-        except ValueError:
-            msg = f"{where} answered 200 with a body that is not JSON; is base_url right?"
+        except (ValueError, RecursionError):
+            msg = f"{where} answered 200 with a body that is not usable JSON; is base_url right?"
             raise PermanentError(msg, reason=Reason.BAD_RESPONSE) from None
 
     def _read_reply(self, body: Any) -> dict[str, Any]:
@@ -202,6 +203,8 @@ class _Turns:
         if isinstance(body.get("model"), str):
             self.model = body["model"]
         content = message.get("content")
+        if isinstance(content, str):  # a lone surrogate could not be sent back in a repair turn
+            content = clean_text(content)
         if isinstance(content, str) and content.strip():
             self.notes.append(content.strip())
         text = content if isinstance(content, str) else None

@@ -57,7 +57,9 @@ class AttemptReported(Event):
 
 @dataclass(frozen=True)
 class CheckReported(Event):
-    """One check of a wait step finished. An errored or timed-out check is ``passed=False``."""
+    """One check of a wait step finished. An errored or timed-out check is ``passed=False``.
+    ``error`` is a reason code when the check's outcome could not be recorded
+    (``handling_error``): the wait step then fails at once, whatever checks are left."""
 
     type: ClassVar[str] = "CheckReported"
     command_id: str = ""
@@ -67,6 +69,7 @@ class CheckReported(Event):
     passed: bool = False
     detail: str = ""
     output: str = ""
+    error: str | None = None
 
 
 @dataclass(frozen=True)

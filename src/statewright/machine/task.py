@@ -340,6 +340,9 @@ def _on_check(state: TaskState, ev: CheckReported) -> Result:
     checks = cur.checks + 1
     state = replace(state, current=replace(cur, checks=checks))
     actor = f"check:{step.id}"
+    if ev.error is not None:
+        return _finish(state, ev.at_ms, Outcome.FAILED, actor=actor, reason=ev.error,
+                       detail=ev.detail, output=ev.output)
     if ev.passed:
         return _finish(state, ev.at_ms, Outcome.PASSED, actor=actor, detail=ev.detail, output=ev.output)
     if checks >= step.max_checks:

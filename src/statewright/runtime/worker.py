@@ -1,7 +1,14 @@
 """Workers claim due commands under a lease with a fencing token, perform them, and report
 the outcome as an event. The transaction that records an outcome also claims the task's
 next command for the same worker, and outcomes that are ready together share that
-transaction (group commit), so a step costs at most one commit."""
+transaction (group commit), so a step costs at most one commit.
+
+Poison work never stops a worker: every outcome passes ``screen`` before the reducer; an
+exception while handling one command fails that command's attempt (``handling_error``)
+instead of the worker; an outcome the store refuses with anything but a store error is
+recorded as that failure, alone, while the rest of its group commits. Only when even that
+failure cannot be recorded does the worker stop: it releases its leases and ``run`` raises
+WorkerStoppedError."""
 
 from __future__ import annotations
 
@@ -22,16 +29,18 @@ from statewright._errors import (
     IllegalEventError,
     PermanentError,
     StaleLeaseError,
+    StatewrightError,
     StoreError,
     TaskNotFoundError,
     TransientError,
+    WorkerStoppedError,
 )
 from statewright.definition.model import Step, StepKind
 from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
 from statewright.runtime import workspaces
 from statewright.runtime.clock import SystemClock
-from statewright.runtime.engine import Engine, Report
+from statewright.runtime.engine import Applied, Engine, Report
 from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
 
@@ -47,6 +56,7 @@ COMMIT_DELAY_SECONDS = 0.002  # how long a commit waits for outcomes that are be
 PREFETCH_SECONDS = 0.005  # how much work (by the average step's duration) a worker claims ahead
 _WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
 WORKSPACE_RECHECK_SECONDS = 1.0  # how long a remembered workspace is trusted to still exist
+UNHANDLED_DELAY_SECONDS = 300.0  # a command no failure could be recorded for waits this long
 
 
 @dataclass
@@ -95,7 +105,8 @@ class Worker:
         self._chained: dict[str, TaskState] = {}
         self._workspaces: dict[tuple[object, ...], tuple[Path, float]] = {}  # path, next check
         self._env = workspaces.child_env()
-        self._failure: StoreError | None = None
+        self._failure: StatewrightError | None = None
+        self._failure_cause: BaseException | None = None
         # The pipeline between the executors and the committer, guarded by _cv.
         self._cv = threading.Condition()
         self._ready: deque[Claim] = deque()  # claimed for us, not yet started
@@ -133,6 +144,10 @@ class Worker:
             t.start()
         try:
             self._loop(until_idle, until)
+        except StatewrightError:
+            raise
+        except Exception as exc:
+            self._fail(_stopped("an executor thread failed", exc), cause=exc)
         finally:
             self.stopping.set()
             with self._cv:
@@ -146,18 +161,22 @@ class Worker:
             heartbeat.join()  # no renewal may touch the store after run() returns
             self._release_all()
         if self._failure is not None:
-            raise self._failure
+            raise self._failure from self._failure_cause
         return self.stats
 
     def _guarded_loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
-        """An extra thread's loop: a lost store stops the whole worker, and run() re-raises."""
+        """An extra thread's loop: a lost store (or any error outside one command's handling)
+        stops the whole worker, and run() re-raises."""
         try:
             self._loop(until_idle, until)
         except StoreError as exc:
             self._fail(exc)
+        except Exception as exc:
+            self._fail(_stopped("an executor thread failed", exc), cause=exc)
 
-    def _fail(self, exc: StoreError) -> None:
-        self._failure = exc
+    def _fail(self, exc: StatewrightError, *, cause: BaseException | None = None) -> None:
+        if self._failure is None:
+            self._failure, self._failure_cause = exc, cause
         self.stopping.set()
         with self._cv:
             self._cv.notify_all()
@@ -237,7 +256,12 @@ class Worker:
         steps = [c for c in claims if c.type in ("RunStep", "RunCheck")]
         if len(steps) < 2:
             return
-        states = self.engine.states([c.task_id for c in steps])
+        try:
+            states = self.engine.states([c.task_id for c in steps])
+        except StoreError:
+            raise
+        except Exception:  # a task whose state cannot be read: each command reads its own
+            return
         for c in steps:
             if c.task_id in states:
                 self._chained[c.command_id] = states[c.task_id]
@@ -284,6 +308,13 @@ class Worker:
                 continue
             except StaleLeaseError:
                 continue
+            except StoreError:
+                raise
+            except Exception as exc:  # the timer stays leased: it fires again when the lease ends
+                from statewright.runtime.screen import describe
+
+                log.warning("task %s: timer %s could not fire: %s", t.task_id, t.timer_id, describe(exc))
+                continue
             with self._cv:
                 self.stats.timers += 1
             if applied.claimed is not None:
@@ -305,7 +336,12 @@ class Worker:
                 return
             crash_point("after_claim")
             started = time.perf_counter()
-            outcome = self._perform_held(claim)
+            try:
+                outcome = self._perform_held(claim)
+            except StoreError:
+                raise
+            except Exception as exc:  # handling this one command failed: fail it, not the worker
+                outcome = self._handling_failed(claim, exc)
             took = time.perf_counter() - started
             est = self._step_seconds
             self._step_seconds = took if est is None else (est + took) / 2
@@ -354,12 +390,53 @@ class Worker:
         event: Event | None
         try:
             event = self._execute(claim, state, step, result_id)
-        except Exception as exc:  # classified: transient -> retry later; else a step failure
-            event = self._on_error(claim, step, exc, result_id)
+        except (Exception, SystemExit) as exc:  # transient -> retry later; else a step failure
+            event = self._on_error(claim, step, exc, result_id)  # (a step's code may call sys.exit)
         if event is None:
             return None
         crash_point("after_effect")
-        return self.engine.reduce(Report(claim.task_id, event, state, (claim.command_id, claim.token)))
+        return self._reduce(claim, state, event)
+
+    def _reduce(self, claim: Claim, state: TaskState, event: Event) -> Report:
+        """The screened outcome, reduced; an outcome the reducer or the encoder cannot take
+        becomes the attempt's ``handling_error`` failure."""
+        from statewright.runtime import screen
+
+        complete = (claim.command_id, claim.token)
+        try:
+            return self.engine.reduce(Report(claim.task_id, screen.screen(event), state, complete))
+        except StoreError:
+            raise
+        except Exception as exc:
+            failed = screen.failed_instead(event, f"reducing the outcome failed ({screen.describe(exc)})")
+            if failed is None:
+                raise
+            log.warning("task %s: command %s: %s", claim.task_id, claim.command_id, screen.describe(exc))
+            return self.engine.reduce(Report(claim.task_id, failed, state, complete))
+
+    def _handling_failed(self, claim: Claim, exc: Exception) -> Report | None:
+        """An exception while handling ``claim`` (outside its executor): the attempt fails
+        with ``handling_error`` and routes. When not even that failure can be built, the
+        command is given back for UNHANDLED_DELAY_SECONDS, so it is never retried in a loop."""
+        from statewright.runtime import screen
+
+        why = screen.describe(exc)
+        log.warning("task %s: handling command %s failed: %s", claim.task_id, claim.command_id, why)
+        now = self.clock.now_ms()
+        failed = screen.failed_command(claim.type, claim.command_id, claim.body, now,
+                                       f"worker:{self.worker_id}", f"handling the command failed ({why})")
+        try:
+            return self.engine.reduce(Report(claim.task_id, failed, self.engine.state(claim.task_id),
+                                             (claim.command_id, claim.token)))
+        except StoreError:
+            raise
+        except Exception as again:
+            log.warning("task %s: command %s: no failure could be recorded (%s); retrying it in %.0f s",
+                        claim.task_id, claim.command_id, screen.describe(again), UNHANDLED_DELAY_SECONDS)
+            self._chained.pop(claim.command_id, None)
+            self.store.release(claim.command_id, claim.token, now + int(UNHANDLED_DELAY_SECONDS * 1000),
+                               failed=True, error=why)
+            return None
 
     # --- the committer -----------------------------------------------------------------
     def _commit_loop(self) -> None:
@@ -376,10 +453,15 @@ class Worker:
                 self._commit(batch)
         except StoreError as exc:
             log.error("lost the store (%s); stopping: held leases will expire", exc)
-            with self._cv:
-                self._staged.clear()
-                self._pending = 0
-            self._fail(exc)
+            self._stop_committing(exc)
+        except Exception as exc:  # the committer cannot go on: stop, releasing our leases
+            self._stop_committing(_stopped("the committer could not record outcomes", exc), cause=exc)
+
+    def _stop_committing(self, exc: StatewrightError, *, cause: BaseException | None = None) -> None:
+        with self._cv:
+            self._staged.clear()
+            self._pending = 0
+        self._fail(exc, cause=cause)
 
     def _gather(self) -> None:
         """With _cv held and an outcome staged: while executors are still producing outcomes
@@ -396,7 +478,12 @@ class Worker:
 
     def _commit(self, batch: list[Report]) -> None:
         claim_for = None if self.stopping.is_set() else self._claim_for()
-        results = self.engine.apply_many(batch, claim_for=claim_for)
+        try:
+            results = self.engine.apply_many(batch, claim_for=claim_for)
+        except StoreError:
+            raise
+        except Exception:  # one outcome spoils the group: commit each on its own
+            results = [self._commit_alone(report, claim_for) for report in batch]
         nexts: list[Claim] = []
         done = stale = 0
         for report, res in zip(batch, results, strict=True):
@@ -421,6 +508,31 @@ class Worker:
             self.stats.stale += stale
             self._pending -= len(batch)
             self._cv.notify_all()
+
+    def _commit_alone(
+        self, report: Report, claim_for: tuple[str, int] | None
+    ) -> Applied | IllegalEventError | StaleLeaseError:
+        """Commit one outcome; when the store refuses it with anything but a store error, its
+        attempt's ``handling_error`` failure is recorded instead. When even that is refused,
+        the exception goes on: the committer cannot go on."""
+        from statewright.runtime import screen
+
+        try:
+            return self.engine.apply_many([report], claim_for=claim_for)[0]
+        except StoreError:
+            raise
+        except Exception as exc:
+            why = screen.describe(exc)
+            failed = screen.failed_instead(report.event, f"recording the outcome failed ({why})")
+            if failed is None:
+                raise
+        try:
+            applied = self.engine.apply(report.task_id, failed, complete=report.complete, claim_for=claim_for,
+                                        state=report.state)
+        except (IllegalEventError, StaleLeaseError) as refused:
+            return refused
+        log.warning("task %s: recording an outcome failed (%s); its attempt failed instead", report.task_id, why)
+        return applied
 
     def _context(self, claim: Claim, state: TaskState, step: Step, space: AttemptSpace | None = None) -> Any:
         from statewright.executors.base import ExecContext
@@ -505,7 +617,7 @@ class Worker:
             cost=cres.cost.to_dict(),
         )
 
-    def _on_error(self, claim: Claim, step: Step, exc: Exception, result_id: str) -> Event | None:
+    def _on_error(self, claim: Claim, step: Step, exc: BaseException, result_id: str) -> Event | None:
         policy = step.retry
         name = type(exc).__name__
         failures = claim.failures + 1
@@ -514,9 +626,11 @@ class Worker:
             delay = policy.backoff_seconds(failures, self.rng.random())
             with self._cv:
                 self.stats.retries += 1
+            from statewright.runtime.screen import describe
+
             self.store.release(
                 claim.command_id, claim.token, self.clock.now_ms() + int(delay * 1000),
-                failed=True, error=f"{name}: {exc}",
+                failed=True, error=describe(exc),
             )
             return None
         if retryable:
@@ -594,6 +708,14 @@ def _default_worker_id(worker: Worker) -> str:
     import socket  # only here: importing it is a noticeable part of ``import statewright``
 
     return f"{socket.gethostname()}:{os.getpid()}:{id(worker):x}"
+
+
+def _stopped(what: str, exc: BaseException) -> WorkerStoppedError:
+    from statewright.runtime.screen import describe
+
+    msg = (f"worker stopped: {what} ({describe(exc)}); its leases were released, so other "
+           "workers may take its commands; check the database and run the worker again")
+    return WorkerStoppedError(msg)
 
 
 def _last_line(text: str) -> str:

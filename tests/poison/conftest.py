@@ -1,0 +1,62 @@
+"""Poison tests run on both backends: a SQLite file and a fresh PostgreSQL schema."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statewright.runtime.clock import FakeClock
+from statewright.runtime.engine import Engine
+from statewright.store import open_store
+from store.backends import fresh_pg_schema, skip_unreachable_postgres
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_unreachable_postgres(items, Path(__file__).parent)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("STATEWRIGHT_DB", "STATEWRIGHT_USERS", "STATEWRIGHT_CRASH_AT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        yield str(tmp_path / "state.db")
+        return
+    with fresh_pg_schema("poison") as (url, _name):
+        yield url
+
+
+@pytest.fixture
+def open_engine(store_url: str, tmp_path: Path) -> Iterator[Callable[..., Engine]]:
+    """``open_engine(store=...)`` opens an Engine on the test's database with a fake clock;
+    every engine opened is closed at teardown."""
+    engines: list[Engine] = []
+
+    def make(**kwargs: Any) -> Engine:
+        store = kwargs.pop("store", None) or open_store(store_url)
+        kwargs.setdefault("clock", FakeClock())
+        kwargs.setdefault("workspace_root", tmp_path / "workspaces")
+        engine = Engine(store, **kwargs)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+@pytest.fixture
+def engine(open_engine: Callable[..., Engine]) -> Engine:
+    return open_engine()
