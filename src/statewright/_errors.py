@@ -12,6 +12,9 @@
     │   └── SchemaVersionError              the database is from a newer statewright
     ├── TaskNotFoundError (LookupError)
     ├── InputError (ValueError)             bad task input or bad CLI input
+    ├── AccessError                         a person could not be identified, or may not act
+    │   ├── AuthenticationError             no token, or one that is unknown or revoked
+    │   └── PermissionDeniedError           the token's person lacks the role, or is not --as
     └── ExecutorError
         ├── TransientError                  retryable: timeout, throttle, connection
         └── PermanentError                  not retryable: a poisoned command
@@ -93,6 +96,18 @@ class TaskNotFoundError(StatewrightError, LookupError):
 
 class InputError(StatewrightError, ValueError):
     """Bad input: malformed JSON, input that fails the schema, a bad option."""
+
+
+class AccessError(StatewrightError):
+    """A person could not be identified, or may not do what was asked. Nothing changed."""
+
+
+class AuthenticationError(AccessError):
+    """No token was given, or the token is unknown, revoked, or its person was removed."""
+
+
+class PermissionDeniedError(AccessError):
+    """The token's person lacks the role the act needs, or is not the person ``--as`` names."""
 
 
 class ApprovalError(IllegalEventError):
