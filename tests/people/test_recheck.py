@@ -78,3 +78,24 @@ def test_the_approved_step_does_not_run_once_the_approval_no_longer_holds(
         assert effect.read_text(encoding="utf-8") == "shipped\n"
     finally:
         engine.close()
+
+
+def test_a_step_never_sees_the_token_of_whoever_started_the_worker(
+    store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person who starts a worker with STATEWRIGHT_TOKEN set does not hand it to the steps."""
+    from statewright.definition.loader import workflow_from_dict
+
+    monkeypatch.setenv("STATEWRIGHT_TOKEN", "swt_" + "S" * 43)
+    wf = workflow_from_dict({"workflow": "peek", "steps": [
+        {"id": "peek", "kind": "code", "owner": "ci",
+         "run": {"command": ["sh", "-c", "echo token=${STATEWRIGHT_TOKEN:-none}"]}},
+    ]}, "<peek>")
+    engine = Engine(open_store(store_url), workspace_root=tmp_path / "ws")
+    try:
+        tid = engine.submit(wf, {})
+        view = engine.run_task(tid)
+        assert view.status == "completed"
+        assert view.state.attempts[-1].output.strip() == "token=none"
+    finally:
+        engine.close()
