@@ -65,7 +65,7 @@ def test_the_approved_step_does_not_run_once_the_approval_no_longer_holds(
         assert not effect.exists()
         assert halt is not None and (st.status, halt.step, halt.reason) == (
             TaskStatus.HALTED, "approve", "approval_revoked")
-        assert "'carol', who approved 'approve'" in halt.detail and "'ship' did not run" in halt.detail
+        assert "'carol', who approved 'approve'" in halt.detail and "'ship' is not performed" in halt.detail
         assert (st.attempts[-1].step, st.attempts[-1].reason) == ("ship", "approval_revoked")
 
         ops = people.add("ops", "operator")

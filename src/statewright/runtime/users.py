@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
-from statewright._names import is_agent_name, person_name_problem
+from statewright._names import ADMIN_ROLE, is_agent_name, person_name_problem
 from statewright.definition.model import StepKind
 from statewright.machine.state import Outcome, TaskState
 from statewright.runtime.clock import Clock
@@ -118,7 +118,7 @@ class Users:
     def bootstrap(self, name: str) -> Issued:
         """The first admin and their token, on a store where no one is admin; refused after."""
         issued = _new_token(name)
-        self._change(None, [PeopleChange(PeopleAction.BOOTSTRAP, name, ("admin",)), _issue(issued)])
+        self._change(None, [PeopleChange(PeopleAction.BOOTSTRAP, name, (ADMIN_ROLE,)), _issue(issued)])
         return issued
 
     def add(self, by: Principal, name: str, roles: Sequence[str]) -> Person:
@@ -216,8 +216,9 @@ def approval_problem(store: SqlStore, state: TaskState, step_id: str) -> str | N
         roles = store.still_holds(actor, token_id)
         if roles is None:
             return (f"{actor!r}, who approved {gate.id!r}, was removed or the token they approved with "
-                    f"was revoked; {step_id!r} did not run")
+                    f"was revoked; {step_id!r} is not performed")
         role = gate.approvers_role or ""
         if role and role not in roles:
-            return f"{actor!r}, who approved {gate.id!r}, no longer holds the role {role!r}; {step_id!r} did not run"
+            return (f"{actor!r}, who approved {gate.id!r}, no longer holds the role {role!r}; "
+                    f"{step_id!r} is not performed")
     return None
