@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -105,17 +106,22 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     assert paused.exit_code == 0
     assert "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
     assert "waiting for role maintainer to approve item 1" in paused.stdout
+    shown = re.search(r"fingerprint ([0-9a-f]{64})", paused.stdout)
+    assert shown is not None, paused.stdout
+    fp = ("--fingerprint", shown.group(1))
     eve, ann = token_file(db, "eve", "intern"), token_file(db, "ann", "author")
-    wrong = _one_line_error(_cli("approve", "1", "--role", "intern", "--token-file", str(eve), db=db))
+    wrong = _one_line_error(_cli("approve", "1", "--role", "intern", *fp, "--token-file", str(eve), db=db))
     assert "needs role 'maintainer'" in wrong
-    unlisted = _one_line_error(_cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db))
+    unlisted = _one_line_error(_cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db))
     assert "does not hold the role 'maintainer'" in unlisted
-    agent = _one_line_error(_cli("approve", "1", "--as", "agent:worker", "--token-file", str(ann), db=db))
+    agent = _one_line_error(_cli("approve", "1", "--as", "agent:worker", *fp, "--token-file", str(ann), db=db))
     assert "is not the token's person ('ann')" in agent
-    anonymous = _one_line_error(_cli("approve", "1", db=db))
+    anonymous = _one_line_error(_cli("approve", "1", *fp, db=db))
     assert "needs your token" in anonymous
     ann = token_file(db, "ann", "maintainer")
-    ok = _cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db)
+    blind = _one_line_error(_cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db))
+    assert "approve needs --fingerprint F" in blind
+    ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
 

@@ -8,6 +8,7 @@ after the run row exists). The restart must follow the resume rules.
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 from pathlib import Path
@@ -138,7 +139,10 @@ def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
     status = cli(root, db, "status")
     assert "gate: role maintainer to approve item 88" in status.stdout
     ann = token_file(db, "ann", "maintainer")
-    approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer", "--token-file", str(ann))
+    shown = re.search(r"fingerprint ([0-9a-f]{64})", status.stdout)
+    assert shown is not None, status.stdout
+    approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer", "--token-file", str(ann),
+                   "--fingerprint", shown.group(1))
     assert approved.returncode == 0, approved.stderr
     assert _run(root, db) == 0
     assert _restarts(db) == [

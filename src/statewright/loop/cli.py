@@ -280,7 +280,7 @@ def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None,
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None, help="The role you act in (default: the role the gate asks for).")
-@click.option("--fingerprint", default=None, help="The fingerprint shown (default: the pending one).")
+@click.option("--fingerprint", default=None, help="The fingerprint of the proposal you reviewed (required).")
 @_token_option
 @_db_option
 @_friendly
@@ -296,7 +296,7 @@ def approve_cmd(run_id: str, who: str | None, role: str | None, fingerprint: str
 @click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None)
 @click.option("--reason", required=True, help="Why not; the item is parked.")
-@click.option("--fingerprint", default=None)
+@click.option("--fingerprint", default=None, help="The fingerprint shown (default: the one pending).")
 @_token_option
 @_db_option
 @_friendly
@@ -402,9 +402,15 @@ def _decide(
     with _open(db, create=False) as store:
         run = store.run(run_id)
         pending = store.pending_approvals(run.run_id)
-        if fingerprint is None:
+        if not fingerprint:
             if len(pending) != 1:
                 msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --fingerprint"
+                raise InputError(msg)
+            if approve:
+                msg = (
+                    f"run {run.run_id}: approve needs --fingerprint F, the proposal you reviewed "
+                    "('statewright loop status' shows it); nothing is approved unseen"
+                )
                 raise InputError(msg)
             fingerprint = pending[0].fingerprint
         gate = next((p for p in pending if p.fingerprint == fingerprint), None)
