@@ -77,24 +77,31 @@ def one_error_line(result: Result) -> str:
 
 
 class People:
-    """The database's first admin (``root``) and the persons a test adds, each with a token
-    (kept as text and in a file)."""
+    """The database's first admin (``root``) and the persons a test adds, each with a token,
+    kept as text and, given ``where``, in ``where/NAME.token``."""
 
-    def __init__(self, engine: Engine, where: Path) -> None:
+    def __init__(self, engine: Engine, where: Path | None = None) -> None:
         self.engine = engine
         self.where = where
         issued = engine.users.bootstrap("root")
         self.admin = engine.users.authenticate(issued.token)
-        self.tokens: dict[str, str] = {"root": issued.token}
-        (where / "root.token").write_text(issued.token + "\n", encoding="utf-8")
+        self.tokens: dict[str, str] = {}
+        self._keep("root", issued.token)
 
     def add(self, name: str, *roles: str) -> Principal:
+        """``name`` with ``roles``, authenticated with a token of their own."""
         users = self.engine.users
         users.add(self.admin, name, roles)
         token = users.issue_token(self.admin, name).token
-        self.tokens[name] = token
-        (self.where / f"{name}.token").write_text(token + "\n", encoding="utf-8")
+        self._keep(name, token)
         return users.authenticate(token)
 
+    def _keep(self, name: str, token: str) -> None:
+        self.tokens[name] = token
+        if self.where is not None:
+            (self.where / f"{name}.token").write_text(token + "\n", encoding="utf-8")
+
     def file(self, name: str) -> Path:
+        if self.where is None:
+            raise ValueError("this People keeps no token files")
         return self.where / f"{name}.token"
