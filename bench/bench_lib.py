@@ -291,10 +291,10 @@ def import_seconds(runs: int) -> list[float]:
 def approval_pickups(db: Path, rounds: int, *, seed: int = 7) -> list[float]:
     """An idle worker in another process; per round: submit, wait for the task to park,
     approve, and measure from approve() returning to the next step's callable starting."""
-    from statewright.runtime.users import Users
-
     engine = open_engine(db)
-    Users(db.parent / "users.json").add("alice", ["approver"])
+    admin = engine.users.authenticate(engine.users.bootstrap("root").token)
+    engine.users.add(admin, "alice", ["approver"])
+    alice = engine.users.authenticate(engine.users.issue_token(admin, "alice").token)
     wf = approval_workflow()
     rng = random.Random(seed)
     worker = spawn_child("idle", store_url(db))
@@ -305,7 +305,8 @@ def approval_pickups(db: Path, rounds: int, *, seed: int = 7) -> list[float]:
             tid = engine.submit(wf, {})
             _wait(lambda tid=tid: engine.store.load(tid).status == "awaiting_approval")
             time.sleep(rng.uniform(0.0, 0.05))  # approve at a random phase of the worker's idle poll
-            engine.approve(tid, "alice")
+            shown = engine.state(tid).current
+            engine.approve(tid, alice, proposal_hash=shown.proposal_hash if shown else "")
             returned = time.time()
             stamp = engine.workspace_root / tid / "started_at"
             _wait(stamp.exists)

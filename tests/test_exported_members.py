@@ -3,11 +3,15 @@
 import statewright
 
 EXPECTED = [
+    "AccessError",
     "ApprovalError",
+    "AuthenticationError",
     "DefinitionError",
     "Engine",
     "IllegalEventError",
     "InputError",
+    "PermissionDeniedError",
+    "Principal",
     "StatewrightError",
     "TaskNotFoundError",
     "TaskState",

@@ -19,7 +19,6 @@ def test_python_example_runs(
     code = re.search(r"```python\n(.*?)```", section, re.S)
     assert code is not None
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("STATEWRIGHT_USERS", str(tmp_path / "users.json"))
     exec(compile(code.group(1), "README.md", "exec"), {})
     out = capsys.readouterr().out.split()
     assert out[0] == "completed"

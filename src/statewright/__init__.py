@@ -1,10 +1,13 @@
 """statewright: run AI-agent work as explicit, durable state machines."""
 
 from statewright._errors import (
+    AccessError,
     ApprovalError,
+    AuthenticationError,
     DefinitionError,
     IllegalEventError,
     InputError,
+    PermissionDeniedError,
     StatewrightError,
     TaskNotFoundError,
     VersionConflictError,
@@ -19,16 +22,21 @@ from statewright.definition import (
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import transition
 from statewright.runtime.engine import Engine, TaskView
+from statewright.runtime.users import Principal
 from statewright.runtime.worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AccessError",
     "ApprovalError",
+    "AuthenticationError",
     "DefinitionError",
     "Engine",
     "IllegalEventError",
     "InputError",
+    "PermissionDeniedError",
+    "Principal",
     "StatewrightError",
     "TaskNotFoundError",
     "TaskState",

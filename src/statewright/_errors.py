@@ -13,6 +13,9 @@
     ├── TaskNotFoundError (LookupError)
     ├── InputError (ValueError)             bad task input or bad CLI input
     ├── WorkerStoppedError                  a worker could not go on; its leases were released
+    ├── AccessError                         a person could not be identified, or may not act
+    │   ├── AuthenticationError             no token, or one that is unknown or revoked
+    │   └── PermissionDeniedError           the token's person lacks the role, or is not --as
     └── ExecutorError
         ├── TransientError                  retryable: timeout, throttle, connection
         └── PermanentError                  not retryable: a poisoned command
@@ -99,6 +102,18 @@ class InputError(StatewrightError, ValueError):
 class WorkerStoppedError(StatewrightError):
     """A worker could not go on (an outcome, and even its failure, could not be recorded);
     it released its leases and stopped."""
+
+
+class AccessError(StatewrightError):
+    """A person could not be identified, or may not do what was asked. Nothing changed."""
+
+
+class AuthenticationError(AccessError):
+    """No token was given, or the token is unknown, revoked, or its person was removed."""
+
+
+class PermissionDeniedError(AccessError):
+    """The token's person lacks the role the act needs, or is not the person ``--as`` names."""
 
 
 class ApprovalError(IllegalEventError):

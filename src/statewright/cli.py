@@ -4,8 +4,10 @@ traceback, and changes nothing."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -162,7 +164,7 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     _print_show(engine, tid)
     if view.status == "awaiting_approval":
         h = view.state.current.proposal_hash if view.state.current else ""
-        click.echo(f"\napprove with: statewright approve {tid} --as NAME --hash {h}")
+        click.echo(f"\napprove with: statewright approve {tid} --hash {h}  (your token in STATEWRIGHT_TOKEN)")
 
 
 @cli.command()
@@ -220,85 +222,287 @@ def show(task_id: str, db: str, as_json: bool) -> None:
     _print_show(engine, task_id)
 
 
+def _token_option(fn: F) -> F:
+    return click.option(
+        "--token-file", type=click.Path(dir_okay=False),
+        help="A file holding your token (default: env STATEWRIGHT_TOKEN).",
+    )(fn)
+
+
+def _as_option(fn: F) -> F:
+    return click.option("--as", "as_name", help="Your name: refused unless it is your token's person.")(fn)
+
+
+def _principal(engine: Any, token_file: str | None, as_name: str | None = None) -> Any:
+    """The person the token names (and ``--as``, when given, must name the same)."""
+    from statewright.runtime.users import read_token
+
+    who = engine.users.authenticate(read_token(token_file))
+    return engine.users.check(who, as_name=as_name)
+
+
+def _stdin_is_tty() -> bool:
+    return sys.stdin.isatty()
+
+
+def _reviewed_hash(engine: Any, task_id: str) -> str:
+    """At a terminal: show the proposal, ask, and return the hash of what was shown."""
+    from statewright.approvals.proposal import build_proposal
+
+    if not _stdin_is_tty():
+        raise InputError(
+            f"approve needs --hash HASH, the proposal you reviewed ('statewright show {task_id} --json' "
+            "prints it); nothing is approved unseen"
+        )
+    st = engine.state(task_id)
+    if st.current is None or st.status.value != "awaiting_approval":
+        raise InputError(f"task {task_id} is {st.status.value}, not awaiting approval")
+    shown = st.current.proposal_hash
+    proposal = build_proposal(st, st.workflow.index_of(st.current.step))
+    click.echo(json.dumps(proposal, indent=2, sort_keys=True, default=str))
+    click.echo(f"\ntask {task_id} waits at {st.current.step!r}; proposal hash {shown}")
+    if not click.confirm("approve this proposal?", default=False):
+        raise InputError("not approved: the proposal was not confirmed")
+    return str(shown)
+
+
 @cli.command()
 @click.argument("task_id")
-@click.option("--as", "actor", required=True, help="Who approves.")
-@click.option("--hash", "proposal_hash", help="The proposal hash you reviewed.")
+@_as_option
+@click.option("--hash", "proposal_hash",
+              help="The proposal hash you reviewed (at a terminal, leave it out to review and confirm).")
 @click.option("--comment", default="")
+@_token_option
 @_db_option
 @_guard
-def approve(task_id: str, actor: str, proposal_hash: str | None, comment: str, db: str) -> None:
-    """Approve the proposal a task waits on."""
+def approve(task_id: str, as_name: str | None, proposal_hash: str | None, comment: str, token_file: str | None,
+            db: str) -> None:
+    """Approve the proposal a task waits on, as the person your token names."""
     engine = _engine(db)
-    st = engine.approve(task_id, actor, proposal_hash=proposal_hash, comment=comment)
-    click.echo(f"approved; task {task_id} is {st.status.value}")
+    who = _principal(engine, token_file, as_name)
+    if proposal_hash is None:
+        proposal_hash = _reviewed_hash(engine, task_id)
+    st = engine.approve(task_id, who, proposal_hash=proposal_hash, comment=comment)
+    click.echo(f"approved by {who.name}; task {task_id} is {st.status.value}")
 
 
 @cli.command()
 @click.argument("task_id")
-@click.option("--as", "actor", required=True)
+@_as_option
 @click.option("--reason", required=True, help="A reason code, e.g. insufficient_evidence.")
 @click.option("--comment", default="")
+@_token_option
 @_db_option
 @_guard
-def reject(task_id: str, actor: str, reason: str, comment: str, db: str) -> None:
+def reject(task_id: str, as_name: str | None, reason: str, comment: str, token_file: str | None, db: str) -> None:
     """Reject the proposal a task waits on, with a reason code."""
     engine = _engine(db)
-    st = engine.reject(task_id, actor, reason_code=reason, comment=comment)
-    click.echo(f"rejected; task {task_id} is {st.status.value}")
+    who = _principal(engine, token_file, as_name)
+    st = engine.reject(task_id, who, reason_code=reason, comment=comment)
+    click.echo(f"rejected by {who.name}; task {task_id} is {st.status.value}")
 
 
 @cli.command()
 @click.argument("task_id")
-@click.option("--as", "actor", required=True)
+@_as_option
 @click.option("--reason", required=True)
+@_token_option
 @_db_option
 @_guard
-def retry(task_id: str, actor: str, reason: str, db: str) -> None:
-    """Re-run a halted task's halted step (audited)."""
+def retry(task_id: str, as_name: str | None, reason: str, token_file: str | None, db: str) -> None:
+    """Re-run a halted task's halted step (audited; needs the operator role)."""
     engine = _engine(db)
-    st = engine.retry(task_id, actor, reason)
+    st = engine.retry(task_id, _principal(engine, token_file, as_name), reason)
     click.echo(f"retried; task {task_id} is {st.status.value}")
 
 
 @cli.command()
 @click.argument("task_id")
-@click.option("--as", "actor", required=True)
+@_as_option
 @click.option("--reason", required=True)
+@_token_option
 @_db_option
 @_guard
-def cancel(task_id: str, actor: str, reason: str, db: str) -> None:
-    """Cancel a task (audited)."""
+def cancel(task_id: str, as_name: str | None, reason: str, token_file: str | None, db: str) -> None:
+    """Cancel a task (audited; needs the operator role)."""
     engine = _engine(db)
-    st = engine.cancel(task_id, actor, reason)
+    st = engine.cancel(task_id, _principal(engine, token_file, as_name), reason)
     click.echo(f"cancelled; task {task_id} is {st.status.value}")
 
 
 @cli.group()
 def users() -> None:
-    """People and roles for the embedded mode."""
+    """People, roles and tokens (kept in the store; changed only by an admin)."""
+
+
+def _write_token(issued: Any, out: str | None) -> None:
+    """Show a new token once: on stdout, or in a new file only its owner may read."""
+    if out is None:
+        click.echo(issued.token)
+        click.echo(f"token {issued.token_id} for {issued.name}: shown once, keep it secret", err=True)
+        return
+    try:
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create the file ({exc.strerror}); it must not exist yet") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(issued.token + "\n")
+    click.echo(f"token {issued.token_id} for {issued.name} written to {out}")
+
+
+def _out_option(fn: F) -> F:
+    return click.option("--out", type=click.Path(dir_okay=False),
+                        help="Write the token to this new file (mode 600) instead of printing it.")(fn)
+
+
+def _check_out(out: str | None) -> None:
+    if out is not None and os.path.lexists(out):
+        raise InputError(f"--out {out}: the file exists already; a token goes only into a new file")
+
+
+@users.command("bootstrap")
+@click.argument("name")
+@_out_option
+@_db_option
+@_guard
+def users_bootstrap(name: str, out: str | None, db: str) -> None:
+    """Make NAME the first admin and issue their token (only while no one is admin)."""
+    _check_out(out)
+    engine = _engine(db, create=True)
+    _write_token(engine.users.bootstrap(name), out)
 
 
 @users.command("add")
 @click.argument("name")
 @click.option("--role", "roles", multiple=True, required=True)
+@_token_option
 @_db_option
 @_guard
-def users_add(name: str, roles: tuple[str, ...], db: str) -> None:
-    from statewright.runtime.users import Users, users_file
+def users_add(name: str, roles: tuple[str, ...], token_file: str | None, db: str) -> None:
+    """Add a person, or roles to one (admin)."""
+    engine = _engine(db)
+    person = engine.users.add(_principal(engine, token_file), name, roles)
+    click.echo(f"{person.name}: {', '.join(person.roles)}")
 
-    Users(users_file(db)).add(name, list(roles))
-    click.echo(f"{name}: {', '.join(Users(users_file(db)).roles(name))}")
+
+@users.command("drop-role")
+@click.argument("name")
+@click.option("--role", "roles", multiple=True, required=True)
+@_token_option
+@_db_option
+@_guard
+def users_drop_role(name: str, roles: tuple[str, ...], token_file: str | None, db: str) -> None:
+    """Take roles from a person (admin)."""
+    engine = _engine(db)
+    person = engine.users.drop_roles(_principal(engine, token_file), name, roles)
+    click.echo(f"{person.name}: {', '.join(person.roles) or '(no roles)'}")
+
+
+@users.command("remove")
+@click.argument("name")
+@_token_option
+@_db_option
+@_guard
+def users_remove(name: str, token_file: str | None, db: str) -> None:
+    """A person may no longer act; their tokens are revoked (admin). The log keeps them."""
+    engine = _engine(db)
+    engine.users.remove(_principal(engine, token_file), name)
+    click.echo(f"{name}: removed; tokens revoked")
+
+
+@users.command("token")
+@click.argument("name")
+@_out_option
+@_token_option
+@_db_option
+@_guard
+def users_token(name: str, out: str | None, token_file: str | None, db: str) -> None:
+    """Issue a token for NAME (admin); it is shown once."""
+    _check_out(out)
+    engine = _engine(db)
+    _write_token(engine.users.issue_token(_principal(engine, token_file), name), out)
+
+
+@users.command("revoke-token")
+@click.argument("token_id")
+@_token_option
+@_db_option
+@_guard
+def users_revoke_token(token_id: str, token_file: str | None, db: str) -> None:
+    """Revoke a token by its id (admin; ids are in 'users list')."""
+    engine = _engine(db)
+    engine.users.revoke_token(_principal(engine, token_file), token_id)
+    click.echo(f"{token_id}: revoked")
+
+
+@users.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@_token_option
+@_db_option
+@_guard
+def users_import(file: str, token_file: str | None, db: str) -> None:
+    """Add the people and roles of an old users.json (admin); then issue their tokens."""
+    engine = _engine(db)
+    for person in engine.users.import_file(_principal(engine, token_file), file):
+        click.echo(f"{person.name}: {', '.join(person.roles)}")
+
+
+@users.command("whoami")
+@_token_option
+@_db_option
+@_guard
+def users_whoami(token_file: str | None, db: str) -> None:
+    """The person your token names, and their roles."""
+    engine = _engine(db)
+    who = _principal(engine, token_file)
+    click.echo(f"{who.name}: {', '.join(who.roles) or '(no roles)'} (token {who.token_id})")
 
 
 @users.command("list")
 @_db_option
+@_json_option
 @_guard
-def users_list(db: str) -> None:
-    from statewright.runtime.users import Users, users_file
+def users_list(db: str, as_json: bool) -> None:
+    """People, their roles and their tokens' ids (never the tokens)."""
+    engine = _engine(db)
+    tokens: dict[str, list[str]] = {}
+    for t in engine.users.tokens():
+        if t.revoked_at_ms is None:
+            tokens.setdefault(t.name, []).append(t.token_id)
+    people = engine.users.people()
+    if as_json:
+        click.echo(json.dumps([{"name": p.name, "roles": list(p.roles), "active": p.active,
+                                "tokens": tokens.get(p.name, [])} for p in people], indent=2))
+        return
+    for p in people:
+        gone = "" if p.active else "  (removed)"
+        ids = f"  tokens: {', '.join(tokens[p.name])}" if p.name in tokens else ""
+        click.echo(f"{p.name}: {', '.join(p.roles) or '(no roles)'}{gone}{ids}")
 
-    for name, roles in Users(users_file(db)).all().items():
-        click.echo(f"{name}: {', '.join(roles)}")
+
+@users.command("audit")
+@_db_option
+@_json_option
+@_guard
+def users_audit(db: str, as_json: bool) -> None:
+    """Every change to people, roles and tokens (who, what, when); exit 1 when the log and
+    the tables disagree."""
+    engine = _engine(db)
+    entries, problems = engine.users.log(), engine.users.problems()
+    if as_json:
+        click.echo(json.dumps({"changes": [
+            {"seq": e.seq, "at_ms": e.at_ms, "actor": e.actor, "action": e.action, "subject": e.subject,
+             "roles": list(e.roles), "token_id": e.token_id} for e in entries], "problems": problems}, indent=2))
+    else:
+        for e in entries:
+            when = datetime.fromtimestamp(e.at_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+            what = " ".join(x for x in (", ".join(e.roles), e.token_id) if x)
+            click.echo(f"{e.seq:>4}  {when}  {e.actor:<20} {e.action:<13} {e.subject}  {what}".rstrip())
+        for p in problems:
+            click.echo(f"problem: {p}")
+        verdict = "the log and the tables agree" if not problems else f"{len(problems)} problems"
+        click.echo(f"{len(entries)} changes; {verdict}")
+    sys.exit(1 if problems else 0)
 
 
 @cli.command()

@@ -85,7 +85,10 @@ def run_demo(workdir: str | None = None) -> int:
     wf = demo_workflow()
     say(f"workflow: {wf.describe()}")
     engine = Engine(open_store(db))
-    engine.users.add("alice", ["maintainer"])
+    admin = engine.users.authenticate(engine.users.bootstrap("admin").token)
+    engine.users.add(admin, "alice", ["maintainer"])
+    alice = engine.users.issue_token(admin, "alice")
+    say("an admin added alice (role maintainer) and issued her a token")
     tid = engine.submit(wf, {"workspace": str(repo), "bug": "add() gives the wrong sum"})
     say(f"submitted task {tid}; working until it ends or parks at a human step...")
     view = engine.run_task(tid)
@@ -98,9 +101,9 @@ def run_demo(workdir: str | None = None) -> int:
     (repo / "ci-green").write_text("ok\n")  # the CI the wait step watches reports green
     cmd = [sys.executable, "-m", "statewright", "approve", tid, "--as", "alice", "--hash", h,
            "--db", str(db)]
-    say("a person approves by typing:")
+    say("alice, her token in STATEWRIGHT_TOKEN, approves by typing:")
     say(f"  statewright approve {tid} --as alice --hash {h} --db {shlex.quote(str(db))}")
-    env = {**os.environ, "STATEWRIGHT_USERS": str(engine.users.path)}
+    env = {**os.environ, "STATEWRIGHT_TOKEN": alice.token}
     subprocess.run(cmd, check=True, env=env)
     view = engine.run_task(tid)
     say("")

@@ -52,7 +52,8 @@ def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
     try:
         return {
             table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-            for table in ("sw_tasks", "sw_events", "sw_outbox", "sw_timers", "sw_definitions")
+            for table in ("sw_tasks", "sw_events", "sw_outbox", "sw_timers", "sw_definitions",
+                          "sw_users", "sw_tokens", "sw_user_log")
         }
     finally:
         conn.close()
@@ -60,3 +61,20 @@ def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
 
 def event_count(db: Path) -> int:
     return len(snapshot(db)["sw_events"])
+
+
+def admin(db: Path) -> Path:
+    """The token file of the database's first admin, ``root`` (bootstrapped on first use)."""
+    path = db.parent / "root.token"
+    if not path.exists():
+        ok(sw("users", "bootstrap", "root", "--out", path, "--db", db))
+    return path
+
+
+def person(db: Path, name: str, *roles: str) -> Path:
+    """The token file of ``name``, whom the admin adds with ``roles``."""
+    root = admin(db)
+    ok(sw("users", "add", name, *[a for r in roles for a in ("--role", r)], "--token-file", root, "--db", db))
+    path = db.parent / f"{name}.token"
+    ok(sw("users", "token", name, "--out", path, "--token-file", root, "--db", db))
+    return path

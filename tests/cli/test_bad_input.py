@@ -1,5 +1,5 @@
 """Bad input gets exactly one ``error:`` line on stderr, a non-zero exit, no traceback,
-and changes nothing in the database (or the users file)."""
+and changes nothing in the database (tasks, people, tokens)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import ok, refusal, snapshot, sw, sw_process
+from .support import admin, ok, person, refusal, snapshot, sw, sw_process
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,12 @@ class Parked:
 
 @pytest.fixture
 def parked(files: dict[str, Path], db: Path) -> Parked:
-    for name, roles in {"bob": ["author", "maintainer"], "carol": ["maintainer"], "erin": ["author"]}.items():
-        ok(sw("users", "add", name, *[arg for r in roles for arg in ("--role", r)], "--db", db))
+    for name, roles in {"bob": ["author", "maintainer"], "carol": ["maintainer"], "erin": ["author"],
+                        "ops": ["operator"]}.items():
+        person(db, name, *roles)
     waiting = ok(sw("submit", files["duty"], "--db", db)).strip()
-    ok(sw("approve", waiting, "--as", "bob", "--db", db))
+    first = json.loads(ok(sw("show", waiting, "--json", "--db", db)))["state"]["current"]["proposal_hash"]
+    ok(sw("approve", waiting, "--hash", first, "--token-file", db.parent / "bob.token", "--db", db))
     state = json.loads(ok(sw("show", waiting, "--json", "--db", db)))["state"]
     assert (state["status"], state["current"]["step"]) == ("awaiting_approval", "sign-off")
     out = ok(sw("run", files["build"], "--input", '{"n": 1}', "--db", db))
@@ -42,9 +44,12 @@ def parked(files: dict[str, Path], db: Path) -> Parked:
 # (arguments, what the one line must say); {waiting}/{done}/{build}/{dir} are filled in.
 CASES: dict[str, tuple[list[str], str]] = {
     "show-unknown-task": (["show", "t-nope"], "no task with id 't-nope'"),
-    "approve-unknown-task": (["approve", "t-nope", "--as", "carol"], "no task with id 't-nope'"),
-    "cancel-unknown-task": (["cancel", "t-nope", "--as", "ops", "--reason", "x"], "no task with id 't-nope'"),
-    "retry-unknown-task": (["retry", "t-nope", "--as", "ops", "--reason", "x"], "no task with id 't-nope'"),
+    "approve-unknown-task": (["approve", "t-nope", "--hash", "ab" * 32, "--token-file", "{carol}"],
+                             "no task with id 't-nope'"),
+    "cancel-unknown-task": (["cancel", "t-nope", "--reason", "x", "--token-file", "{ops}"],
+                            "no task with id 't-nope'"),
+    "retry-unknown-task": (["retry", "t-nope", "--reason", "x", "--token-file", "{ops}"],
+                           "no task with id 't-nope'"),
     "malformed-input-json": (["submit", "{build}", "--input", '{"n": 1'], "--input is not valid JSON"),
     "input-not-an-object": (["submit", "{build}", "--input", "[1, 2]"], "--input must be a JSON object, got list"),
     "input-file-missing": (["submit", "{build}", "--input", "@{dir}/nope.json"], "cannot read the file"),
@@ -53,26 +58,35 @@ CASES: dict[str, tuple[list[str], str]] = {
     "input-unknown-field": (["submit", "{build}", "--input", '{"n": 1, "colour": "blue"}'],
                             "input does not match build's input_schema"),
     "workflow-file-missing": (["submit", "{dir}/nope.yaml"], "nope.yaml: file not found"),
-    "approver-lacks-role": (["approve", "{waiting}", "--as", "erin"],
+    "approver-lacks-role": (["approve", "{waiting}", "--hash", "{proposal}", "--token-file", "{erin}"],
                             "'erin' lacks the role 'maintainer' needed to approve (has: author)"),
-    "approver-unknown": (["approve", "{waiting}", "--as", "mallory"], "lacks the role 'maintainer'"),
-    "approver-is-an-agent": (["approve", "{waiting}", "--as", "agent:reviewer"], "is an agent or system actor"),
-    "approver-acted-in-separate-step": (["approve", "{waiting}", "--as", "bob"],
+    "approver-without-a-token": (["approve", "{waiting}", "--as", "carol", "--hash", "{proposal}"],
+                                 "this act needs your token"),
+    "approver-is-an-agent": (["approve", "{waiting}", "--as", "agent:reviewer", "--hash", "{proposal}",
+                              "--token-file", "{carol}"], "is not the token's person"),
+    "approver-acted-in-separate-step": (["approve", "{waiting}", "--hash", "{proposal}", "--token-file", "{bob}"],
                                         "'bob' acted in step 'propose' and may not approve it (separation of duty)"),
-    "approval-with-wrong-hash": (["approve", "{waiting}", "--as", "carol", "--hash", "ab" * 32],
-                                 "is not the current proposal"),
-    "rejecter-lacks-role": (["reject", "{waiting}", "--as", "erin", "--reason", "nope"], "lacks the role"),
-    "approve-a-finished-task": (["approve", "{done}", "--as", "carol"], "is completed, not awaiting approval"),
-    "retry-a-finished-task": (["retry", "{done}", "--as", "ops", "--reason", "again"],
+    "approval-with-wrong-hash": (["approve", "{waiting}", "--as", "carol", "--hash", "ab" * 32,
+                                  "--token-file", "{carol}"], "is not the current proposal"),
+    "approval-without-a-hash": (["approve", "{waiting}", "--token-file", "{carol}"], "approve needs --hash HASH"),
+    "rejecter-lacks-role": (["reject", "{waiting}", "--reason", "nope", "--token-file", "{erin}"],
+                            "lacks the role"),
+    "approve-a-finished-task": (["approve", "{done}", "--hash", "ab" * 32, "--token-file", "{carol}"],
+                                "is completed, not awaiting approval"),
+    "retry-a-finished-task": (["retry", "{done}", "--reason", "again", "--token-file", "{ops}"],
                               "event TaskRetried is not allowed while the task is completed"),
     "unknown-status-filter": (["tasks", "--status", "bogus"], "unknown status 'bogus'"),
-    "bad-user-name": (["users", "add", "svc:bot", "--role", "maintainer"], "user name 'svc:bot' must be"),
+    "agent-user-name": (["users", "add", "svc:bot", "--role", "maintainer", "--token-file", "{root}"],
+                        "'svc:bot' names an agent or the system"),
+    "bad-user-name": (["users", "add", "al ice", "--role", "maintainer", "--token-file", "{root}"],
+                      "user name 'al ice' must be"),
 }
 
 
 def fill(args: list[str], parked: Parked) -> list[str]:
     values = {"waiting": parked.waiting, "done": parked.done, "build": str(parked.files["build"]),
-              "dir": str(parked.db.parent)}
+              "dir": str(parked.db.parent), "proposal": parked.proposal, "root": str(admin(parked.db)),
+              **{name: str(parked.db.parent / f"{name}.token") for name in ("bob", "carol", "erin", "ops")}}
     out = []
     for arg in args:
         for name, value in values.items():
@@ -84,12 +98,10 @@ def fill(args: list[str], parked: Parked) -> list[str]:
 def unchanged(parked: Parked) -> Callable[[], None]:
     """Call the returned function afterwards: it checks that nothing was written."""
     rows = snapshot(parked.db)
-    users = (parked.db.parent / "users.json").read_bytes()
     tasks = ok(sw("tasks", "--json", "--db", parked.db))
 
     def check() -> None:
         assert snapshot(parked.db) == rows
-        assert (parked.db.parent / "users.json").read_bytes() == users
         assert ok(sw("tasks", "--json", "--db", parked.db)) == tasks
 
     return check
@@ -97,7 +109,7 @@ def unchanged(parked: Parked) -> Callable[[], None]:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_bad_input_is_one_error_line_and_changes_nothing(case: str, parked: Parked) -> None:
-    """Each bad input: one error line naming the problem; rows, users file and task list unchanged."""
+    """Each bad input: one error line naming the problem; rows (people too) and task list unchanged."""
     args, expected = CASES[case]
     check = unchanged(parked)
 
@@ -144,8 +156,9 @@ def test_a_usage_mistake_is_one_error_line_too(args: list[str], parked: Parked) 
 
 def test_the_right_approver_with_the_right_hash_is_accepted(parked: Parked) -> None:
     """The refusals above are about who and what, not about the task: carol may approve."""
-    out = ok(sw("approve", parked.waiting, "--as", "carol", "--hash", parked.proposal, "--db", parked.db))
-    assert out.strip() == f"approved; task {parked.waiting} is completed"
+    out = ok(sw("approve", parked.waiting, "--as", "carol", "--hash", parked.proposal,
+                "--token-file", parked.db.parent / "carol.token", "--db", parked.db))
+    assert out.strip() == f"approved by carol; task {parked.waiting} is completed"
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .support import ok, sw, sw_process
+from .support import admin, ok, person, sw, sw_process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASK_ID = re.compile(r"^t-[0-9a-f]{19}$")
@@ -19,7 +19,7 @@ def tasks_json(db: Path) -> list[dict[str, object]]:
 
 def approve_hint(output: str) -> tuple[str, str]:
     """(task id, proposal hash) from the line ``run`` prints for a parked task."""
-    m = re.search(r"approve with: statewright approve (t-[0-9a-f]+) --as NAME --hash ([0-9a-f]{64})", output)
+    m = re.search(r"approve with: statewright approve (t-[0-9a-f]+) --hash ([0-9a-f]{64})", output)
     assert m is not None, output
     return m.group(1), m.group(2)
 
@@ -88,9 +88,14 @@ def test_run_works_the_task_to_the_end_and_prints_its_history(files: dict[str, P
 
 
 def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> None:
-    """users add, run (parks at the human step), show, approve --as --hash, then a
-    worker process finishes the task."""
-    assert ok(sw("users", "add", "alice", "--role", "maintainer", "--db", db)).strip() == "alice: maintainer"
+    """users add, run (parks at the human step), show, approve --as --hash with alice's
+    token, then a worker process finishes the task."""
+    root = admin(db)
+    assert ok(sw("users", "add", "alice", "--role", "maintainer", "--token-file", root, "--db", db)).strip() == (
+        "alice: maintainer"
+    )
+    alice = db.parent / "alice.token"
+    ok(sw("users", "token", "alice", "--out", alice, "--token-file", root, "--db", db))
     out = ok(sw("run", files["gate"], "--db", db))
     tid, proposal = approve_hint(out)
     assert f"...  approve        waits for approval of proposal {proposal}" in out
@@ -100,8 +105,9 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
     assert shown["state"]["current"]["proposal_hash"] == proposal
     assert [e["type"] for e in shown["events"]] == ["TaskSubmitted", "AttemptReported"]
 
-    approved = ok(sw("approve", tid, "--as", "alice", "--hash", proposal, "--comment", "looks right", "--db", db))
-    assert approved.strip() == f"approved; task {tid} is running"
+    approved = ok(sw("approve", tid, "--as", "alice", "--hash", proposal, "--comment", "looks right",
+                     "--token-file", alice, "--db", db))
+    assert approved.strip() == f"approved by alice; task {tid} is running"
     worker = sw_process("worker", "--until-idle", "--db", db)
 
     assert worker.returncode == 0, worker.stderr
@@ -114,13 +120,13 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
 
 def test_reject_records_the_reason_code_and_halts(files: dict[str, Path], db: Path) -> None:
     """reject --reason records the reason code with the actor; the default route halts the task."""
-    ok(sw("users", "add", "alice", "--role", "maintainer", "--db", db))
+    alice = person(db, "alice", "maintainer")
     tid, _ = approve_hint(ok(sw("run", files["gate"], "--db", db)))
 
-    out = ok(sw("reject", tid, "--as", "alice", "--reason", "insufficient_evidence", "--comment", "no logs",
-                "--db", db))
+    out = ok(sw("reject", tid, "--reason", "insufficient_evidence", "--comment", "no logs",
+                "--token-file", alice, "--db", db))
 
-    assert out.strip() == f"rejected; task {tid} is halted"
+    assert out.strip() == f"rejected by alice; task {tid} is halted"
     history = ok(sw("show", tid, "--db", db))
     assert "halted at approve: insufficient_evidence no logs" in history
     state = json.loads(ok(sw("show", tid, "--json", "--db", db)))["state"]
@@ -137,7 +143,9 @@ def test_retry_and_cancel_are_audited(files: dict[str, Path], db: Path, tmp_path
     assert "status halted" in halted and "exit_status" in halted
 
     (ws / "fixed").touch()
-    assert ok(sw("retry", tid, "--as", "ops", "--reason", "created the flag", "--db", db)).strip() == (
+    ops = person(db, "ops", "operator")
+    assert ok(sw("retry", tid, "--as", "ops", "--reason", "created the flag", "--token-file", ops,
+                 "--db", db)).strip() == (
         f"retried; task {tid} is running"
     )
     assert sw_process("worker", "--until-idle", "--db", db).returncode == 0
@@ -146,7 +154,8 @@ def test_retry_and_cancel_are_audited(files: dict[str, Path], db: Path, tmp_path
     assert "OPER retry          by ops: created the flag" in history
 
     other = ok(sw("submit", files["flag"], "--db", db)).strip()
-    assert ok(sw("cancel", other, "--as", "ops", "--reason", "not needed", "--db", db)).strip() == (
+    assert ok(sw("cancel", other, "--as", "ops", "--reason", "not needed", "--token-file", ops,
+                 "--db", db)).strip() == (
         f"cancelled; task {other} is cancelled"
     )
     assert "OPER cancel         by ops: not needed" in ok(sw("show", other, "--db", db))

@@ -117,3 +117,24 @@ def launches(root: Path) -> list[tuple[str, int]]:
 def table(lines: Sequence[StoredLine]) -> list[tuple[str, str, str]]:
     """(state, kind, next_state) per line: the shape of a run."""
     return [(str(x.state), str(x.kind), str(x.next_state)) for x in lines]
+
+
+def token_file(db: Path, name: str, *roles: str) -> Path:
+    """A file holding a token of ``name``, whom the database's first admin adds with ``roles``."""
+    from statewright.runtime.clock import SystemClock
+    from statewright.runtime.users import Users
+    from statewright.store import open_store
+
+    store = open_store(db)
+    try:
+        users = Users(store, SystemClock())
+        root = db.parent / "root.token"
+        if not root.exists():
+            root.write_text(users.bootstrap("root").token + "\n", encoding="utf-8")
+        admin = users.authenticate(root.read_text(encoding="utf-8").strip())
+        users.add(admin, name, roles)
+        path = db.parent / f"{name}.token"
+        path.write_text(users.issue_token(admin, name).token + "\n", encoding="utf-8")
+        return path
+    finally:
+        store.close()

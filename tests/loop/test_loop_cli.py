@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from statewright.loop.cli import loop
 
-from .helpers import write_loop
+from .helpers import token_file, write_loop
 
 
 def _cli(*args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Result:
@@ -77,7 +78,8 @@ def test_bad_loop_file_changes_nothing(tmp_path: Path, db: Path) -> None:
     [
         (("show", "99"), "no loop run with id '99'"),
         (("show", "x"), "a run id is a number"),
-        (("clear", "1", "--as", "ann", "--reason", "r"), "not STUCK"),
+        (("clear", "1", "--as", "ann", "--reason", "r", "--token-file", "{ann}"), "not STUCK"),
+        (("clear", "1", "--reason", "r"), "needs your token"),
         (("approve", "1", "--as", "ann", "--role", "m"), "0 pending approvals"),
     ],
 )
@@ -85,7 +87,8 @@ def test_bad_input_is_one_line(tmp_path: Path, db: Path, args: tuple[str, ...], 
     """Unknown runs and impossible actions: one clear line, exit 2."""
     path = write_loop(tmp_path / "l", [{"id": "1"}])
     assert _cli("run", str(path), db=db).exit_code == 0
-    assert says in _one_line_error(_cli(*args, db=db))
+    ann = token_file(db, "ann", "operator")
+    assert says in _one_line_error(_cli(*[a.replace("{ann}", str(ann)) for a in args], db=db))
 
 
 def test_read_commands_do_not_create_a_database(tmp_path: Path) -> None:
@@ -103,16 +106,22 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     assert paused.exit_code == 0
     assert "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
     assert "waiting for role maintainer to approve item 1" in paused.stdout
-    wrong = _one_line_error(_cli("approve", "1", "--as", "eve", "--role", "intern", db=db))
+    shown = re.search(r"fingerprint ([0-9a-f]{64})", paused.stdout)
+    assert shown is not None, paused.stdout
+    fp = ("--fingerprint", shown.group(1))
+    eve, ann = token_file(db, "eve", "intern"), token_file(db, "ann", "author")
+    wrong = _one_line_error(_cli("approve", "1", "--role", "intern", *fp, "--token-file", str(eve), db=db))
     assert "needs role 'maintainer'" in wrong
-    unlisted = _one_line_error(_cli("approve", "1", "--as", "ann", db=db))
+    unlisted = _one_line_error(_cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db))
     assert "does not hold the role 'maintainer'" in unlisted
-    agent = _one_line_error(_cli("approve", "1", "--as", "agent:worker", db=db))
-    assert "may never decide a gate" in agent
-    from statewright.runtime.users import Users, users_file
-
-    Users(users_file(str(db))).add("ann", ["maintainer"])
-    ok = _cli("approve", "1", "--as", "ann", db=db)
+    agent = _one_line_error(_cli("approve", "1", "--as", "agent:worker", *fp, "--token-file", str(ann), db=db))
+    assert "is not the token's person ('ann')" in agent
+    anonymous = _one_line_error(_cli("approve", "1", *fp, db=db))
+    assert "needs your token" in anonymous
+    ann = token_file(db, "ann", "maintainer")
+    blind = _one_line_error(_cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db))
+    assert "approve needs --fingerprint F" in blind
+    ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
 
@@ -162,7 +171,7 @@ def test_simulate_json_and_bad_input() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("clear", "1", "--reason", "r"), "Missing option '--as'"),
+        (("clear", "1", "--as", "ann"), "Missing option '--reason'"),
         (("simulate", "--items", "many"), "'many' is not a valid integer"),
         (("frobnicate",), "No such command 'frobnicate'"),
     ],

@@ -8,6 +8,7 @@ after the run row exists). The restart must follow the resume rules.
 from __future__ import annotations
 
 import os
+import re
 import select
 import signal
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from statewright.loop.model import LineKind, LoopStatus
 from statewright.loop.store import LoopStore
 
-from .helpers import cli, launches, record, table, write_loop
+from .helpers import cli, launches, record, table, token_file, write_loop
 
 S = LoopStatus
 KILLED = -signal.SIGKILL
@@ -137,10 +138,11 @@ def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
     run_id = _only_run(db)
     status = cli(root, db, "status")
     assert "gate: role maintainer to approve item 88" in status.stdout
-    from statewright.runtime.users import Users, users_file
-
-    Users(users_file(str(db))).add("ann", ["maintainer"])
-    approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer")
+    ann = token_file(db, "ann", "maintainer")
+    shown = re.search(r"fingerprint ([0-9a-f]{64})", status.stdout)
+    assert shown is not None, status.stdout
+    approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer", "--token-file", str(ann),
+                   "--fingerprint", shown.group(1))
     assert approved.returncode == 0, approved.stderr
     assert _run(root, db) == 0
     assert _restarts(db) == [
@@ -170,8 +172,9 @@ def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, 
     held = cli(root, db, "run", "loop.yaml")
     assert held.returncode == 2
     assert held.stderr.count("\n") == 1 and "Traceback" not in held.stderr
-    assert "clear 1 --as WHO --reason TEXT" in held.stderr
-    cleared = cli(root, db, "clear", "1", "--as", "ann", "--reason", "disk was full")
+    assert "clear 1 --reason TEXT' with an operator's token" in held.stderr
+    ann = token_file(db, "ann", "operator")
+    cleared = cli(root, db, "clear", "1", "--as", "ann", "--reason", "disk was full", "--token-file", str(ann))
     assert cleared.returncode == 0, cleared.stderr
     assert _run(root, db) == 0
     with LoopStore.open(db) as store:

@@ -80,7 +80,7 @@ def test_stuck_holds_new_runs_until_cleared(tmp_path: Path, db: Path, clock: Fak
     outcome = run_loop(loop, db, clock)
     assert outcome.status is S.STUCK
     assert "no item closed in 2 passes" in outcome.reason
-    with pytest.raises(RunHeldError, match=f"clear {outcome.run_id} --as WHO --reason TEXT"):
+    with pytest.raises(RunHeldError, match=f"clear {outcome.run_id} --reason TEXT"):
         run_loop(loop, db, clock)
     with LoopStore.open(db) as store:
         store.clear(outcome.run_id, who="ann", reason="b's test was flaky; fixed", at_ms=clock())

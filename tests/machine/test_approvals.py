@@ -12,7 +12,7 @@ from statewright import ApprovalError, IllegalEventError, TaskStatus, workflow_f
 from statewright.approvals import build_proposal, proposal_hash
 from statewright.definition import Workflow
 from statewright.machine.commands import RequestApproval, StartTimer
-from statewright.machine.events import ApprovalGranted, TimerFired
+from statewright.machine.events import ApprovalGranted, TaskRetried, TimerFired
 from statewright.machine.state import Approval, Outcome
 from strategies import FIXER, Driver
 
@@ -256,3 +256,36 @@ def test_the_proposal_shows_an_advisory_failure_not_an_older_pass() -> None:
     review = build_proposal(d.state, 2)["steps"][1]
     assert (review["attempt"], review["outcome"]) == (2, "failed")
     assert review["verdict"] == {"approved": False, "must_fix": ["broken"]}
+
+
+@pytest.mark.parametrize("actor", ["alice\n", "alice ", " alice", "al\u00efce", ""])
+def test_a_name_that_is_not_a_whole_person_name_is_refused(actor: str) -> None:
+    """Names are matched whole: 'alice\\n' (which ``$`` would accept) is not alice, nor anyone."""
+    d = at_approval(implementer="alice")
+    refused(d, d.grant_event(actor), "approver name is required" if not actor else "must be 1 to 64")
+
+
+def test_a_revoked_approval_halts_at_the_human_step_whatever_the_route() -> None:
+    """The worker reports approval_revoked for the step after the approval: it halts at the
+    human step (not the failing step's loop_back), so a retry asks for a new approval."""
+    wf = workflow_from_dict({
+        "workflow": "w",
+        "steps": [
+            {"id": "implement", "kind": "ai", "owner": "dev", "agent": FIXER},
+            {"id": "approve", "kind": "human", "owner": "m", "approvers": {"role": "maintainer"}},
+            {"id": "merge", "kind": "code", "owner": "dev", "run": {"command": ["merge"]},
+             "on_failure": {"loop_back": "implement", "max_attempts": 3}},
+        ],
+    })
+    d = at_approval(wf)
+    d.grant("alice", token_id="tk_1")
+    assert d.state.approvals[-1].token_id == "tk_1"
+
+    assert d.report(ok=False, error="approval_revoked", detail="'alice' was removed") == []
+
+    assert d.state.status is TaskStatus.HALTED and d.state.halt is not None
+    assert (d.state.halt.step, d.state.halt.reason) == ("approve", "approval_revoked")
+    assert (d.state.attempts[-1].step, d.state.attempts[-1].outcome) == ("merge", Outcome.HALTED)
+    d.apply(d.make(TaskRetried, actor="olga", reason="ask again"))
+    assert d.state.status is TaskStatus.AWAITING_APPROVAL and d.state.current is not None
+    assert d.state.current.step == "approve"

@@ -11,7 +11,6 @@ import pytest
 
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
-from statewright.runtime.users import Users
 from statewright.store import open_store
 
 from .support import EFFECT_SCRIPT
@@ -34,13 +33,12 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def open_engine(db: Path, tmp_path: Path) -> Iterator[Callable[..., Engine]]:
+def open_engine(db: Path) -> Iterator[Callable[..., Engine]]:
     """``open_engine(clock=...)`` opens an Engine on the test's database file; every engine
     opened is closed at teardown (closing twice is harmless)."""
     engines: list[Engine] = []
 
     def make(**kwargs: Any) -> Engine:
-        kwargs.setdefault("users", Users(tmp_path / "users.json"))
         engine = Engine(open_store(db), **kwargs)
         engines.append(engine)
         return engine

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from people.support import People
 from statewright._errors import IllegalEventError, StaleLeaseError
 from statewright.machine.events import ApprovalGranted, AttemptReported, CheckReported, TimerFired
 from statewright.machine.state import TaskStatus
@@ -56,7 +57,7 @@ def test_a_duplicate_approval_is_recorded_once(
     engine: Engine, clock: FakeClock, db: Path, workspace: Path,
 ) -> None:
     """An approval delivered twice (a retried HTTP request) approves once."""
-    engine.users.add("alice", ["maintainer"])
+    People(engine).add("alice", "maintainer")
     wf = workflow(
         "gate", code("build", "record"),
         {"id": "approve", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"}},

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from people.support import People
 from statewright._errors import IllegalEventError, StaleLeaseError
 from statewright.machine.events import AttemptReported
 from statewright.machine.state import TaskStatus
@@ -79,7 +80,7 @@ def test_a_refused_report_in_a_batch_costs_the_others_nothing(
     tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(3)]
     claims = {c.task_id: c for c in engine.store.claim("w1", clock.now_ms(), 30_000, 3)}
     reports = [report_for(engine, t, claims[t].command_id, claims[t].token, clock.now_ms()) for t in tids]
-    engine.cancel(tids[1], "olga", "duplicate issue")
+    engine.cancel(tids[1], People(engine).add("olga", "operator"), "duplicate issue")
     stale = reports[2]
     reports[2] = Report(stale.task_id, stale.event, stale.state, (claims[tids[2]].command_id, 99))
     sizes = spy_batches(engine, monkeypatch)

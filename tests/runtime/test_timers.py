@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from people.support import People
 from statewright._errors import ApprovalError
 from statewright.machine.state import Outcome, TaskStatus
 from statewright.runtime.clock import FakeClock
@@ -101,7 +102,7 @@ def test_an_approval_expiry_timer_survives_a_restart_and_routes_approval_expired
     """Nobody approves within 1h: after a restart the expiry timer fires once and the
     step fails with approval_expired (default route: halt)."""
     first = open_engine(clock=clock)
-    first.users.add("alice", ["maintainer"])
+    alice = People(first).add("alice", "maintainer")
     tid = first.submit(approval_workflow(), {"workspace": str(workspace)})
     drain(first)
     st = first.state(tid)
@@ -124,7 +125,7 @@ def test_an_approval_expiry_timer_survives_a_restart_and_routes_approval_expired
     assert types(engine, tid).count("TimerFired") == 1
     assert engine.store.timers() == []
     with pytest.raises(ApprovalError, match="not awaiting approval"):
-        engine.approve(tid, "alice")
+        engine.approve(tid, alice, proposal_hash="ab" * 32)
 
 
 def test_an_expired_approval_loops_back_and_the_next_proposal_can_be_approved(
@@ -133,7 +134,7 @@ def test_an_expired_approval_loops_back_and_the_next_proposal_can_be_approved(
     """on_failure: loop_back sends the task back to draft; the new approval gets its own
     expiry timer, and approving in time completes the task."""
     engine = open_engine(clock=clock)
-    engine.users.add("alice", ["maintainer"])
+    alice = People(engine).add("alice", "maintainer")
     tid = engine.submit(approval_workflow({"loop_back": "draft", "max_attempts": 2}), {"workspace": str(workspace)})
     drain(engine)
     clock.advance(3600)
@@ -145,7 +146,7 @@ def test_an_expired_approval_loops_back_and_the_next_proposal_can_be_approved(
     assert lines(workspace / "draft.calls") == [f"{tid}/draft/1", f"{tid}/draft/2"]
     assert [t["timer_id"] for t in engine.store.timers(tid)] == [f"{tid}/approve/2/expiry"]
 
-    engine.approve(tid, "alice", proposal_hash=st.current.proposal_hash)
+    engine.approve(tid, alice, proposal_hash=st.current.proposal_hash)
     drain(engine)
     assert engine.state(tid).status is TaskStatus.COMPLETED
     assert engine.store.timers() == []
@@ -157,14 +158,16 @@ def test_an_approval_after_the_deadline_is_refused_even_before_the_timer_fires(
     """The deadline is in the state, so a late approval loses to the expiry whichever
     a worker gets to first."""
     engine = open_engine(clock=clock)
-    engine.users.add("alice", ["maintainer"])
+    alice = People(engine).add("alice", "maintainer")
     tid = engine.submit(approval_workflow(), {"workspace": str(workspace)})
     drain(engine)
     clock.advance(3600)
     before = engine.state(tid).to_dict()
+    shown = engine.state(tid).current
+    assert shown is not None
 
     with pytest.raises(ApprovalError, match="approval window closed"):
-        engine.approve(tid, "alice")
+        engine.approve(tid, alice, proposal_hash=shown.proposal_hash)
 
     assert engine.state(tid).to_dict() == before
     drain(engine)

@@ -22,7 +22,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -32,6 +32,9 @@ from statewright.loop.model import LoopStatus
 from statewright.loop.runner import LoopRunner, loop_is_running
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
 from statewright.loop.store import LoopStore, RunRow, StoredLine
+
+if TYPE_CHECKING:
+    from statewright.runtime.users import Principal
 
 DEFAULT_DB = ".statewright/state.db"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -245,42 +248,63 @@ def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
             click.echo(f"run {r.run_id}: stop requested; it writes a clean-stop line and exits")
 
 
+def _token_option(fn: F) -> F:
+    return click.option("--token-file", type=click.Path(dir_okay=False),
+                        help="A file holding your token (default: env STATEWRIGHT_TOKEN).")(fn)
+
+
 @loop.command("clear")
 @click.argument("run_id", metavar="RUN")
-@click.option("--as", "who", required=True, help="Who clears the hold.")
+@click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--reason", required=True, help="Why the loop may run again.")
+@_token_option
 @_db_option
 @_friendly
-def clear_cmd(run_id: str, who: str, reason: str, db: str) -> None:
-    """Lift the hold a STUCK run puts on new runs of its loop."""
+def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None, db: str) -> None:
+    """Lift the hold a STUCK run puts on new runs of its loop (needs the operator role)."""
+    from statewright._errors import PermissionDeniedError
+    from statewright._names import OPERATOR_ROLE
+
     with _open(db, create=False) as store:
-        run = store.clear(run_id, who=who, reason=reason, at_ms=_now_ms())
+        person = _person(db, token_file, who)
+        if OPERATOR_ROLE not in person.roles:
+            raise PermissionDeniedError(
+                f"{person.name!r} lacks the role {OPERATOR_ROLE!r} needed to clear a hold "
+                f"(has: {', '.join(person.roles) or 'none'})"
+            )
+        run = store.clear(run_id, who=person.name, reason=reason, at_ms=_now_ms())
     click.echo(f"run {run.run_id} cleared by {run.cleared_by}: {run.cleared_reason}")
 
 
 @loop.command("approve")
 @click.argument("run_id", metavar="RUN")
-@click.option("--as", "who", required=True, help="Who approves.")
+@click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None, help="The role you act in (default: the role the gate asks for).")
-@click.option("--fingerprint", default=None, help="The fingerprint shown (default: the pending one).")
+@click.option("--fingerprint", default=None, help="The fingerprint of the proposal you reviewed (required).")
+@_token_option
 @_db_option
 @_friendly
-def approve_cmd(run_id: str, who: str, role: str | None, fingerprint: str | None, db: str) -> None:
+def approve_cmd(run_id: str, who: str | None, role: str | None, fingerprint: str | None, token_file: str | None,
+                db: str) -> None:
     """Approve the proposal a gate of RUN shows; the next 'loop run' carries on."""
-    _decide(db, run_id, who=who, role=role, fingerprint=fingerprint, approve=True, reason="")
+    _decide(db, run_id, who=who, token_file=token_file, role=role, fingerprint=fingerprint, approve=True,
+            reason="")
 
 
 @loop.command("deny")
 @click.argument("run_id", metavar="RUN")
-@click.option("--as", "who", required=True)
+@click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None)
 @click.option("--reason", required=True, help="Why not; the item is parked.")
-@click.option("--fingerprint", default=None)
+@click.option("--fingerprint", default=None, help="The fingerprint shown (default: the one pending).")
+@_token_option
 @_db_option
 @_friendly
-def deny_cmd(run_id: str, who: str, role: str | None, reason: str, fingerprint: str | None, db: str) -> None:
+def deny_cmd(run_id: str, who: str | None, role: str | None, reason: str, fingerprint: str | None,
+             token_file: str | None, db: str) -> None:
     """Deny the proposal a gate of RUN shows; the item is parked."""
-    _decide(db, run_id, who=who, role=role, fingerprint=fingerprint, approve=False, reason=reason)
+    _decide(db, run_id, who=who, token_file=token_file, role=role, fingerprint=fingerprint, approve=False,
+            reason=reason)
 
 
 @loop.command("simulate")
@@ -356,35 +380,54 @@ def simulate_cmd(
 # ---------------------------------------------------------------- helpers
 
 
-def _decide(
-    db: str, run_id: str, *, who: str, role: str | None, fingerprint: str | None, approve: bool, reason: str
-) -> None:
-    from statewright.runtime.users import Users, users_file
+def _person(db: str, token_file: str | None, who: str | None) -> Principal:
+    """The person the token names; ``--as``, when given, must name the same person."""
+    from statewright.runtime.clock import SystemClock
+    from statewright.runtime.users import Users, read_token
+    from statewright.store import open_store
 
+    token = read_token(token_file)
+    people = open_store(db)
+    try:
+        users = Users(people, SystemClock())
+        return users.check(users.authenticate(token), as_name=who)
+    finally:
+        people.close()
+
+
+def _decide(
+    db: str, run_id: str, *, who: str | None, token_file: str | None, role: str | None, fingerprint: str | None,
+    approve: bool, reason: str,
+) -> None:
     with _open(db, create=False) as store:
         run = store.run(run_id)
         pending = store.pending_approvals(run.run_id)
-        if fingerprint is None:
+        if not fingerprint:
             if len(pending) != 1:
                 msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --fingerprint"
                 raise InputError(msg)
+            if approve:
+                msg = (
+                    f"run {run.run_id}: approve needs --fingerprint F, the proposal you reviewed "
+                    "('statewright loop status' shows it); nothing is approved unseen"
+                )
+                raise InputError(msg)
             fingerprint = pending[0].fingerprint
         gate = next((p for p in pending if p.fingerprint == fingerprint), None)
+        person = _person(db, token_file, who)
         if gate is not None:
             role = role or gate.role
-            held = Users(users_file(db)).roles(who)
-            if ":" in who:
-                raise InputError(f"{who!r} is an agent or system actor and may never decide a gate")
-            if role == gate.role and gate.role not in held:
+            if role == gate.role and gate.role not in person.roles:
                 msg = (
-                    f"run {run.run_id}: {who!r} does not hold the role {gate.role!r} the gate needs "
-                    f"(has: {', '.join(held) or 'none'}); add it with 'statewright users add {who} --role {gate.role}'"
+                    f"run {run.run_id}: {person.name!r} does not hold the role {gate.role!r} the gate needs "
+                    f"(has: {', '.join(person.roles) or 'none'}); an admin adds it with "
+                    f"'statewright users add {person.name} --role {gate.role}'"
                 )
                 raise InputError(msg)
         row = store.decide_approval(
             run.run_id,
             fingerprint=fingerprint,
-            who=who,
+            who=person.name,
             role=role or "",
             approve=approve,
             reason=reason,

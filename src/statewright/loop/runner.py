@@ -133,7 +133,7 @@ class LoopRunner:
             msg = (
                 f"loop {d.name!r}: run {newest.run_id} ended STUCK ({newest.state.reason});"
                 f" no new run starts until someone clears it: 'statewright loop clear"
-                f" {newest.run_id} --as WHO --reason TEXT'"
+                f" {newest.run_id} --reason TEXT' with an operator's token"
             )
             raise RunHeldError(msg, run_id=newest.run_id, loop=d.name)
         config = d.config()

@@ -182,7 +182,7 @@ class LoopStore:
                 msg = (
                     f"loop {loop!r}: run {newest.run_id} ended STUCK ({newest.state.reason})"
                     f" and holds new runs; clear it with 'statewright loop clear"
-                    f" {newest.run_id} --as WHO --reason TEXT'"
+                    f" {newest.run_id} --reason TEXT' with an operator's token"
                 )
                 raise RunHeldError(msg, run_id=newest.run_id, loop=loop)
             ledger = self._ledger_txn(conn, loop)

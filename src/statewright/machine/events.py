@@ -86,6 +86,7 @@ class ApprovalGranted(Event):
     roles: tuple[str, ...] = ()
     proposal_hash: str = ""
     comment: str = ""
+    token_id: str = ""  # the token the person proved who they are with (never the token)
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class ApprovalRejected(Event):
     proposal_hash: str = ""
     reason_code: str = ""
     comment: str = ""
+    token_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,7 @@ class Approval:
     actor: str
     proposal_hash: str
     at_ms: int
+    token_id: str = ""  # checked again before the approved work runs
 
 
 @dataclass(frozen=True)

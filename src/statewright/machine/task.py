@@ -11,6 +11,7 @@ from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._errors import ApprovalError, IllegalEventError
+from statewright._names import is_agent_name, person_name_problem
 from statewright.approvals.proposal import proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
 from statewright.machine._records import replace
@@ -80,7 +81,10 @@ def transition(state: TaskState, event: Event) -> Result:
 
 def is_machine_actor(actor: str) -> bool:
     """Agents and code report as ``agent:...`` / ``code:...``; people have plain names."""
-    return ":" in actor
+    return is_agent_name(actor)
+
+
+APPROVAL_REVOKED = "approval_revoked"  # the worker found an approval no longer holds
 
 
 # --- entering steps -----------------------------------------------------------------------
@@ -300,6 +304,8 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
             return _repair(state, step, cur, problem or "invalid verdict")
         return _finish(state, ev.at_ms, Outcome.FAILED, reason="invalid_verdict",
                        detail=problem or "", verdict=None, **common)
+    if ev.error == APPROVAL_REVOKED:
+        return _approval_revoked(state, ev, common)
     if not ev.ok or ev.error is not None:
         kept = ev.verdict if isinstance(ev.verdict, Mapping) else None
         return _finish(state, ev.at_ms, Outcome.FAILED, reason=ev.error or "failed",
@@ -317,6 +323,23 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         return _finish(state, ev.at_ms, Outcome.FAILED, reason="not_approved", verdict=verdict,
                        detail="; ".join(_must_fix(verdict)), **common)
     return _finish(state, ev.at_ms, Outcome.PASSED, verdict=verdict, **common)
+
+
+def _approval_revoked(state: TaskState, ev: AttemptReported, common: dict[str, Any]) -> Result:
+    """The step did not run: an approval it follows no longer holds. The task halts AT the
+    first approved human step before it, whatever the step's route, so an operator's retry
+    asks for new approvals from there."""
+    halted, commands = _finish(state, ev.at_ms, Outcome.HALTED, reason=APPROVAL_REVOKED, detail=ev.detail,
+                               **common)
+    wf = state.workflow
+    gates = [
+        s.id for s in wf.steps[: wf.index_of(_current(state).step)]
+        if s.kind is StepKind.HUMAN and state.attempts_of(s.id)
+        and state.attempts_of(s.id)[-1].outcome is Outcome.PASSED
+    ]
+    if not gates or halted.halt is None:
+        return halted, commands
+    return replace(halted, halt=replace(halted.halt, step=gates[0])), commands
 
 
 def _repair(state: TaskState, step: Step, cur: Current, problem: str) -> Result:
@@ -399,6 +422,9 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
         raise ApprovalError(f"{where}: an approver name is required")
     if is_machine_actor(ev.actor):
         raise ApprovalError(f"{where}: {ev.actor!r} is an agent or system actor and may never {verb}")
+    problem = person_name_problem(ev.actor)
+    if problem is not None:
+        raise ApprovalError(f"{where}: {problem}")
     role = step.approvers_role or ""
     if role and role not in ev.roles:
         raise ApprovalError(
@@ -427,7 +453,8 @@ def _on_granted(state: TaskState, ev: ApprovalGranted) -> Result:
     if ev.proposal_hash != cur.proposal_hash:
         raise ApprovalError(f"task {state.task_id}: an approval must quote the proposal hash")
     approved = replace(
-        state, approvals=(*state.approvals, Approval(cur.step, ev.actor, cur.proposal_hash, ev.at_ms))
+        state,
+        approvals=(*state.approvals, Approval(cur.step, ev.actor, cur.proposal_hash, ev.at_ms, ev.token_id)),
     )
     return _finish(
         approved, ev.at_ms, Outcome.PASSED, actor=ev.actor, detail=ev.comment,
@@ -450,6 +477,10 @@ def _operator(state: TaskState, ev: TaskRetried | TaskCancelled, action: str) ->
     if not ev.actor or not ev.reason:
         msg = f"task {state.task_id}: {action} needs an operator name and a reason"
         raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    problem = person_name_problem(ev.actor)
+    if problem is not None:
+        raise IllegalEventError(f"task {state.task_id}: {action} by {problem}", status=state.status.value,
+                                event_type=ev.type)
     step = state.halt.step if state.halt else (state.current.step if state.current else "")
     return OperatorAction(action=action, actor=ev.actor, reason=ev.reason, at_ms=ev.at_ms, step=step)
 

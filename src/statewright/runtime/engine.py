@@ -3,6 +3,7 @@ event, the new projection and the commands in one store transaction."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from statewright._errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
+from statewright._names import OPERATOR_ROLE
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
@@ -33,12 +35,13 @@ from statewright.machine.events import (
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition, verdict_error
 from statewright.runtime.clock import Clock, SystemClock
-from statewright.runtime.users import Users, users_file
+from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, NewCommand, open_store
 from statewright.store.base import Claim
 from statewright.store.sql import SqlStore
 
 _CONFLICT_RETRIES = 8
+_PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,12 @@ def total_cost(state: TaskState) -> dict[str, float]:
 class Engine:
     def __init__(
         self, store: SqlStore, *, clock: Clock | None = None, workspace_root: Path | None = None,
-        users: Users | None = None,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
         db_dir = Path(store.url).parent if not store.url.startswith("postgres") else Path(".statewright")
         self.workspace_root = workspace_root or db_dir / "workspaces"
-        self.users = users or Users(users_file(store.url))
+        self.users = Users(store, self.clock)
         self._defs: dict[str, Workflow] = {}
 
     @classmethod
@@ -289,38 +291,54 @@ class Engine:
         ]
 
     # --- people ------------------------------------------------------------------------
-    def approve(self, task_id: str, actor: str, *, proposal_hash: str | None = None, comment: str = "") -> TaskState:
+    # Each act takes the Principal that ``engine.users.authenticate(token)`` returned and
+    # authenticates its token again: the person is the token's, never a name passed along.
+    def approve(self, task_id: str, by: Principal, *, proposal_hash: str, comment: str = "") -> TaskState:
+        """Approve the proposal the task waits on. ``proposal_hash`` is the hash of the
+        proposal reviewed: required, and never filled in from the current one."""
+        who = self.users.check(by, act="approve")
+        if not isinstance(proposal_hash, str) or _PROPOSAL_HASH.fullmatch(proposal_hash) is None:
+            msg = (
+                f"approving task {task_id} needs the hash of the proposal you reviewed (64 hex digits, "
+                f"got {proposal_hash!r}); 'statewright show {task_id} --json' prints it"
+            )
+            raise InputError(msg)
         st = self._awaiting(task_id)
         cur = st.current
-        h = proposal_hash or (cur.proposal_hash if cur else "")
         ev = ApprovalGranted(
             event_id=f"{task_id}:approve:{_random_hex(8)}", at_ms=self.clock.now_ms(),
-            step=cur.step if cur else "", actor=actor, roles=self.users.roles(actor),
-            proposal_hash=h, comment=comment,
+            step=cur.step if cur else "", actor=who.name, roles=who.roles,
+            proposal_hash=proposal_hash, comment=comment, token_id=who.token_id,
         )
         return self.apply(task_id, ev, state=st).state
 
-    def reject(self, task_id: str, actor: str, *, reason_code: str, comment: str = "") -> TaskState:
+    def reject(self, task_id: str, by: Principal, *, reason_code: str, comment: str = "") -> TaskState:
+        who = self.users.check(by, act="reject")
         st = self._awaiting(task_id)
         cur = st.current
         ev = ApprovalRejected(
             event_id=f"{task_id}:reject:{_random_hex(8)}", at_ms=self.clock.now_ms(),
-            step=cur.step if cur else "", actor=actor, roles=self.users.roles(actor),
+            step=cur.step if cur else "", actor=who.name, roles=who.roles,
             proposal_hash=cur.proposal_hash if cur else "", reason_code=reason_code, comment=comment,
+            token_id=who.token_id,
         )
         return self.apply(task_id, ev, state=st).state
 
-    def retry(self, task_id: str, actor: str, reason: str) -> TaskState:
+    def retry(self, task_id: str, by: Principal, reason: str) -> TaskState:
+        """Re-run a halted task's halted step; needs the operator role."""
+        who = self.users.check(by, role=OPERATOR_ROLE, act="retry")
         ev = TaskRetried(
             event_id=f"{task_id}:retry:{_random_hex(8)}", at_ms=self.clock.now_ms(),
-            actor=actor, reason=reason,
+            actor=who.name, reason=reason,
         )
         return self.apply(task_id, ev).state
 
-    def cancel(self, task_id: str, actor: str, reason: str) -> TaskState:
+    def cancel(self, task_id: str, by: Principal, reason: str) -> TaskState:
+        """Cancel a task; needs the operator role."""
+        who = self.users.check(by, role=OPERATOR_ROLE, act="cancel")
         ev = TaskCancelled(
             event_id=f"{task_id}:cancel:{_random_hex(8)}", at_ms=self.clock.now_ms(),
-            actor=actor, reason=reason,
+            actor=who.name, reason=reason,
         )
         return self.apply(task_id, ev).state
 

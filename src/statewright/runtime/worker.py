@@ -38,9 +38,11 @@ from statewright._errors import (
 from statewright.definition.model import Step, StepKind
 from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
+from statewright.machine.task import APPROVAL_REVOKED
 from statewright.runtime import workspaces
 from statewright.runtime.clock import SystemClock
 from statewright.runtime.engine import Applied, Engine, Report
+from statewright.runtime.users import approval_problem
 from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
 
@@ -387,11 +389,12 @@ class Worker:
             self.store.ack(claim.command_id, claim.token)
             return None
         crash_point("before_effect")
-        event: Event | None
-        try:
-            event = self._execute(claim, state, step, result_id)
-        except (Exception, SystemExit) as exc:  # transient -> retry later; else a step failure
-            event = self._on_error(claim, step, exc, result_id)  # (a step's code may call sys.exit)
+        event: Event | None = self._approval_void(claim, state, step, result_id)
+        if event is None:
+            try:
+                event = self._execute(claim, state, step, result_id)
+            except (Exception, SystemExit) as exc:  # transient -> retry later; else a step failure
+                event = self._on_error(claim, step, exc, result_id)  # (a step's code may call sys.exit)
         if event is None:
             return None
         crash_point("after_effect")
@@ -615,6 +618,22 @@ class Worker:
             error=None if cres.ok else (cres.reason or "failed"), output=cres.output,
             detail="" if cres.ok else _last_line(cres.output), artifacts=dict(cres.artifacts),
             cost=cres.cost.to_dict(),
+        )
+
+    def _approval_void(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event | None:
+        """Authorisation is checked again when approved work is about to run: a step after
+        an approval whose approver was removed, lost the role or had the token revoked is
+        not performed; it is reported as ``approval_revoked`` (the task halts)."""
+        if claim.type != "RunStep" or not state.approvals:
+            return None
+        why = approval_problem(self.store, state, step.id)
+        if why is None:
+            return None
+        log.warning("task %s: %s", claim.task_id, why)
+        return AttemptReported(
+            event_id=result_id, at_ms=self.clock.now_ms(), command_id=claim.command_id, step=step.id,
+            attempt=int(claim.body.get("attempt", 1)), actor=f"worker:{self.worker_id}", ok=False,
+            error=APPROVAL_REVOKED, detail=why,
         )
 
     def _on_error(self, claim: Claim, step: Step, exc: BaseException, result_id: str) -> Event | None:

@@ -22,7 +22,7 @@ from statewright.definition.model import Step, StepKind
 from statewright.machine.state import Outcome, TaskState
 
 #: Variables a child process never inherits from the worker.
-_PRIVATE_ENV = ("STATEWRIGHT_CRASH_AT", "STATEWRIGHT_LOOP_CRASH_AT")
+_PRIVATE_ENV = ("STATEWRIGHT_CRASH_AT", "STATEWRIGHT_LOOP_CRASH_AT", "STATEWRIGHT_TOKEN")
 
 
 def child_env() -> dict[str, str]:

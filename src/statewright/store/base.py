@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from statewright._errors import StoreUnavailableError as StoreUnavailableError  # re-export
@@ -97,6 +98,59 @@ class EventRow:
     hash: str
 
 
+class PeopleAction(StrEnum):
+    """What one entry of the people log did (``sw_user_log.action``)."""
+
+    BOOTSTRAP = "bootstrap"  # the first admin, on a store where no one is admin
+    ADD = "add"  # a new person, or more roles for one (a removed person comes back)
+    DROP_ROLES = "drop_roles"
+    REMOVE = "remove"  # may no longer act; every token of theirs is revoked
+    ISSUE_TOKEN = "issue_token"
+    REVOKE_TOKEN = "revoke_token"
+
+
+@dataclass(frozen=True)
+class PeopleChange:
+    """One change to people, roles or tokens, asked of ``Store.change_people``. ``subject``
+    is the person's name (for REVOKE_TOKEN the store fills in the token's owner)."""
+
+    action: PeopleAction
+    subject: str = ""
+    roles: tuple[str, ...] = ()
+    token_id: str = ""
+    token_hash: str = ""  # sha256 of the token; the token itself is never stored
+
+
+@dataclass(frozen=True)
+class Person:
+    name: str
+    roles: tuple[str, ...]
+    active: bool
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    token_id: str
+    name: str
+    issued_at_ms: int
+    revoked_at_ms: int | None
+
+
+@dataclass(frozen=True)
+class PeopleLogEntry:
+    """One row of the append-only people log, hash-chained like a task's events."""
+
+    seq: int
+    at_ms: int
+    actor: str
+    action: str
+    subject: str
+    roles: tuple[str, ...]
+    token_id: str
+    prev_hash: str
+    hash: str
+
+
 class Store(Protocol):
     """What the engine needs from a backend. Both SQLite and PostgreSQL implement it."""
 
@@ -169,3 +223,32 @@ class Store(Protocol):
     def counts_by_status(self) -> dict[str, int]: ...
 
     def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool: ...
+
+    # --- people (store/people.py) ----------------------------------------------------------
+    def change_people(
+        self, changes: Sequence[PeopleChange], *, by_token_hash: str | None, at_ms: int
+    ) -> list[PeopleLogEntry]:
+        """Apply ``changes`` and log each, in ONE transaction that first checks the actor:
+        the active token ``by_token_hash`` of an admin, or (None) a bootstrap while no one
+        is admin. Refusals raise AccessError or InputError and change nothing."""
+        ...
+
+    def token_holder(self, token_hash: str) -> tuple[str, str, tuple[str, ...]] | None:
+        """(token id, name, roles) for an active token of an active person, else None."""
+        ...
+
+    def still_holds(self, name: str, token_id: str) -> tuple[str, ...] | None:
+        """The roles of ``name`` while it is active and (when ``token_id``) that token of
+        theirs is not revoked; None otherwise."""
+        ...
+
+    def people(self) -> list[Person]: ...
+
+    def tokens(self) -> list[TokenRow]: ...
+
+    def people_log(self) -> list[PeopleLogEntry]: ...
+
+    def people_problems(self) -> list[str]:
+        """What does not match the people log: a broken chain, an edited row, a person,
+        role or token the log does not explain."""
+        ...

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 CHANNEL = "statewright_work"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,45}$")
 _SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.schema").digest()[:8], "big", signed=True)
+_PEOPLE_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.people").digest()[:8], "big", signed=True)
 _LISTEN_SLICE_SECONDS = 0.1  # how often the listener thread looks at its stop flag
 
 
@@ -250,6 +251,9 @@ class PostgresStore(SqlStore):
             raise NotAStatewrightDatabaseError(msg) from None
 
     # --- races the shared SQL cannot see on SQLite ---------------------------------------
+    def _lock_people_txn(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PEOPLE_LOCK_KEY,))
+
     def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None:
         try:
             super().put_definition(content_hash, name, version, body)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -69,5 +69,33 @@ MIGRATIONS: dict[int, list[str]] = {
     2: [
         "DROP INDEX IF EXISTS sw_tasks_status",
         "CREATE INDEX IF NOT EXISTS sw_tasks_by_status ON sw_tasks (status)",
+    ],
+    # People, roles and tokens (hashed), changed only by an admin; every change is a row of
+    # sw_user_log, hash-chained, and the two tables are what replaying that log gives.
+    3: [
+        """CREATE TABLE IF NOT EXISTS sw_users (
+            name TEXT PRIMARY KEY,
+            roles TEXT NOT NULL,
+            active INTEGER NOT NULL,
+            updated_at_ms BIGINT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS sw_tokens (
+            token_id TEXT PRIMARY KEY,
+            token_hash TEXT NOT NULL UNIQUE,
+            name TEXT NOT NULL,
+            issued_at_ms BIGINT NOT NULL,
+            revoked_at_ms BIGINT
+        )""",
+        "CREATE INDEX IF NOT EXISTS sw_tokens_by_name ON sw_tokens (name)",
+        """CREATE TABLE IF NOT EXISTS sw_user_log (
+            seq INTEGER PRIMARY KEY,
+            at_ms BIGINT NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            subject TEXT NOT NULL,
+            body TEXT NOT NULL,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL
+        )""",
     ],
 }

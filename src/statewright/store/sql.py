@@ -31,6 +31,7 @@ from statewright.store.base import (
     StoredTask,
     TimerClaim,
 )
+from statewright.store.people import PeopleSql
 from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 GENESIS_HASH = "0" * 64
@@ -48,7 +49,7 @@ def chain_hash(prev_hash: str, version: int, body: str) -> str:
     return hashlib.sha256(f"{prev_hash}|{version}|{body}".encode()).hexdigest()
 
 
-class SqlStore(ABC):
+class SqlStore(PeopleSql, ABC):
     url: str = ""
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
