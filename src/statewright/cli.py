@@ -329,11 +329,17 @@ def db() -> None:
 @_db_option
 @_guard
 def db_upgrade(db: str) -> None:
-    """Apply pending schema migrations."""
-    from statewright.store import open_store
+    """Apply pending schema migrations; rewrite hash chains that verify in the current format."""
+    from statewright.runtime.verify import upgrade_chains
 
-    store = open_store(db, create=True)
-    click.echo(f"{store.url}: schema version {store.ensure_schema()}")
+    engine = _engine(db, create=True)
+    click.echo(f"{engine.store.url}: schema version {engine.store.ensure_schema()}")
+    rewritten, findings = upgrade_chains(engine)
+    if rewritten:
+        click.echo(f"{rewritten} task chains rewritten in the current format ({engine.store.chain!r})")
+    for f in findings:
+        click.echo(f"{f.task_id}: left as it is: {f.problem}", err=True)
+    sys.exit(1 if findings else 0)
 
 
 @cli.command()
