@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from statewright._errors import StoreError
@@ -100,20 +100,20 @@ class Chain:
     """Makes and checks links; keyed when it holds a key (never shown by repr)."""
 
     key: bytes | None = None
+    key_id: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_id", key_id(self.key) if self.key else "")
 
     def __repr__(self) -> str:
         return f"Chain(key id {self.key_id})" if self.key else "Chain(unkeyed)"
-
-    @property
-    def key_id(self) -> str:
-        return key_id(self.key) if self.key else ""
 
     def link(self, task_id: str, version: int, event_id: str, type_: str, at_ms: int, prev: str, body: str) -> str:
         """The link of a new event row, in format 2 (keyed when this chain has a key)."""
         message = _message(task_id, version, event_id, type_, at_ms, prev, body)
         if self.key is None:
             return "sha256:" + hashlib.sha256(message).hexdigest()
-        return f"hmac:{key_id(self.key)}:" + hmac.new(self.key, message, "sha256").hexdigest()
+        return f"hmac:{self.key_id}:" + hmac.digest(self.key, message, "sha256").hex()
 
     def recompute(self, row: RawEvent) -> str | None:
         """What the row's link should be, made the way its stored text says it was made;
