@@ -11,13 +11,25 @@ import pytest
 from click.testing import CliRunner, Result
 
 from statewright.cli import cli
+from statewright.machine.events import AttemptReported
+from statewright.runtime.engine import Engine
+from statewright.runtime.verify import verify_task
 from statewright.store import AppendRequest, open_store
-from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, chain_from_env, key_id, legacy_link, link_format
+from statewright.store.chain import (
+    GENESIS_HASH,
+    KEY_ENV,
+    Chain,
+    RawEvent,
+    chain_from_env,
+    key_id,
+    legacy_link,
+    link_format,
+)
 from statewright.store.sql import SqlStore
 
 from .backends import raw_sql
 from .test_conformance import T0, event, step, submit
-from .test_tamper import Tasks, build, rows
+from .test_tamper import WF, Tasks, build, rows
 
 KEY = b"operators-key-kept-off-the-db-host"
 
@@ -171,3 +183,31 @@ def test_db_upgrade_with_a_key_keys_sound_chains_and_leaves_damaged_ones(
     after = run("verify", "--db", store_url)
     assert after.exit_code == 1
     assert tasks.good not in after.stdout and f"{tasks.bad}: hash chain broken at event version 3" in after.stdout
+
+
+def test_verify_reads_a_task_again_when_a_worker_appends_meanwhile(
+    store_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An append that lands between reading the task row and its events is no finding:
+    verify reads again until the task row held still."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    engine = Engine(open_store(store_url))
+    try:
+        tid = engine.submit(WF, {"workspace": "."})
+        real = engine.store.raw_events
+        pending = [f"{tid}/{s}/1" for s in ("a", "b", "c")]
+
+        def append_then_raw_events(task_id: str) -> list[RawEvent]:
+            if pending:  # a worker commits the next step's outcome just before this read
+                cid = pending.pop(0)
+                engine.apply(tid, AttemptReported(
+                    event_id=f"{cid}:result", at_ms=engine.clock.now_ms(), command_id=cid,
+                    step=cid.split("/")[1], attempt=1, actor="code:x", ok=True,
+                ))
+            return real(task_id)
+
+        monkeypatch.setattr(engine.store, "raw_events", append_then_raw_events)
+        assert verify_task(engine, tid) == []
+        assert pending == []
+    finally:
+        engine.close()

@@ -25,6 +25,7 @@ from statewright.runtime.engine import Engine
 from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawEvent, link_format
 
 _MAX_PROBLEM_CHARS = 300
+_READS = 5  # tries at reading a task row and its events with no append in between
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,11 @@ def verify_task(engine: Engine, task_id: str) -> list[Finding]:
 
 def _verify(engine: Engine, task_id: str, say: _Report) -> None:
     store = engine.store
-    rows = store.raw_events(task_id)
-    task = store.raw_task(task_id)
+    for _ in range(_READS):  # a worker may append meanwhile: read until the task row held still
+        task = store.raw_task(task_id)
+        rows = store.raw_events(task_id)
+        if store.raw_task(task_id) == task:
+            break
     check_chain(rows, store.chain, say)
     bodies = _bodies(rows, say)
     if task is None:
