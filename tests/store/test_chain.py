@@ -5,6 +5,7 @@ when a key is set) and leaves a damaged one alone."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +14,7 @@ from click.testing import CliRunner, Result
 from statewright.cli import cli
 from statewright.machine.events import AttemptReported
 from statewright.runtime.engine import Engine
-from statewright.runtime.verify import verify_task
+from statewright.runtime.verify import OLDER_PROJECTION, verify_task
 from statewright.store import AppendRequest, open_store
 from statewright.store.chain import (
     GENESIS_HASH,
@@ -211,3 +212,30 @@ def test_verify_reads_a_task_again_when_a_worker_appends_meanwhile(
         assert pending == []
     finally:
         engine.close()
+
+
+def test_a_projection_from_an_older_statewright_is_named_and_upgraded(
+    store_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A projection written before attempts recorded their idempotency key lacks only those
+    fields: verify says so (and what to run), db upgrade writes the replayed projection, and
+    verify passes. A projection that lacks a field and has another changed is no such case."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    tasks = build(store_url)
+    [(text,)] = raw_sql(store_url, "SELECT state FROM sw_tasks WHERE task_id = ?", (tasks.bad,))
+    older = json.loads(text)
+    for attempt in older["attempts"]:
+        del attempt["key"]
+    raw_sql(store_url, "UPDATE sw_tasks SET state = ? WHERE task_id = ?", (json.dumps(older), tasks.bad))
+    older["attempts"][0]["actor"] = "code:forged"
+    raw_sql(store_url, "UPDATE sw_tasks SET state = ? WHERE task_id = ?", (json.dumps(older), tasks.good))
+
+    before = run("verify", "--db", store_url)
+    assert f"{tasks.bad}: {OLDER_PROJECTION}" in before.stdout
+    assert f"{tasks.good}: replayed state differs from the stored projection" in before.stdout
+    upgraded = run("db", "upgrade", "--db", store_url)
+    assert upgraded.exit_code == 1
+    assert "1 task projections rewritten with the fields this statewright records" in upgraded.stdout
+    assert f"{tasks.good}: left as it is: replayed state differs" in upgraded.stderr
+    after = run("verify", "--db", store_url)
+    assert tasks.bad not in after.stdout and "verified 2 tasks: 1 differ" in after.stdout

@@ -19,13 +19,18 @@ from typing import Any
 from statewright._canonical import canonical_json
 from statewright.definition.loader import workflow_from_dict
 from statewright.machine.events import event_from_dict
-from statewright.machine.state import new_task
+from statewright.machine.state import TaskState, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime.engine import Engine
 from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawEvent, link_format
 
 _MAX_PROBLEM_CHARS = 300
 _READS = 5  # tries at reading a task row and its events with no append in between
+NOT_KEYED = "the chain is not keyed"
+OLDER_PROJECTION = (
+    "the stored projection lacks fields the replay records (written by an older statewright); "
+    "'statewright db upgrade' adds them"
+)
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,7 @@ def check_chain(rows: list[RawEvent], chain: Chain, say: _Report) -> None:
     if unchecked_key:
         say(f"the chain is keyed (key id {unchecked_key}); set {KEY_ENV} to check its links")
     elif chain.key is not None and rows and not chain.is_current(prev):
-        say(f"the chain is not keyed (its last link is {link_format(prev).name}): anyone with write "
+        say(f"{NOT_KEYED} (its last link is {link_format(prev).name}): anyone with write "
             f"access could have rewritten it; 'statewright db upgrade' with {KEY_ENV} set keys it")
 
 
@@ -130,15 +135,31 @@ def _bodies(rows: list[RawEvent], say: _Report) -> list[dict[str, Any]] | None:
 
 
 def verify_task(engine: Engine, task_id: str) -> list[Finding]:
+    return _checked(engine, task_id)[0]
+
+
+def _checked(engine: Engine, task_id: str) -> tuple[list[Finding], TaskState | None]:
+    """The findings, and the state the log replays to (None when it could not be replayed)."""
     say = _Report(task_id)
     try:
-        _verify(engine, task_id, say)
+        state = _verify(engine, task_id, say)
     except Exception as exc:  # a hostile row must end as a finding, whatever it breaks
         say(f"cannot be checked: {_why(exc)}")
-    return say.findings
+        state = None
+    return say.findings, state
 
 
-def _verify(engine: Engine, task_id: str, say: _Report) -> None:
+def _lacks_only_fields(stored: Any, replayed: Any) -> bool:
+    """True when ``stored`` is ``replayed`` with some object members missing: a projection
+    written before those fields were recorded."""
+    if isinstance(stored, dict) and isinstance(replayed, dict):
+        return stored.keys() <= replayed.keys() and all(_lacks_only_fields(v, replayed[k]) for k, v in stored.items())
+    if isinstance(stored, list) and isinstance(replayed, list):
+        return len(stored) == len(replayed) and all(map(_lacks_only_fields, stored, replayed))
+    return type(stored) is type(replayed) and bool(stored == replayed)
+
+
+def _verify(engine: Engine, task_id: str, say: _Report) -> TaskState | None:
     store = engine.store
     for _ in range(_READS):  # a worker may append meanwhile: read until the task row held still
         task = store.raw_task(task_id)
@@ -149,11 +170,11 @@ def _verify(engine: Engine, task_id: str, say: _Report) -> None:
     bodies = _bodies(rows, say)
     if task is None:
         say(f"task row missing, but {len(rows)} events remain")
-        return
+        return None
     _tid, name, workflow_hash, status, version, state_text, created_at_ms, updated_at_ms, last_hash = task
     if not rows:
         say("no events: the task row has no history")
-        return
+        return None
     if last_hash != rows[-1].hash:
         say(f"the task row's last hash is not the link of its last event (version {rows[-1].version}): "
             "events were removed or added")
@@ -161,32 +182,35 @@ def _verify(engine: Engine, task_id: str, say: _Report) -> None:
         stored = json.loads(state_text) if isinstance(state_text, str) else None
     except (ValueError, RecursionError) as exc:
         say(f"the stored projection is not readable: {_why(exc)}")
-        return
+        return None
     if not isinstance(stored, dict):
         say(f"the stored projection is not a JSON object (got {type(stored).__name__})")
-        return
+        return None
     try:  # from the store, not the engine's memory: the stored row is what is checked
         body = store.get_definition(str(workflow_hash))
         if body is None:
             say(f"stored definition {str(workflow_hash)[:12]} is missing")
-            return
+            return None
         wf = workflow_from_dict(body, f"stored:{str(workflow_hash)[:12]}")
     except Exception as exc:
         say(f"stored definition {str(workflow_hash)[:12]} cannot be read: {_why(exc)}")
-        return
+        return None
     if wf.content_hash != workflow_hash:
         say(f"stored definition {str(workflow_hash)[:12]} does not match its hash")
     if bodies is None:
-        return
+        return None
     state = new_task(task_id, wf)
     try:
         for body in bodies:
             state, _ = transition(state, event_from_dict(body))
     except Exception as exc:
         say(f"replay failed: {_why(exc)}")
-        return
+        return None
     if canonical_json(state.to_dict()) != canonical_json(stored):
-        say("replayed state differs from the stored projection")
+        if _lacks_only_fields(stored, json.loads(canonical_json(state.to_dict()))):
+            say(OLDER_PROJECTION)
+        else:
+            say("replayed state differs from the stored projection")
     replayed = {
         "version": state.version, "status": state.status.value, "workflow": wf.name,
         "created_at_ms": state.created_at_ms, "updated_at_ms": state.updated_at_ms,
@@ -196,6 +220,7 @@ def _verify(engine: Engine, task_id: str, say: _Report) -> None:
     for column, value in columns.items():
         if value != replayed[column] or type(value) is not type(replayed[column]):
             say(f"stored {column} {value!r}, replayed {replayed[column]!r}")
+    return state
 
 
 def verify_all(engine: Engine) -> tuple[int, list[Finding]]:
@@ -206,22 +231,34 @@ def verify_all(engine: Engine) -> tuple[int, list[Finding]]:
     return len(ids), findings
 
 
-def upgrade_chains(engine: Engine) -> tuple[int, list[Finding]]:
-    """Rewrite, in the store's current format, the chain of every task that verifies but is
-    not in it (legacy format-1 links; unkeyed links when a key is set). A task with any
-    finding other than "not keyed" is left as it is and its findings returned: an upgrade
-    never blesses a damaged history. Returns (chains rewritten, findings)."""
+def upgrade_history(engine: Engine) -> tuple[int, int, list[Finding]]:
+    """What ``statewright db upgrade`` does to the history, task by task, for every task that
+    verifies but for its format: rewrite its chain in the store's current format (legacy
+    format-1 links; unkeyed links when a key is set), and write the projection the log
+    replays to when the stored one only lacks fields an older statewright did not record.
+    A task with any other finding is left as it is and its findings returned: an upgrade
+    never blesses a damaged history. Returns (chains rewritten, projections rewritten,
+    findings)."""
     store = engine.store
     chain = store.chain
-    rewritten = 0
+    chains = projections = 0
     left: list[Finding] = []
     for tid in store.logged_task_ids():
-        rows = store.raw_events(tid)
-        if not rows or all(chain.is_current(str(r.hash)) for r in rows):
+        findings, state = _checked(engine, tid)
+        other = [f for f in findings if not f.problem.startswith(NOT_KEYED) and f.problem != OLDER_PROJECTION]
+        if other or state is None:
+            left.extend(other)
             continue
-        findings = [f for f in verify_task(engine, tid) if not f.problem.startswith("the chain is not keyed")]
-        if findings:
-            left.extend(findings)
+        rows = store.raw_events(tid)
+        if len(rows) != state.version:
+            left.append(Finding(tid, _MOVED_ON))
+            continue
+        if any(f.problem == OLDER_PROJECTION for f in findings):
+            if not store.replace_projection(tid, state.version, projection(state)):
+                left.append(Finding(tid, _MOVED_ON))
+                continue
+            projections += 1
+        if all(chain.is_current(str(r.hash)) for r in rows):
             continue
         links: list[tuple[str, str]] = []
         prev = GENESIS_HASH
@@ -231,7 +268,10 @@ def upgrade_chains(engine: Engine) -> tuple[int, list[Finding]]:
             links.append((prev, h))
             prev = h
         if store.rechain(tid, len(rows), links):
-            rewritten += 1
+            chains += 1
         else:
-            left.append(Finding(tid, "moved on while its chain was rewritten; run 'statewright db upgrade' again"))
-    return rewritten, left
+            left.append(Finding(tid, _MOVED_ON))
+    return chains, projections, left
+
+
+_MOVED_ON = "moved on while it was upgraded; run 'statewright db upgrade' again"

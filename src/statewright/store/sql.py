@@ -457,6 +457,15 @@ class SqlStore(ABC):
         self._last_hash.pop(task_id, None)
         return True
 
+    def replace_projection(self, task_id: str, version: int, state: Mapping[str, Any]) -> bool:
+        """Write ``state`` as the task's projection, only while the task is still at
+        ``version`` (for ``db upgrade``, with the state replayed from the log). False when
+        it moved on."""
+        with self._stmt() as cur:
+            upd = self._x(cur, "UPDATE sw_tasks SET state = ? WHERE task_id = ? AND version = ?",
+                          (_compact_json(state), task_id, version))
+            return bool(upd.rowcount == 1)
+
     def has_event(self, event_id: str) -> bool:
         with self._stmt() as cur:
             return self._x(cur, "SELECT 1 FROM sw_events WHERE event_id = ?", (event_id,)).fetchone() is not None
