@@ -288,3 +288,22 @@ def test_tampering_is_detected(case: Case, backend: str, store_url: str, monkeyp
     assert named == ({tasks.bad, tasks.good} if case.both else {tasks.bad}), out
     assert any(case.expect in line for line in findings if line.startswith(tasks.bad)), out
     assert summary == f"verified 2 tasks: {len(named)} differ"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_an_event_under_a_task_id_with_a_line_break_is_one_line(
+    backend: str, store_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copied event row filed under a task id holding a newline and an escape: the task id
+    is shown quoted, so its finding stays one line."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    tasks = build(store_url)
+    odd = "t-evil\n\x1b[2Kt-fine"
+    raw_sql(store_url, "INSERT INTO sw_events (task_id, version, event_id, type, body, at_ms, prev_hash, hash)"
+            " SELECT ?, version, event_id || '-copy', type, body, at_ms, prev_hash, hash FROM sw_events"
+            " WHERE task_id = ?", (odd, tasks.bad))
+    code, out, err = verify(store_url)
+    tally("tamper", "file events under a task id with a line break", backend=backend, detected=code == 1)
+    assert code == 1 and err == ""
+    assert f"{odd!r}: task row missing, but 4 events remain" in out
+    assert out[-1] == "verified 3 tasks: 1 differ"

@@ -55,7 +55,8 @@ def _int(value: Any) -> int | None:
 
 class _Report:
     def __init__(self, task_id: str) -> None:
-        self.task_id = task_id
+        # a task id read from an edited row may hold a line break or a terminal escape
+        self.task_id = task_id if task_id.isprintable() and task_id.strip() == task_id else repr(task_id)
         self.findings: list[Finding] = []
 
     def __call__(self, problem: object) -> None:
