@@ -4,7 +4,7 @@ the approved proposal's hash in its key."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 
 from statewright.definition import StepKind
 from statewright.machine.commands import Command, RunCheck, RunStep
@@ -13,6 +13,8 @@ from statewright.machine.task import KEY_HASH_DIGITS
 from strategies import Driver, Run, fix_bug, runs
 
 from .test_properties import PROPERTY_SETTINGS
+
+KEY_SETTINGS = settings(PROPERTY_SETTINGS, max_examples=100)  # four properties over the same runs
 
 
 def attempt_key(command: RunStep | RunCheck) -> str:
@@ -28,7 +30,7 @@ def work(commands: tuple[Command, ...] | list[Command]) -> list[RunStep | RunChe
     return [c for c in commands if isinstance(c, RunStep | RunCheck)]
 
 
-@PROPERTY_SETTINGS
+@KEY_SETTINGS
 @given(runs())
 def test_an_operator_retry_runs_again_under_the_halted_attempts_key(run: Run) -> None:
     """A retry's command carries the key its halted step's last attempt ran under, with a
@@ -45,7 +47,7 @@ def test_an_operator_retry_runs_again_under_the_halted_attempts_key(run: Run) ->
         ids.update(c.command_id for c in applied.commands)
 
 
-@PROPERTY_SETTINGS
+@KEY_SETTINGS
 @given(runs())
 def test_only_a_retry_or_a_repair_reuses_a_key(run: Run) -> None:
     """Entering a step (first time, continue, loop-back) gives a key no earlier attempt had;
@@ -67,7 +69,7 @@ def test_only_a_retry_or_a_repair_reuses_a_key(run: Run) -> None:
             assert (attempt.key in seen) if kind is not StepKind.HUMAN else attempt.key == ""
 
 
-@PROPERTY_SETTINGS
+@KEY_SETTINGS
 @given(runs())
 def test_a_loop_back_starts_a_new_attempt_under_a_new_key(run: Run) -> None:
     """The command a loop-back emits runs under a key none of the target's attempts had."""
@@ -84,7 +86,7 @@ def test_a_loop_back_starts_a_new_attempt_under_a_new_key(run: Run) -> None:
             assert attempt_key(command) not in earlier
 
 
-@PROPERTY_SETTINGS
+@KEY_SETTINGS
 @given(runs())
 def test_work_after_an_approval_carries_the_approved_hash_in_its_key(run: Run) -> None:
     """A key after a human step ends in the first 16 hex digits of that step's latest
