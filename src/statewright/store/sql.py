@@ -449,11 +449,17 @@ class SqlStore(ABC):
             row = self._x(cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
             if row is None or int(row[0]) != version or len(links) != version:
                 return False
+            # The task row first: its row lock holds off appends (theirs check the last hash)
+            # until this commits; when one got in first, nothing is written.
+            upd = self._x(
+                cur, "UPDATE sw_tasks SET last_hash = ? WHERE task_id = ? AND version = ? AND last_hash = ?",
+                (links[-1][1], task_id, version, row[1]),
+            )
+            if upd.rowcount != 1:
+                return False
             for v, (prev, h) in enumerate(links, start=1):
                 self._x(cur, "UPDATE sw_events SET prev_hash = ?, hash = ? WHERE task_id = ? AND version = ?",
                         (prev, h, task_id, v))
-            self._x(cur, "UPDATE sw_tasks SET last_hash = ? WHERE task_id = ? AND version = ?",
-                    (links[-1][1], task_id, version))
         self._last_hash.pop(task_id, None)
         return True
 
