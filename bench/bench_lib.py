@@ -163,7 +163,7 @@ def prefill(db: Path, template: Template, count: int, *, batch: int = 5000) -> f
     them, for earlier submit times; correct hash chains) directly with SQL, in batches.
     Returns the seconds it took."""
     from statewright.runtime.engine import new_task_id
-    from statewright.store.sql import GENESIS_HASH, chain_hash
+    from statewright.store.chain import GENESIS_HASH, Chain
 
     t0 = time.perf_counter()
     conn = sqlite3.connect(db, isolation_level=None, timeout=30.0)
@@ -180,10 +180,9 @@ def prefill(db: Path, template: Template, count: int, *, batch: int = 5000) -> f
             tid = new_task_id(created - shift)  # an id as the engine makes it, at that time
             prev = GENESIS_HASH
             for ev_version, event_id, ev_type, body, at_ms in template.events:
-                new_body = body.replace(old, tid)
-                h = chain_hash(prev, ev_version, new_body)
-                events.append((tid, ev_version, event_id.replace(old, tid), ev_type, new_body,
-                               at_ms - shift, prev, h))
+                new_body, new_id = body.replace(old, tid), event_id.replace(old, tid)
+                h = Chain().link(tid, ev_version, new_id, ev_type, at_ms - shift, prev, new_body)
+                events.append((tid, ev_version, new_id, ev_type, new_body, at_ms - shift, prev, h))
                 prev = h
             tasks.append((tid, wf, wf_hash, status, version, state.replace(old, tid), None, prev,
                           created - shift, updated - shift))

@@ -533,11 +533,19 @@ def db() -> None:
 @_db_option
 @_guard
 def db_upgrade(db: str) -> None:
-    """Apply pending schema migrations."""
-    from statewright.store import open_store
+    """Apply pending schema migrations; rewrite hash chains that verify in the current format."""
+    from statewright.runtime.verify import upgrade_history
 
-    store = open_store(db, create=True)
-    click.echo(f"{store.url}: schema version {store.ensure_schema()}")
+    engine = _engine(db, create=True)
+    click.echo(f"{engine.store.url}: schema version {engine.store.ensure_schema()}")
+    chains, projections, findings = upgrade_history(engine)
+    if chains:
+        click.echo(f"{chains} task chains rewritten in the current format ({engine.store.chain!r})")
+    if projections:
+        click.echo(f"{projections} task projections rewritten with the fields this statewright records")
+    for f in findings:
+        click.echo(f"{f.task_id}: left as it is: {f.problem}", err=True)
+    sys.exit(1 if findings else 0)
 
 
 @cli.command()

@@ -31,8 +31,8 @@ import pytest
 from statewright import Engine
 from statewright.definition.builder import WorkflowBuilder
 from statewright.store import open_store
+from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.postgres import split_url
-from statewright.store.sql import GENESIS_HASH, chain_hash
 from store.backends import fresh_pg_schema
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -231,7 +231,8 @@ def test_workers_killed_at_random_lose_nothing_and_repeat_no_effect(pg_url: str,
             "SELECT (SELECT COUNT(*) FROM sw_outbox), (SELECT COUNT(*) FROM sw_timers)"
         ).fetchone()
         events = conn.execute(
-            "SELECT task_id, version, type, body, prev_hash, hash FROM sw_events ORDER BY task_id, version"
+            "SELECT task_id, version, type, body, prev_hash, hash, event_id, at_ms FROM sw_events"
+            " ORDER BY task_id, version"
         ).fetchall()
 
     assert statuses == [("completed", TASKS)]
@@ -257,8 +258,9 @@ def test_workers_killed_at_random_lose_nothing_and_repeat_no_effect(pg_url: str,
     for tid, rows in by_task.items():
         assert [r[2] for r in rows] == ["TaskSubmitted", "AttemptReported", "AttemptReported"], tid
         prev = GENESIS_HASH
-        for _, version, _, body, prev_hash, h in rows:
-            assert prev_hash == prev and chain_hash(prev, int(version), str(body)) == h, (tid, version)
+        for _, version, type_, body, prev_hash, h, event_id, at_ms in rows:
+            row = RawEvent(tid, version, event_id, type_, body, at_ms, prev_hash, h)
+            assert prev_hash == prev and Chain().recompute(row) == h, (tid, version)
             prev = h
     print(
         f"\n{TASKS} tasks, {spawned} worker processes started, {kills} random SIGKILLs + "

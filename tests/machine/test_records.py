@@ -76,7 +76,7 @@ def test_an_attempt_carries_kind_owner_actor_outcome_verdict_artifacts_cost_and_
         outcome=Outcome.PASSED, verdict=None, artifacts={"diff": "sha:1"},
         cost={"tokens_in": 1200, "tokens_out": 300, "money_usd": 0.02, "seconds": 41.0},
         note="done, approved", started_at_ms=1_001_000, ended_at_ms=1_002_000, epoch=0,
-        route="continue",
+        route="continue", key="t1/implement/1",
     )
     review = d.state.attempts_of("review")[0]
     assert (review.kind, review.owner, review.actor, review.reason) == (

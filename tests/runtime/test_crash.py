@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -167,3 +168,39 @@ def test_a_worker_killed_inside_a_group_commit_loses_nothing(
     verified = invoke("verify", "--db", str(db))
     assert verified.exit_code == 0, verified.output
     assert "verified 10 tasks: 0 differ" in verified.stdout
+
+
+def test_an_operator_retry_runs_the_halted_effect_again_under_the_same_key(
+    open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path, tmp_path: Path,
+) -> None:
+    """charge does its effect, then fails, so the task halts; the operator's retry runs charge
+    again under the key of the halted attempt, so the target recognises the repeat and the
+    effect happens once. Command ids stay distinct, and verify passes."""
+    out = tmp_path / "out"
+    out.mkdir()
+    effect = f"{sys.executable} {effect_script} {out} && test -e {out}/fixed"
+    wf = workflow(
+        "charge-then-fail",
+        {"id": "charge", "kind": "code", "owner": "payments", "run": {"command": ["sh", "-c", effect]}},
+    )
+    engine = open_engine()
+    tid = engine.submit(wf, {"workspace": str(workspace)})
+    work_until(engine, lambda: engine.state(tid).terminal)
+    assert engine.state(tid).status is TaskStatus.HALTED
+    (out / "fixed").touch()
+
+    engine.retry(tid, "olga", "the card processor was down")
+    work_until(engine, lambda: engine.state(tid).terminal)
+
+    st = engine.state(tid)
+    assert st.status is TaskStatus.COMPLETED
+    key = f"{tid}/charge/1"
+    assert lines(out / "attempts.log") == [key, key]
+    assert lines(out / "effects.log") == [key]
+    assert [(a.number, a.key, a.outcome) for a in st.attempts] == [
+        (1, key, Outcome.FAILED), (2, key, Outcome.PASSED),
+    ]
+    reports = [e.body["command_id"] for e in engine.store.events(tid) if e.type == "AttemptReported"]
+    assert reports == [f"{tid}/charge/1", f"{tid}/charge/2"]
+    verified = invoke("verify", "--db", str(db))
+    assert verified.exit_code == 0, verified.output

@@ -59,7 +59,8 @@ def test_an_edited_event_body_fails_verify_naming_the_task(db: Path, tasks: tupl
 
 @pytest.mark.parametrize(
     ("body", "problem"),
-    [("not json", "replay failed"), ('{"type": "AttemptReported"}', "replay failed")],
+    [("not json", "event version 2: the body is not JSON"),
+     ('{"type": "AttemptReported"}', "event version 2: column event_id is ")],
     ids=["not-json", "wrong-shape"],
 )
 def test_an_unreadable_event_body_is_a_finding_not_a_crash(
@@ -93,9 +94,11 @@ def test_an_unreadable_projection_is_a_finding_not_a_crash(db: Path, tasks: tupl
 
 
 def test_a_deleted_last_event_fails_verify(db: Path, tasks: tuple[str, str]) -> None:
-    """Dropping the newest event leaves a projection the log no longer explains."""
+    """Dropping the newest event leaves a task row whose last hash names no event, and a
+    projection the log no longer explains."""
     bad, good = tasks
     sql(db, "DELETE FROM sw_events WHERE task_id = ? AND version = 3", (bad,))
+    assert_flags_only(db, bad, good, "the task row's last hash is not the link of its last event (version 2)")
     assert_flags_only(db, bad, good, "replayed state differs from the stored projection")
 
 

@@ -21,8 +21,9 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright.store import AppendRequest, AppendResult, NewCommand, open_store
+from statewright.store.chain import Chain, RawEvent
 from statewright.store.schema import SCHEMA_VERSION
-from statewright.store.sql import GENESIS_HASH, SqlStore, chain_hash
+from statewright.store.sql import GENESIS_HASH, SqlStore
 
 from .backends import raw_sql
 
@@ -61,13 +62,13 @@ def step(
     )
 
 
-def verify_chain(rows: Sequence[tuple[int, str, str, str]]) -> list[int]:
+def verify_chain(rows: Sequence[RawEvent]) -> list[int]:
     """Versions whose stored hash does not match a recomputation from the row before."""
     bad, prev = [], GENESIS_HASH
-    for version, body, prev_hash, h in rows:
-        if prev_hash != prev or chain_hash(prev, version, body) != h:
-            bad.append(version)
-        prev = h
+    for row in rows:
+        if row.prev_hash != prev or Chain().recompute(row) != row.hash:
+            bad.append(int(row.version))
+        prev = row.hash
     return bad
 
 
@@ -270,7 +271,7 @@ def test_the_event_log_is_hash_chained_and_an_edit_shows(store_url: str, store: 
     events = store.events("t1")
     assert all(e.prev_hash == p.hash for p, e in itertools.pairwise(events))
     raw_sql(store_url, "UPDATE sw_events SET body = ? WHERE task_id = ? AND version = ?",
-            (rows[2][1].replace('"Noted"', '"Forged"'), "t1", 3))
+            (rows[2].body.replace('"Noted"', '"Forged"'), "t1", 3))
     assert verify_chain(store.raw_events("t1")) == [3]
 
 

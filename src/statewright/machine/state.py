@@ -55,6 +55,7 @@ class Attempt:
     epoch: int = 0
     route: str = ""
     checks: int = 0
+    key: str = ""  # the idempotency key it ran under (see machine.task.idempotency_key)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Current:
     timer_id: str = ""
     proposal_hash: str = ""
     expires_at_ms: int | None = None
+    key: str = ""  # the idempotency key of an ai, code or wait step's attempt
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,17 @@
 """The pure task reducer: ``transition(state, event) -> (state, commands)``.
 
 No I/O, no clock, no randomness: time arrives inside events. An illegal event raises
-IllegalEventError (or its ApprovalError leaf) and the caller's state is unchanged."""
+IllegalEventError (or its ApprovalError leaf) and the caller's state is unchanged.
+
+Idempotency keys (what an effect's target is given to recognise a repeat) are
+``TASK/STEP/ATTEMPT``, or ``TASK/STEP/ATTEMPT/HASH16`` for a step after an approved human
+step, where HASH16 is the first 16 hex digits of the approved proposal's sha256. A wait
+step's check N runs under ``KEY/check-N``. Entering a step (the first time, on a
+continue, or on a loop-back) starts a new attempt under a new key; an operator's retry of a
+halted step and a repair turn run again under the key of the attempt they repeat, so a
+target that saw the first write can refuse the second. Command ids stay unique per run
+(``TASK/STEP/ATTEMPT``, ``.../repair``, ``.../check-N``): a report's event id is made from
+its command id."""
 
 from __future__ import annotations
 
@@ -48,6 +58,7 @@ from statewright.machine.state import (
 
 Result = tuple[TaskState, list[Command]]
 _ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
+KEY_HASH_DIGITS = 16  # hex digits of the approved proposal hash a key carries
 
 #: Which events each status accepts. Everything else is illegal.
 LEGAL: Mapping[TaskStatus, frozenset[str]] = {
@@ -90,7 +101,21 @@ APPROVAL_REVOKED = "approval_revoked"  # the worker found an approval no longer 
 # --- entering steps -----------------------------------------------------------------------
 
 
-def _enter(state: TaskState, index: int, at_ms: int) -> Result:
+def idempotency_key(state: TaskState, index: int, attempt: int) -> str:
+    """The key of a new attempt of the step at ``index`` (see the module docstring): it
+    names the task, step and attempt, and the approval in force, if any: the latest
+    approval of a human step before this one."""
+    wf = state.workflow
+    key = f"{state.task_id}/{wf.steps[index].id}/{attempt}"
+    for approval in reversed(state.approvals):
+        if wf.index_of(approval.step) < index:
+            return f"{key}/{approval.proposal_hash[:KEY_HASH_DIGITS]}"
+    return key
+
+
+def _enter(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result:
+    """Start the step at ``index``: a new attempt, under a new idempotency key unless
+    ``key`` (an operator's retry) names the key of the attempt it runs again."""
     wf = state.workflow
     if index >= len(wf.steps):
         return replace(state, status=TaskStatus.COMPLETED, current=None, step_index=index), []
@@ -99,22 +124,24 @@ def _enter(state: TaskState, index: int, at_ms: int) -> Result:
     cid = f"{state.task_id}/{step.id}/{number}"
     state = replace(state, step_index=index)
     if step.kind in (StepKind.AI, StepKind.CODE):
-        cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=cid)
+        key = key or idempotency_key(state, index, number)
+        cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=cid, key=key)
         state = replace(state, status=TaskStatus.RUNNING, current=cur)
         brief = build_brief(state, step, number) if step.kind is StepKind.AI else {}
         cmd = RunStep(
             command_id=cid, task_id=state.task_id, step=step.id, attempt=number,
-            kind=step.kind.value, idempotency_key=cid, brief=brief,
+            kind=step.kind.value, idempotency_key=key, brief=brief,
         )
         return state, [cmd]
     if step.kind is StepKind.WAIT:
+        key = key or idempotency_key(state, index, number)
         check_id = f"{cid}/check-1"
-        cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=check_id)
+        cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=check_id, key=key)
         state = replace(state, status=TaskStatus.RUNNING, current=cur)
         return state, [
             RunCheck(
                 command_id=check_id, task_id=state.task_id, step=step.id, attempt=number,
-                check_number=1, idempotency_key=check_id,
+                check_number=1, idempotency_key=f"{key}/check-1",
             )
         ]
     h = proposal_hash(state, index)
@@ -171,7 +198,7 @@ def _finish(
         verdict=dict(verdict) if verdict is not None else None,
         artifacts=dict(artifacts or {}), output=cut_output(output), cost=dict(cost or {}),
         note=note, started_at_ms=cur.started_at_ms, ended_at_ms=at_ms, epoch=state.epoch,
-        checks=cur.checks,
+        checks=cur.checks, key=cur.key,
     )
 
     def record(route: str) -> TaskState:
@@ -349,7 +376,7 @@ def _repair(state: TaskState, step: Step, cur: Current, problem: str) -> Result:
     return new, [
         RunStep(
             command_id=cid, task_id=state.task_id, step=step.id, attempt=cur.attempt,
-            kind=step.kind.value, idempotency_key=cid, brief=brief, repair_error=problem,
+            kind=step.kind.value, idempotency_key=cur.key or cid, brief=brief, repair_error=problem,
         )
     ]
 
@@ -400,6 +427,7 @@ def _on_timer(state: TaskState, ev: TimerFired) -> Result:
     n = cur.checks + 1
     base = cur.timer_id.rsplit("/timer-", 1)[0]
     check_id = f"{base}/check-{n}"
+    key = f"{cur.key}/check-{n}" if cur.key else check_id
     running = replace(
         state, status=TaskStatus.RUNNING,
         current=replace(cur, command_id=check_id, timer_id=""),
@@ -407,7 +435,7 @@ def _on_timer(state: TaskState, ev: TimerFired) -> Result:
     return running, [
         RunCheck(
             command_id=check_id, task_id=state.task_id, step=step.id, attempt=cur.attempt,
-            check_number=n, idempotency_key=check_id,
+            check_number=n, idempotency_key=key,
         )
     ]
 
@@ -486,14 +514,17 @@ def _operator(state: TaskState, ev: TaskRetried | TaskCancelled, action: str) ->
 
 
 def _on_retried(state: TaskState, ev: TaskRetried) -> Result:
+    """Run the halted step again, in a new epoch, under the key of its halted attempt:
+    that attempt's effect may have happened, and its target must be able to tell."""
     act = _operator(state, ev, "retry")
     halt = state.halt
     index = state.workflow.index_of(halt.step) if halt else state.step_index
+    done = state.attempts_of(state.workflow.steps[index].id)
     retried = replace(
         state, epoch=state.epoch + 1, halt=None,
         operator_actions=(*state.operator_actions, act),
     )
-    return _enter(retried, index, ev.at_ms)
+    return _enter(retried, index, ev.at_ms, key=done[-1].key if done else "")
 
 
 def _on_cancelled(state: TaskState, ev: TaskCancelled) -> Result:

@@ -1,17 +1,36 @@
-"""Replay every task's log through the reducer; compare with the stored projection and
-check the hash chain."""
+"""``statewright verify``: check every task's hash chain, replay its log through the reducer,
+and compare the result with the stored task row. Rows are read as stored and judged as
+hostile: whatever is wrong with one becomes one line naming the task, never a traceback.
+
+What is checked, per task id found in the task rows or in the event rows:
+- the chain: versions 1..N without gaps, each ``prev_hash`` the link before it, each link
+  recomputed (store/chain.py), keyed links with the key given, nothing unkeyed after a
+  keyed link, and with a key given the last link keyed by it (it covers all before it);
+- each event row's ``type``, ``event_id`` and ``at_ms`` columns against its body;
+- the task row: present, its ``last_hash`` the last event's link, its definition stored
+  under its own hash, and every column of its projection what the replay gives."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
 from statewright._canonical import canonical_json
-from statewright._errors import StatewrightError
+from statewright.definition.loader import workflow_from_dict
 from statewright.machine.events import event_from_dict
-from statewright.machine.state import new_task
+from statewright.machine.state import TaskState, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime.engine import Engine
-from statewright.store.sql import GENESIS_HASH, chain_hash
+from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawEvent, link_format
+
+_MAX_PROBLEM_CHARS = 300
+_READS = 5  # tries at reading a task row and its events with no append in between
+NOT_KEYED = "the chain is not keyed"
+OLDER_PROJECTION = (
+    "the stored projection lacks fields the replay records (written by an older statewright); "
+    "'statewright db upgrade' adds them"
+)
 
 
 @dataclass(frozen=True)
@@ -20,50 +39,240 @@ class Finding:
     problem: str
 
 
-# What a hand-edited row can make reading or replaying it raise.
-_DAMAGED = (StatewrightError, ValueError, TypeError, KeyError)
+def _one_line(text: object) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= _MAX_PROBLEM_CHARS else line[: _MAX_PROBLEM_CHARS - 3] + "..."
 
 
-def verify_task(engine: Engine, task_id: str) -> list[Finding]:
-    try:
-        stored = engine.store.load(task_id)
-    except ValueError as exc:
-        return [Finding(task_id, f"the stored projection is not readable: {exc}")]
-    if stored is None:
-        return [Finding(task_id, "task row missing")]
-    out: list[Finding] = []
-    prev = GENESIS_HASH
-    rows = engine.store.raw_events(task_id)
-    for i, (version, body, prev_hash, h) in enumerate(rows, start=1):
-        if version != i:
-            out.append(Finding(task_id, f"event versions jump to {version} at position {i}"))
-            break
-        if prev_hash != prev or chain_hash(prev, version, body) != h:
-            out.append(Finding(task_id, f"hash chain broken at event version {version}"))
-            break
-        prev = h
-    try:
-        wf = engine.workflow(stored.workflow_hash)
-        if wf.content_hash != stored.workflow_hash:
-            out.append(Finding(task_id, f"stored definition {stored.workflow_hash[:12]} does not match its hash"))
-        state = new_task(task_id, wf)
-        for r in engine.store.events(task_id):
-            state, _ = transition(state, event_from_dict(r.body))
-    except _DAMAGED as exc:
-        out.append(Finding(task_id, f"replay failed: {exc}"))
-        return out
-    if canonical_json(state.to_dict()) != canonical_json(stored.state):
-        out.append(Finding(task_id, "replayed state differs from the stored projection"))
-    if state.version != stored.version:
-        out.append(Finding(task_id, f"stored version {stored.version}, replayed {state.version}"))
-    if stored.status != state.status.value:
-        out.append(Finding(task_id, f"stored status {stored.status!r}, replayed {state.status.value!r}"))
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _int(value: Any) -> int | None:
+    """An integer column's value, or None when an edit left something else there."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+class _Report:
+    def __init__(self, task_id: str) -> None:
+        # a task id read from an edited row may hold a line break or a terminal escape
+        self.task_id = task_id if task_id.isprintable() and task_id.strip() == task_id else repr(task_id)
+        self.findings: list[Finding] = []
+
+    def __call__(self, problem: object) -> None:
+        self.findings.append(Finding(self.task_id, _one_line(problem)))
+
+
+def check_chain(rows: list[RawEvent], chain: Chain, say: _Report) -> None:
+    """The chain checks above, one finding each; the first broken link ends the walk."""
+    prev: str = GENESIS_HASH
+    keyed_seen = False
+    unchecked_key = ""
+    for position, row in enumerate(rows, start=1):
+        version = _int(row.version)
+        if version is None:
+            say(f"event at position {position}: version {row.version!r} is not an integer")
+            return
+        if version != position:
+            say(f"event versions jump to {version} at position {position}")
+            return
+        where = f"event version {version}"
+        if not isinstance(row.hash, str) or not isinstance(row.prev_hash, str):
+            say(f"{where}: its hash columns are not text")
+            return
+        fmt = link_format(row.hash)
+        if fmt.version == 0:
+            say(f"hash chain broken at {where}: {row.hash[:20]!r} is not a link statewright writes")
+            return
+        if row.prev_hash != prev:
+            say(f"hash chain broken at {where}: prev_hash is not the link before it")
+            return
+        if keyed_seen and not fmt.keyed:
+            say(f"hash chain broken at {where}: an unkeyed link follows keyed ones (the chain was rewritten)")
+            return
+        keyed_seen = keyed_seen or fmt.keyed
+        if fmt.keyed and fmt.key_id != chain.key_id:
+            if chain.key is not None:
+                say(f"hash chain broken at {where}: keyed with key id {fmt.key_id}, not the key given "
+                    f"(key id {chain.key_id})")
+                return
+            unchecked_key = fmt.key_id
+        else:
+            try:
+                expected = chain.recompute(row)
+            except (TypeError, ValueError) as exc:
+                say(f"hash chain broken at {where}: a column cannot be read ({_why(exc)})")
+                return
+            if expected != row.hash:
+                say(f"hash chain broken at {where}")
+                return
+        prev = row.hash
+    if unchecked_key:
+        say(f"the chain is keyed (key id {unchecked_key}); set {KEY_ENV} to check its links")
+    elif chain.key is not None and rows and not chain.is_current(prev):
+        say(f"{NOT_KEYED} (its last link is {link_format(prev).name}): anyone with write "
+            f"access could have rewritten it; 'statewright db upgrade' with {KEY_ENV} set keys it")
+
+
+def _bodies(rows: list[RawEvent], say: _Report) -> list[dict[str, Any]] | None:
+    """Each event body as an object, its columns checked against it; None when one is
+    unreadable (then there is nothing to replay)."""
+    out: list[dict[str, Any]] = []
+    for position, row in enumerate(rows, start=1):
+        where = f"event version {row.version}" if _int(row.version) is not None else f"event at position {position}"
+        try:
+            body = json.loads(row.body) if isinstance(row.body, str) else None
+        except (ValueError, RecursionError) as exc:
+            say(f"{where}: the body is not JSON ({_why(exc)})")
+            return None
+        if not isinstance(body, dict):
+            say(f"{where}: the body is not a JSON object (got {type(body).__name__})")
+            return None
+        for column, value in (("type", row.type), ("event_id", row.event_id), ("at_ms", row.at_ms)):
+            if body.get(column) != value or type(body.get(column)) is not type(value):
+                say(f"{where}: column {column} is {value!r} but the body says {body.get(column)!r}")
+        out.append(body)
     return out
 
 
+def verify_task(engine: Engine, task_id: str) -> list[Finding]:
+    return _checked(engine, task_id)[0]
+
+
+def _checked(engine: Engine, task_id: str) -> tuple[list[Finding], TaskState | None]:
+    """The findings, and the state the log replays to (None when it could not be replayed)."""
+    say = _Report(task_id)
+    try:
+        state = _verify(engine, task_id, say)
+    except Exception as exc:  # a hostile row must end as a finding, whatever it breaks
+        say(f"cannot be checked: {_why(exc)}")
+        state = None
+    return say.findings, state
+
+
+def _lacks_only_fields(stored: Any, replayed: Any) -> bool:
+    """True when ``stored`` is ``replayed`` with some object members missing: a projection
+    written before those fields were recorded."""
+    if isinstance(stored, dict) and isinstance(replayed, dict):
+        return stored.keys() <= replayed.keys() and all(_lacks_only_fields(v, replayed[k]) for k, v in stored.items())
+    if isinstance(stored, list) and isinstance(replayed, list):
+        return len(stored) == len(replayed) and all(map(_lacks_only_fields, stored, replayed))
+    return type(stored) is type(replayed) and bool(stored == replayed)
+
+
+def _verify(engine: Engine, task_id: str, say: _Report) -> TaskState | None:
+    store = engine.store
+    for _ in range(_READS):  # a worker may append meanwhile: read until the task row held still
+        task = store.raw_task(task_id)
+        rows = store.raw_events(task_id)
+        if store.raw_task(task_id) == task:
+            break
+    check_chain(rows, store.chain, say)
+    bodies = _bodies(rows, say)
+    if task is None:
+        say(f"task row missing, but {len(rows)} events remain")
+        return None
+    _tid, name, workflow_hash, status, version, state_text, created_at_ms, updated_at_ms, last_hash = task
+    if not rows:
+        say("no events: the task row has no history")
+        return None
+    if last_hash != rows[-1].hash:
+        say(f"the task row's last hash is not the link of its last event (version {rows[-1].version}): "
+            "events were removed or added")
+    try:
+        stored = json.loads(state_text) if isinstance(state_text, str) else None
+    except (ValueError, RecursionError) as exc:
+        say(f"the stored projection is not readable: {_why(exc)}")
+        return None
+    if not isinstance(stored, dict):
+        say(f"the stored projection is not a JSON object (got {type(stored).__name__})")
+        return None
+    try:  # from the store, not the engine's memory: the stored row is what is checked
+        body = store.get_definition(str(workflow_hash))
+        if body is None:
+            say(f"stored definition {str(workflow_hash)[:12]} is missing")
+            return None
+        wf = workflow_from_dict(body, f"stored:{str(workflow_hash)[:12]}")
+    except Exception as exc:
+        say(f"stored definition {str(workflow_hash)[:12]} cannot be read: {_why(exc)}")
+        return None
+    if wf.content_hash != workflow_hash:
+        say(f"stored definition {str(workflow_hash)[:12]} does not match its hash")
+    if bodies is None:
+        return None
+    state = new_task(task_id, wf)
+    try:
+        for body in bodies:
+            state, _ = transition(state, event_from_dict(body))
+    except Exception as exc:
+        say(f"replay failed: {_why(exc)}")
+        return None
+    if canonical_json(state.to_dict()) != canonical_json(stored):
+        if _lacks_only_fields(stored, json.loads(canonical_json(state.to_dict()))):
+            say(OLDER_PROJECTION)
+        else:
+            say("replayed state differs from the stored projection")
+    replayed = {
+        "version": state.version, "status": state.status.value, "workflow": wf.name,
+        "created_at_ms": state.created_at_ms, "updated_at_ms": state.updated_at_ms,
+    }
+    columns = {"version": version, "status": status, "workflow": name,
+               "created_at_ms": created_at_ms, "updated_at_ms": updated_at_ms}
+    for column, value in columns.items():
+        if value != replayed[column] or type(value) is not type(replayed[column]):
+            say(f"stored {column} {value!r}, replayed {replayed[column]!r}")
+    return state
+
+
 def verify_all(engine: Engine) -> tuple[int, list[Finding]]:
-    ids = engine.store.task_ids()
+    ids = engine.store.logged_task_ids()
     findings: list[Finding] = []
     for tid in ids:
         findings.extend(verify_task(engine, tid))
     return len(ids), findings
+
+
+def upgrade_history(engine: Engine) -> tuple[int, int, list[Finding]]:
+    """What ``statewright db upgrade`` does to the history, task by task, for every task that
+    verifies but for its format: rewrite its chain in the store's current format (legacy
+    format-1 links; unkeyed links when a key is set), and write the projection the log
+    replays to when the stored one only lacks fields an older statewright did not record.
+    A task with any other finding is left as it is and its findings returned: an upgrade
+    never blesses a damaged history. Returns (chains rewritten, projections rewritten,
+    findings)."""
+    store = engine.store
+    chain = store.chain
+    chains = projections = 0
+    left: list[Finding] = []
+    for tid in store.logged_task_ids():
+        findings, state = _checked(engine, tid)
+        other = [f for f in findings if not f.problem.startswith(NOT_KEYED) and f.problem != OLDER_PROJECTION]
+        if other or state is None:
+            left.extend(other)
+            continue
+        rows = store.raw_events(tid)
+        if len(rows) != state.version:
+            left.append(Finding(tid, _MOVED_ON))
+            continue
+        if any(f.problem == OLDER_PROJECTION for f in findings):
+            if not store.replace_projection(tid, state.version, projection(state)):
+                left.append(Finding(tid, _MOVED_ON))
+                continue
+            projections += 1
+        if all(chain.is_current(str(r.hash)) for r in rows):
+            continue
+        links: list[tuple[str, str]] = []
+        prev = GENESIS_HASH
+        for r in rows:
+            h = chain.link(str(r.task_id), int(r.version), str(r.event_id), str(r.type), int(r.at_ms),
+                           prev, str(r.body))
+            links.append((prev, h))
+            prev = h
+        if store.rechain(tid, len(rows), links):
+            chains += 1
+        else:
+            left.append(Finding(tid, _MOVED_ON))
+    return chains, projections, left
+
+
+_MOVED_ON = "moved on while it was upgraded; run 'statewright db upgrade' again"

@@ -17,6 +17,7 @@ from statewright.store.base import (
     StoredTask,
     TimerClaim,
 )
+from statewright.store.chain import Chain, chain_from_env
 
 if TYPE_CHECKING:
     from statewright.store.sql import SqlStore
@@ -42,14 +43,18 @@ def default_db() -> str:
     return os.environ.get("STATEWRIGHT_DB") or DEFAULT_DB
 
 
-def open_store(url: str | Path | None = None, *, create: bool = True) -> SqlStore:
+def open_store(url: str | Path | None = None, *, create: bool = True, chain: Chain | None = None) -> SqlStore:
     """``postgresql://...`` opens PostgreSQL (the ``[postgres]`` extra); anything else is a
-    SQLite path, optionally ``sqlite:///path?synchronous=NORMAL``."""
+    SQLite path, optionally ``sqlite:///path?synchronous=NORMAL``. Event rows are linked by
+    ``chain``, by default keyed when STATEWRIGHT_CHAIN_KEY is set (see store/chain.py)."""
     target = str(url) if url is not None else default_db()
+    chain = chain if chain is not None else chain_from_env()
+    store: SqlStore
     if target.startswith(("postgresql://", "postgres://")):
         from statewright.store.postgres import PostgresStore
 
-        store: SqlStore = PostgresStore(target)
+        store = PostgresStore(target)
+        store.chain = chain
         return store
     synchronous = "FULL"
     if target.startswith("sqlite:"):
@@ -59,4 +64,6 @@ def open_store(url: str | Path | None = None, *, create: bool = True) -> SqlStor
         synchronous = q.get("synchronous", ["FULL"])[0]
     from statewright.store.sqlite import SQLiteStore
 
-    return SQLiteStore(target, synchronous=synchronous, create=create)
+    store = SQLiteStore(target, synchronous=synchronous, create=create)
+    store.chain = chain
+    return store

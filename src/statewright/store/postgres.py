@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
 from statewright.store.base import AppendRequest, AppendResult, Claim, NewCommand, StoreUnavailableError
-from statewright.store.sql import SqlStore, _Encoded, chain_hash
+from statewright.store.sql import SqlStore, _Encoded
 
 if TYPE_CHECKING:
     import psycopg
@@ -380,12 +380,13 @@ class PostgresStore(SqlStore):
             if row is None or int(row[0]) != expected_version:
                 return None
             prev = str(row[1])
-        h = chain_hash(prev, version, body)
         at_ms = int(event["at_ms"])
+        event_id, event_type = str(event["event_id"]), str(event["type"])
+        h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, body)
         params: list[Any] = [
             str(state.get("status", "")), version, encoded.state_json, h, at_ms,
             task_id, expected_version, prev,
-            task_id, version, str(event["event_id"]), str(event["type"]), body, at_ms, prev, h,
+            task_id, version, event_id, event_type, body, at_ms, prev, h,
         ]
         if complete is not None:
             params += complete

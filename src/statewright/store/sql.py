@@ -4,7 +4,6 @@ how idle workers learn that work was added (``_work_added_txn`` / ``wait_for_wor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -31,10 +30,11 @@ from statewright.store.base import (
     StoredTask,
     TimerClaim,
 )
+from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.people import PeopleSql
 from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
 
-GENESIS_HASH = "0" * 64
+__all__ = ["GENESIS_HASH", "SqlStore"]
 # The projection is not hashed, so it skips canonical_json's key sort (command bodies keep
 # it: an agent sees its brief in the same order as before); one shared encoder also saves
 # building a new one per call, as json.dumps(**options) does.
@@ -44,15 +44,11 @@ _LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last event hash) a store 
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
 
-def chain_hash(prev_hash: str, version: int, body: str) -> str:
-    """The hash of one event row: it covers the previous row's hash, so edits show."""
-    return hashlib.sha256(f"{prev_hash}|{version}|{body}".encode()).hexdigest()
-
-
 class SqlStore(PeopleSql, ABC):
     url: str = ""
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
+    chain: Chain = Chain()  # how event rows are linked; open_store keys it from the environment
     _last_hash: dict[str, tuple[int, str]]
 
     # --- dialect hooks ---------------------------------------------------------------
@@ -250,9 +246,10 @@ class SqlStore(PeopleSql, ABC):
         at_ms = int(event["at_ms"])
         version = expected_version + 1
         status = str(req.state.get("status", ""))
+        event_type = str(event["type"])
         if expected_version == 0:
             prev = GENESIS_HASH
-            h = chain_hash(prev, version, body)
+            h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, body)
             self._x(
                 cur,
                 "INSERT INTO sw_tasks (task_id, workflow, workflow_hash, status, version, state,"
@@ -262,38 +259,41 @@ class SqlStore(PeopleSql, ABC):
             )
         else:
             known = self._last_hash.get(task_id)
-            if known is not None and known[0] == expected_version:
-                prev = known[1]
-            else:
-                row = self._x(
-                    cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)
-                ).fetchone()
-                if row is None or int(row[0]) != expected_version:
-                    dup = self._duplicate_txn(cur, event_id)
-                    if dup is not None:
-                        return dup, ""
-                    actual = int(row[0]) if row is not None else 0
-                    raise VersionConflictError(task_id, expected_version, actual)
-                prev = str(row[1])
-            h = chain_hash(prev, version, body)
-            upd = self._x(
-                cur,
-                "UPDATE sw_tasks SET status = ?, version = ?, state = ?, last_hash = ?,"
-                " updated_at_ms = ? WHERE task_id = ? AND version = ?",
-                (status, version, state_json, h, at_ms, task_id, expected_version),
-            )
-            if upd.rowcount != 1:
-                if known is not None:  # the remembered version is stale: decide as above
-                    self._last_hash.pop(task_id, None)
-                    dup = self._duplicate_txn(cur, event_id)
-                    if dup is not None:
-                        return dup, ""
-                raise VersionConflictError(task_id, expected_version, expected_version + 1)
+            remembered = known is not None and known[0] == expected_version
+            for _ in range(2):
+                if remembered and known is not None:
+                    prev = known[1]
+                else:
+                    row = self._x(
+                        cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)
+                    ).fetchone()
+                    if row is None or int(row[0]) != expected_version:
+                        dup = self._duplicate_txn(cur, event_id)
+                        if dup is not None:
+                            return dup, ""
+                        actual = int(row[0]) if row is not None else 0
+                        raise VersionConflictError(task_id, expected_version, actual)
+                    prev = str(row[1])
+                h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, body)
+                # The link must follow the task's last one as stored, not a remembered one
+                # that was since rewritten (``rechain``) or moved on: then read it and try again.
+                upd = self._x(
+                    cur,
+                    "UPDATE sw_tasks SET status = ?, version = ?, state = ?, last_hash = ?,"
+                    " updated_at_ms = ? WHERE task_id = ? AND version = ? AND last_hash = ?",
+                    (status, version, state_json, h, at_ms, task_id, expected_version, prev),
+                )
+                if upd.rowcount == 1:
+                    break
+                if not remembered:
+                    raise VersionConflictError(task_id, expected_version, expected_version + 1)
+                self._last_hash.pop(task_id, None)
+                remembered = False
         self._x(
             cur,
             "INSERT INTO sw_events (task_id, version, event_id, type, body, at_ms, prev_hash, hash)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (task_id, version, event_id, str(event["type"]), body, at_ms, prev, h),
+            (task_id, version, event_id, event_type, body, at_ms, prev, h),
         )
         if req.complete is not None:
             self._finish_command_txn(cur, *req.complete)
@@ -416,14 +416,62 @@ class SqlStore(PeopleSql, ABC):
             for r in rows
         ]
 
-    def raw_events(self, task_id: str) -> list[tuple[int, str, str, str]]:
-        """(version, body text, prev_hash, hash) as stored, for chain verification."""
+    # --- what verify reads: rows as stored, nothing parsed ------------------------------
+    def raw_events(self, task_id: str) -> list[RawEvent]:
+        """A task's event rows exactly as the database returns them, in version order."""
         with self._stmt() as cur:
             rows = self._x(
-                cur, "SELECT version, body, prev_hash, hash FROM sw_events WHERE task_id = ? ORDER BY version",
+                cur,
+                "SELECT task_id, version, event_id, type, body, at_ms, prev_hash, hash FROM sw_events"
+                " WHERE task_id = ? ORDER BY version",
                 (task_id,),
             ).fetchall()
-        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+        return [RawEvent(*r) for r in rows]
+
+    def raw_task(self, task_id: str) -> tuple[Any, ...] | None:
+        """The task row as stored: task_id, workflow, workflow_hash, status, version, state,
+        created_at_ms, updated_at_ms, last_hash."""
+        with self._stmt() as cur:
+            row = self._x(cur, f"SELECT {_TASK_COLS}, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
+        return tuple(row) if row is not None else None
+
+    def logged_task_ids(self) -> list[str]:
+        """Every task id with a task row or an event row: a task row deleted behind the
+        store's back still shows through its events."""
+        with self._stmt() as cur:
+            rows = self._x(cur, "SELECT task_id FROM sw_tasks UNION SELECT task_id FROM sw_events").fetchall()
+        return sorted({str(r[0]) for r in rows})
+
+    def rechain(self, task_id: str, version: int, links: Sequence[tuple[str, str]]) -> bool:
+        """Replace the (prev_hash, hash) of events 1..``version`` with ``links`` and the task's
+        last hash with the last of them, in one transaction, only while the task is still at
+        ``version``. False (nothing written) when it moved on."""
+        with self._tx() as cur:
+            row = self._x(cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)).fetchone()
+            if row is None or int(row[0]) != version or len(links) != version:
+                return False
+            # The task row first: its row lock holds off appends (theirs check the last hash)
+            # until this commits; when one got in first, nothing is written.
+            upd = self._x(
+                cur, "UPDATE sw_tasks SET last_hash = ? WHERE task_id = ? AND version = ? AND last_hash = ?",
+                (links[-1][1], task_id, version, row[1]),
+            )
+            if upd.rowcount != 1:
+                return False
+            for v, (prev, h) in enumerate(links, start=1):
+                self._x(cur, "UPDATE sw_events SET prev_hash = ?, hash = ? WHERE task_id = ? AND version = ?",
+                        (prev, h, task_id, v))
+        self._last_hash.pop(task_id, None)
+        return True
+
+    def replace_projection(self, task_id: str, version: int, state: Mapping[str, Any]) -> bool:
+        """Write ``state`` as the task's projection, only while the task is still at
+        ``version`` (for ``db upgrade``, with the state replayed from the log). False when
+        it moved on."""
+        with self._stmt() as cur:
+            upd = self._x(cur, "UPDATE sw_tasks SET state = ? WHERE task_id = ? AND version = ?",
+                          (_compact_json(state), task_id, version))
+            return bool(upd.rowcount == 1)
 
     def has_event(self, event_id: str) -> bool:
         with self._stmt() as cur:
