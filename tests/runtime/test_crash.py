@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from people.support import People
 from statewright.machine.state import Outcome, TaskStatus
 from statewright.runtime.engine import Engine
 from statewright.store.base import Claim
@@ -189,7 +190,7 @@ def test_an_operator_retry_runs_the_halted_effect_again_under_the_same_key(
     assert engine.state(tid).status is TaskStatus.HALTED
     (out / "fixed").touch()
 
-    engine.retry(tid, "olga", "the card processor was down")
+    engine.retry(tid, People(engine).add("olga", "operator"), "the card processor was down")
     work_until(engine, lambda: engine.state(tid).terminal)
 
     st = engine.state(tid)
