@@ -43,7 +43,13 @@ class Cost:
 
 @dataclass(frozen=True)
 class ExecContext:
-    """Everything an executor may know about the command it performs."""
+    """Everything an executor may know about the command it performs.
+
+    ``env`` holds only what the step declared (its ``env:`` values and the values of its
+    ``secrets:``), never the worker's own environment; ``deliveries`` counts how often the
+    command was handed to a worker (more than 1: an earlier delivery may have started the
+    work under the same idempotency key).
+    """
 
     task_id: str
     step: str
@@ -52,10 +58,20 @@ class ExecContext:
     workspace: Path
     timeout_seconds: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    deliveries: int = 1
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether an earlier delivery of this command may have started it."""
+        return self.deliveries > 1
 
     def base_env(self) -> dict[str, str]:
-        """The STATEWRIGHT_* variables every command step receives."""
-        out = dict(self.env)
+        """A command step's whole environment: the minimal base (``step_base_env``), the
+        step's declared variables, and the STATEWRIGHT_* step variables."""
+        from ._isolation import step_base_env
+
+        out = step_base_env()
+        out.update(self.env)
         out.update(
             {
                 "STATEWRIGHT_TASK_ID": self.task_id,
@@ -63,8 +79,11 @@ class ExecContext:
                 "STATEWRIGHT_ATTEMPT": str(self.attempt),
                 "STATEWRIGHT_IDEMPOTENCY_KEY": self.idempotency_key,
                 "STATEWRIGHT_WORKSPACE": str(self.workspace),
+                "STATEWRIGHT_DELIVERIES": str(self.deliveries),
             }
         )
+        if self.redelivered:
+            out["STATEWRIGHT_REDELIVERED"] = "1"
         return out
 
 

@@ -27,6 +27,7 @@ from statewright._errors import (
     TransientError,
 )
 from statewright.definition.model import Step, StepKind
+from statewright.executors._isolation import LOG_FILTER, Redactor, secrets_in, step_env
 from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
 from statewright.runtime import workspaces
@@ -36,6 +37,7 @@ from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
 
 log = logging.getLogger("statewright.worker")
+log.addFilter(LOG_FILTER)  # known secrets never reach a log line
 
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
@@ -94,7 +96,9 @@ class Worker:
         # Engine.apply and is read again).
         self._chained: dict[str, TaskState] = {}
         self._workspaces: dict[tuple[object, ...], tuple[Path, float]] = {}  # path, next check
-        self._env = workspaces.child_env()
+        self._redactor = Redactor(secrets_in(os.environ, [self.store.url]))
+        LOG_FILTER.know(secrets_in(os.environ, [self.store.url]))
+        self._step_redactors: dict[tuple[str, ...], Redactor] = {}
         self._failure: StoreError | None = None
         # The pipeline between the executors and the committer, guarded by _cv.
         self._cv = threading.Condition()
@@ -358,6 +362,7 @@ class Worker:
             event = self._on_error(claim, step, exc, result_id)
         if event is None:
             return None
+        event = self._redactor_for(step).record(event)  # before it is stored anywhere
         crash_point("after_effect")
         return self.engine.reduce(Report(claim.task_id, event, state, (claim.command_id, claim.token)))
 
@@ -438,8 +443,29 @@ class Worker:
         return ExecContext(
             task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
-            workspace=resolved, timeout_seconds=step.timeout_seconds, env=self._env,
+            workspace=resolved, timeout_seconds=step.timeout_seconds,
+            env=step_env(step.env, step.secrets, os.environ, step=step.id),
+            deliveries=claim.deliveries,
         )
+
+    def _redactor_for(self, step: Step) -> Redactor:
+        """The worker's redactor, knowing also this step's declared secrets and API key."""
+        names = list(step.secrets)
+        key_env = (step.agent or {}).get("api_key_env")
+        if isinstance(key_env, str):
+            names.append(key_env)
+        if not names:
+            return self._redactor
+        cache_key = tuple(names)
+        found = self._step_redactors.get(cache_key)
+        if found is None:
+            values = [os.environ[n] for n in names if n in os.environ]
+            found = self._redactor.with_secrets(values)
+            LOG_FILTER.know(values)
+            if len(self._step_redactors) >= _WORKSPACE_CACHE_SIZE:
+                self._step_redactors.clear()
+            self._step_redactors[cache_key] = found
+        return found
 
     def _workspace(self, key: tuple[object, ...], path: Path, *, resolve: bool = True) -> Path:
         """The task's workspace directory, made if missing. A resolved path is remembered and
@@ -516,7 +542,7 @@ class Worker:
                 self.stats.retries += 1
             self.store.release(
                 claim.command_id, claim.token, self.clock.now_ms() + int(delay * 1000),
-                failed=True, error=f"{name}: {exc}",
+                failed=True, error=self._redactor_for(step).text(f"{name}: {exc}"),
             )
             return None
         if retryable:

@@ -13,21 +13,12 @@ each task gets a directory of its own under the engine's workspace root."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from statewright.definition.model import Step, StepKind
 from statewright.machine.state import Outcome, TaskState
-
-#: Variables a child process never inherits from the worker.
-_PRIVATE_ENV = ("STATEWRIGHT_CRASH_AT", "STATEWRIGHT_LOOP_CRASH_AT")
-
-
-def child_env() -> dict[str, str]:
-    """The worker's environment for commands (PATH, HOME, credentials the operator set)."""
-    return {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
 
 
 @dataclass(frozen=True)
