@@ -146,8 +146,8 @@ def restore_protected(workspace: Path, base_ref: str, protected: Sequence[str]) 
         _unlink_symlinked_parents(root, path)
     indexed = _git(root, "ls-files", "-z", "--", *specs).stdout
     if indexed:
-        _git(root, "update-index", "-q", "--no-assume-unchanged", "--no-skip-worktree", "-z",
-             "--stdin", stdin=indexed)
+        for flag in ("--no-assume-unchanged", "--no-skip-worktree"):  # one flag per call
+            _git(root, "update-index", "-q", flag, "-z", "--stdin", stdin=indexed)
     _git(root, "clean", "-ffdxq", "--", *specs)
     for spec in specs:
         in_base = _git(root, "ls-tree", "-r", "--name-only", base, "--", spec).stdout.strip()
