@@ -42,7 +42,8 @@ REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 4
 
 _SECRET_NAME = re.compile(
-    r"(?:^|_)(?:KEY|APIKEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH|DSN|COOKIE)(?:_|$)"
+    r"PASSWORD|PASSWD|SECRET"
+    r"|(?:^|_)(?:KEY|APIKEY|TOKEN|PASS|PWD|CREDENTIALS?|AUTH|DSN|COOKIE)(?:_|$)"
 )
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
 _DSN_PASSWORD = re.compile(r"password\s*=\s*('[^']*'|\S+)", re.IGNORECASE)
