@@ -10,6 +10,7 @@ import logging
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from click.testing import CliRunner
@@ -20,7 +21,8 @@ from statewright.definition import workflow_from_dict
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.worker import Worker
-from store.backends import raw_sql
+from statewright.store import open_store
+from store.backends import fresh_pg_schema, raw_sql
 from tally import tally
 
 from .conftest import secret
@@ -159,3 +161,21 @@ def test_sqlite_search_sees_what_is_written(tmp_path: Path) -> None:
         conn.execute("INSERT INTO t VALUES ('needle-4f1c')")
     conn.close()
     assert _database_text(str(db)).count("needle-4f1c") == 1
+
+
+@pytest.mark.postgres
+def test_the_password_of_the_store_url_is_known_to_the_worker(tmp_path: Path) -> None:
+    """A worker given its database as a URL with a password (``--db``, not the environment)
+    redacts that password too."""
+    password = secret("dbpw")
+    with fresh_pg_schema() as (url, _name):
+        parts = urlsplit(url)
+        netloc = f"{parts.username}:{password}@{parts.hostname}:{parts.port}"
+        with_password = urlunsplit(parts._replace(netloc=netloc))  # trust auth ignores it
+        engine = Engine(open_store(with_password), workspace_root=tmp_path)
+        try:
+            redacted = Worker(engine)._redactor.text(f"connect with {password}")
+        finally:
+            engine.close()
+    tally("secrets", "password of a --db URL (postgres)", where="logs", found=redacted.count(password))
+    assert redacted == "connect with [redacted]"

@@ -96,8 +96,11 @@ class Worker:
         # Engine.apply and is read again).
         self._chained: dict[str, TaskState] = {}
         self._workspaces: dict[tuple[object, ...], tuple[Path, float]] = {}  # path, next check
-        self._redactor = Redactor(secrets_in(os.environ, [self.store.url]))
-        LOG_FILTER.know(secrets_in(os.environ, [self.store.url]))
+        # What the worker holds: its environment, and the store's URL as it was given (the
+        # password of a --db URL is in no environment variable).
+        held = secrets_in(os.environ, [self.store.url, str(getattr(self.store, "_conninfo", ""))])
+        self._redactor = Redactor(held)
+        LOG_FILTER.know(held)
         self._step_redactors: dict[tuple[str, ...], Redactor] = {}
         self._failure: StoreError | None = None
         # The pipeline between the executors and the committer, guarded by _cv.
