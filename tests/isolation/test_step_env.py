@@ -181,3 +181,29 @@ def test_a_human_step_declares_no_environment() -> None:
     with pytest.raises(DefinitionError) as err:
         workflow_from_dict({"workflow": "w", "steps": [step]})
     assert "unknown field 'env' for a human step" in str(err.value)
+
+
+def test_a_python_callable_sees_only_what_its_step_declares(
+    open_engine: Callable[..., Engine], worker_lib: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In-process callables get the same view in ctx: the declared env and secrets, and the
+    delivery count. The builder takes env and secrets like any step field."""
+    from statewright.definition import WorkflowBuilder
+
+    monkeypatch.setenv("DEPLOY_TOKEN", "tok-for-the-callable")
+    monkeypatch.setenv("PGPASSWORD", secret("pgpw"))
+    (worker_lib / "sw_iso_ctx.py").write_text(
+        "def look(ctx):\n"
+        "    return {'ok': True, 'output': repr((sorted(ctx.env), ctx.deliveries, ctx.redelivered))}\n")
+    wf = (WorkflowBuilder("ctx")
+          .code("look", owner="t", run={"callable": "sw_iso_ctx:look"}, env={"REGION": "eu"},
+                secrets=["DEPLOY_TOKEN"])
+          .build())
+    assert (wf.steps[0].env, wf.steps[0].secrets) == ({"REGION": "eu"}, ("DEPLOY_TOKEN",))
+    engine = open_engine()
+    try:
+        tid = engine.submit(wf, {})
+        Worker(engine).run(until_idle=True)
+    finally:
+        sys.modules.pop("sw_iso_ctx", None)
+    assert engine.state(tid).attempts[0].output == "(['DEPLOY_TOKEN', 'REGION'], 1, False)"

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright._crash import crash_point
 from statewright._errors import (
@@ -27,7 +27,6 @@ from statewright._errors import (
     TransientError,
 )
 from statewright.definition.model import Step, StepKind
-from statewright.executors._isolation import LOG_FILTER, Redactor, secrets_in, step_env
 from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
 from statewright.runtime import workspaces
@@ -36,8 +35,10 @@ from statewright.runtime.engine import Engine, Report
 from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
 
+if TYPE_CHECKING:
+    from statewright.executors._isolation import Redactor
+
 log = logging.getLogger("statewright.worker")
-log.addFilter(LOG_FILTER)  # known secrets never reach a log line
 
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
@@ -97,10 +98,14 @@ class Worker:
         self._chained: dict[str, TaskState] = {}
         self._workspaces: dict[tuple[object, ...], tuple[Path, float]] = {}  # path, next check
         # What the worker holds: its environment, and the store's URL as it was given (the
-        # password of a --db URL is in no environment variable).
+        # password of a --db URL is in no environment variable). Imported here: the
+        # executors (and jsonschema) are not loaded by ``import statewright``.
+        from statewright.executors._isolation import LOG_FILTER, Redactor, secrets_in
+
         held = secrets_in(os.environ, [self.store.url, str(getattr(self.store, "_conninfo", ""))])
         self._redactor = Redactor(held)
         LOG_FILTER.know(held)
+        log.addFilter(LOG_FILTER)  # known secrets never reach a log line (added once)
         self._step_redactors: dict[tuple[str, ...], Redactor] = {}
         self._failure: StoreError | None = None
         # The pipeline between the executors and the committer, guarded by _cv.
@@ -431,6 +436,7 @@ class Worker:
             self._cv.notify_all()
 
     def _context(self, claim: Claim, state: TaskState, step: Step, space: AttemptSpace | None = None) -> Any:
+        from statewright.executors._isolation import step_env
         from statewright.executors.base import ExecContext
 
         if space is not None:
@@ -453,6 +459,7 @@ class Worker:
 
     def _redactor_for(self, step: Step) -> Redactor:
         """The worker's redactor, knowing also this step's declared secrets and API key."""
+        from statewright.executors._isolation import LOG_FILTER
         names = list(step.secrets)
         key_env = (step.agent or {}).get("api_key_env")
         if isinstance(key_env, str):
