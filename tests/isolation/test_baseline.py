@@ -151,3 +151,21 @@ def test_an_edit_hidden_by_an_index_flag_is_refused(
     assert st.attempts_of("test") == []
     restored = Path(attempt.artifacts["workspace"], "tests", "test_calc.py").read_text()
     assert "assert add(2, 3) == 5" in restored
+
+
+def test_a_base_ref_that_names_no_commit_is_refused_at_submit(
+    open_engine: Callable[..., Engine], store_url: str, repo: Path, tmp_path: Path,
+) -> None:
+    """The baseline is fixed when the task is submitted, so a base_ref that names nothing is
+    one error line then, and no task is made."""
+    from cli.support import refusal, sw
+
+    engine = open_engine()  # the schema exists, so "no task" is something to look at
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("workflow: flow\nsteps:\n  - {id: s, kind: code, owner: t, run: {command: [\"true\"]}}\n")
+    line = refusal(sw("submit", flow, "--db", store_url, "--input",
+                      f'{{"repo": "{repo}", "base_ref": "no-such-branch"}}'))
+    assert "'no-such-branch' does not name a commit" in line
+    assert engine.store.list_tasks() == []
+    pinned = engine.submit(_workflow("sw_iso_tamper:idle"), {"repo": str(repo), "base_ref": "main"})
+    assert engine.state(pinned).input["base_commit"] == _git(repo, "rev-parse", "main")

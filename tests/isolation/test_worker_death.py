@@ -119,3 +119,17 @@ def test_the_context_says_how_often_the_command_was_delivered(tmp_path: Path) ->
     assert "STATEWRIGHT_REDELIVERED" not in first.base_env()
     assert first.base_env()["STATEWRIGHT_DELIVERIES"] == "1"
     assert (again.base_env()["STATEWRIGHT_REDELIVERED"], again.base_env()["STATEWRIGHT_DELIVERIES"]) == ("1", "3")
+
+
+def test_without_a_parent_death_signal_commands_still_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where the platform has no prctl, a command runs unsupervised as its group's leader,
+    with the same environment, input and output."""
+    from statewright.executors import _process
+
+    monkeypatch.setattr(_process, "_die_with_parent", lambda: None)
+    code = "import os, sys; print(os.getpgid(0) == os.getpid(), sys.stdin.read(), os.environ['X'])"
+    out = _process.run_process([sys.executable, "-c", code], cwd=tmp_path, env={"X": "1"},
+                               timeout_seconds=30, stdin_text="brief")
+    assert (out.returncode, out.stdout) == (0, "True brief 1\n")

@@ -6,7 +6,9 @@ A step's processes die with the worker that started them. On Linux the command r
 a tiny ``/bin/sh`` supervisor that leads the group: the kernel sends it SIGHUP when the
 worker's thread that started it dies (``prctl(PR_SET_PDEATHSIG)``, set before exec, and the
 supervisor exits at once if the worker died before that), and it then kills its whole
-group. Elsewhere the command runs as the group's leader with no such signal.
+group. Elsewhere the command runs as the group's leader with no such signal. The signal
+follows the *thread* that started the process; ``run_process`` holds that thread until the
+group is gone, so it never fires early.
 
 HOME and TMPDIR, unless the step declared them, point at a private directory made for the
 one process and removed after it: a step never works in the worker's home.
