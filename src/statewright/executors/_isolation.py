@@ -46,6 +46,8 @@ _SECRET_NAME = re.compile(
     r"|(?:^|_)(?:KEY|APIKEY|TOKEN|PASS|PWD|CREDENTIALS?|AUTH|DSN|COOKIE)(?:_|$)"
 )
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
+_PLAIN_SETTINGS = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off",
+                             "enabled", "disabled", "default", "required", "optional"})
 _DSN_PASSWORD = re.compile(r"password\s*=\s*('[^']*'|\S+)", re.IGNORECASE)
 # Event fields that identify, never carry output: they are left as they are.
 _ID_FIELDS = frozenset({"event_id", "command_id", "step", "type", "at_ms"})
@@ -92,7 +94,13 @@ def secrets_in(environ: Mapping[str, str], extra: Iterable[str] = ()) -> set[str
             found.add(value)
     for value in extra:
         found |= _embedded_passwords(value)
-    return {v for v in found if len(v) >= MIN_SECRET_CHARS}
+    return {v for v in found if len(v) >= MIN_SECRET_CHARS and not _plain_setting(v)}
+
+
+def _plain_setting(value: str) -> bool:
+    """A value such as ``true`` or ``8080`` in a variable named like a credential
+    (``USE_AUTH=true``) is a setting, not a secret: redacting it would mangle output."""
+    return value.lower() in _PLAIN_SETTINGS or value.isdigit()
 
 
 def _embedded_passwords(value: str) -> set[str]:
