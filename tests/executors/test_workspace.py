@@ -250,3 +250,23 @@ def test_a_symlinked_directory_and_a_mode_change_are_reported(
     assert protected_changes(ws, base, PROTECTED) == ["tests/test_app.py"]
     restore_protected(ws, base, PROTECTED)
     assert protected_changes(ws, base, PROTECTED) == []
+
+
+def test_a_pinned_base_the_workspace_lacks_is_not_replaced_by_its_snapshot(
+    repo: Path, base: str, tmp_path: Path
+) -> None:
+    """An agent that points its worktree's .git at a repository of its own (with a snapshot
+    ref of its choosing) cannot make that snapshot the baseline of a pinned commit id."""
+    ws = prepare_workspace(repo, base, tmp_path / "a1")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    git(fake, "init", "-q")
+    (fake / "tests").mkdir()
+    (fake / "tests" / "test_app.py").write_text("def test_add():\n    pass\n")
+    git(fake, "add", ".")
+    git(fake, "commit", "-qm", "weak")
+    git(fake, "update-ref", "refs/statewright/base", "HEAD")
+    (ws / ".git").write_text(f"gitdir: {fake / '.git'}\n")
+    (ws / "tests" / "test_app.py").write_text("def test_add():\n    pass\n")
+    with pytest.raises(PermanentError, match="does not name a commit"):
+        protected_changes(ws, base, PROTECTED)

@@ -14,11 +14,14 @@ and that snapshot is the base (``protected_changes`` and ``restore_protected`` f
 to it when ``base_ref`` does not name a commit in the copy).
 
 Pass a commit id as ``base_ref`` (``resolve_commit``): a branch name can be moved by an
-agent that runs git in the shared repository. Git runs here with replace objects, hooks
-and fsmonitor turned off, so files an agent can write do not change what git reports.
-This guards against an agent that edits, deletes or adds files under a protected path,
-committed or not; it is not a sandbox against an agent that attacks the repository's
-object store, which needs OS-level isolation.
+agent that runs git in the shared repository (the runtime pins it when a task is
+submitted). Protected files are compared by content with the base commit's blobs, read
+through a private index, so the workspace's index and its flags (``assume-unchanged``,
+``skip-worktree``) hide nothing. Git runs here with replace objects, hooks and fsmonitor
+turned off, so files an agent can write do not change what git reports. This guards
+against an agent that edits, deletes or adds files under a protected path, committed or
+not; it is not a sandbox against an agent that forges objects in the repository's object
+store, which needs OS-level isolation.
 
 Protected entries are git pathspecs relative to the workspace (``tests/``,
 ``conftest.py``, ``ci/*.yml``); reported paths are relative to it too.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -39,6 +43,7 @@ from .._errors import PermanentError
 from .base import Reason
 
 SNAPSHOT_REF = "refs/statewright/base"
+_FULL_COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _GIT_TIMEOUT_SECONDS = 300.0
 _SAFE_CONFIG = (
     "-c", "core.hooksPath=/dev/null",
@@ -264,8 +269,11 @@ def _base_commit(root: Path, base_ref: str) -> str:
     result = _git(root, "rev-parse", "--verify", "--quiet", f"{base_ref}^{{commit}}", check=False)
     if result.returncode == 0:
         return result.stdout.strip()
+    # A pinned commit id that the workspace's repository lacks is never replaced by the
+    # snapshot ref: the workspace (and its .git pointer) is the agent's to write.
+    pinned = _FULL_COMMIT_ID.fullmatch(base_ref) is not None
     snapshot = _git(root, "rev-parse", "--verify", "--quiet", SNAPSHOT_REF, check=False)
-    if snapshot.returncode == 0:
+    if snapshot.returncode == 0 and not pinned:
         return snapshot.stdout.strip()
     msg = (
         f"{root}: base {base_ref!r} does not name a commit; "
