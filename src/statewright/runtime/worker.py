@@ -460,6 +460,7 @@ class Worker:
     def _redactor_for(self, step: Step) -> Redactor:
         """The worker's redactor, knowing also this step's declared secrets and API key."""
         from statewright.executors._isolation import LOG_FILTER
+
         names = list(step.secrets)
         key_env = (step.agent or {}).get("api_key_env")
         if isinstance(key_env, str):
