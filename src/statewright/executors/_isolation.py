@@ -1,7 +1,7 @@
 """What a step's process may see of the worker, and what the worker keeps out of the record.
 
     env = step_env(step.env, step.secrets, os.environ)   # the step's declared variables
-    ctx.base_env()  ->  PATH, LANG, LC_ALL, TZ + env + STATEWRIGHT_* step variables
+    ctx.base_env()  ->  step_base_env() + env + STATEWRIGHT_* step variables  (base.py)
     redactor = Redactor.from_environ(os.environ, extra=[store_url])
     redactor.add(declared secret values, the OpenAI api_key_env value)
     event = redactor.record(event)    # before an executor's result becomes an event
@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 import threading
 import urllib.parse
@@ -36,8 +35,6 @@ from typing import Any
 from .._errors import PermanentError
 from .base import Reason
 
-#: Variables of the worker a step's process gets, when the worker has them.
-STEP_BASE_VARS = ("PATH", "LANG", "LC_ALL", "TZ")
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 4
 
@@ -51,13 +48,6 @@ _PLAIN_SETTINGS = frozenset({"true", "false", "none", "null", "yes", "no", "on",
 _DSN_PASSWORD = re.compile(r"password\s*=\s*('[^']*'|\S+)", re.IGNORECASE)
 # Event fields that identify, never carry output: they are left as they are.
 _ID_FIELDS = frozenset({"event_id", "command_id", "step", "type", "at_ms"})
-
-
-def step_base_env() -> dict[str, str]:
-    """The worker's PATH, LANG, LC_ALL and TZ (those it has): all a step gets unasked."""
-    env = {name: os.environ[name] for name in STEP_BASE_VARS if name in os.environ}
-    env.setdefault("PATH", os.defpath)
-    return env
 
 
 def step_env(declared: Mapping[str, str], secrets: Iterable[str],

@@ -16,6 +16,7 @@ reason code, and the reducer routes it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -39,6 +40,18 @@ class Cost:
             "money_usd": self.money_usd,
             "seconds": self.seconds,
         }
+
+
+#: Variables of the worker a step's process gets, when the worker has them.
+STEP_BASE_VARS = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+def step_base_env() -> dict[str, str]:
+    """The worker's PATH, LANG, LC_ALL and TZ (those it has): all a step gets unasked.
+    HOME and TMPDIR are added per process (``_process.run_process``)."""
+    env = {name: os.environ[name] for name in STEP_BASE_VARS if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    return env
 
 
 @dataclass(frozen=True)
@@ -68,8 +81,6 @@ class ExecContext:
     def base_env(self) -> dict[str, str]:
         """A command step's whole environment: the minimal base (``step_base_env``), the
         step's declared variables, and the STATEWRIGHT_* step variables."""
-        from ._isolation import step_base_env
-
         out = step_base_env()
         out.update(self.env)
         out.update(
