@@ -1,5 +1,5 @@
 """Fixtures for executor tests: an ExecContext in a temporary workspace, importable
-throwaway modules, and the path to the stand-in CLI agent."""
+throwaway modules on the worker's path, and the path to the stand-in CLI agent."""
 
 from __future__ import annotations
 
@@ -43,13 +43,23 @@ def ctx(workspace: Path) -> ExecContext:
 
 
 @pytest.fixture
-def make_module(workspace: Path) -> Iterator[Callable[[str], str]]:
-    """Write Python source as a uniquely named module in the workspace; return its name."""
+def worker_lib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory on the worker's own import path (callables load from there, never from
+    a task's workspace)."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    monkeypatch.syspath_prepend(str(lib))
+    return lib
+
+
+@pytest.fixture
+def make_module(worker_lib: Path) -> Iterator[Callable[[str], str]]:
+    """Write Python source as a uniquely named module on the worker's path; return its name."""
     names: list[str] = []
 
     def make(source: str) -> str:
         name = f"sw_test_module_{os.getpid()}_{next(_module_numbers)}"
-        (workspace / f"{name}.py").write_text(textwrap.dedent(source))
+        (worker_lib / f"{name}.py").write_text(textwrap.dedent(source))
         names.append(name)
         return name
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -34,11 +36,15 @@ def test_nonzero_exit_is_exit_status(ctx: ExecContext) -> None:
 
 
 def test_command_runs_in_the_workspace_with_the_base_env(ctx: ExecContext) -> None:
-    """cwd is the workspace; STATEWRIGHT_* variables and ctx.env are set, nothing else leaks."""
+    """cwd is the workspace; STATEWRIGHT_* variables and ctx.env are set; HOME is a private
+    directory made for the process (not the worker's home) and removed after it."""
     code = ("import os, json; print(json.dumps([os.getcwd(), os.environ.get('STATEWRIGHT_STEP'),"
-            " os.environ.get('EXTRA'), os.environ.get('HOME')]))")
+            " os.environ.get('EXTRA'), os.environ['HOME'], os.listdir(os.environ['HOME'])]))")
     result = run_code({"command": py(code)}, replace(ctx, env={**ctx.env, "EXTRA": "yes"}))
-    assert result.output == f'["{ctx.workspace}", "review", "yes", null]'
+    cwd, step, extra, home, listing = json.loads(result.output)
+    assert (cwd, step, extra, listing) == (str(ctx.workspace), "review", "yes", [])
+    assert home != os.path.expanduser("~") and "statewright-step-" in home
+    assert not os.path.exists(home)
 
 
 def test_timeout_kills_and_says_so(ctx: ExecContext) -> None:

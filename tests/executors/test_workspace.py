@@ -213,3 +213,60 @@ def test_protected_functions_need_a_git_workspace(tmp_path: Path) -> None:
     """A directory that was not prepared gives a clear PermanentError."""
     with pytest.raises(PermanentError, match="not a git workspace"):
         protected_changes(tmp_path, "HEAD", PROTECTED)
+
+
+@pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
+def test_index_flags_hide_no_edit(repo: Path, base: str, tmp_path: Path, flag: str) -> None:
+    """An edit behind assume-unchanged or skip-worktree (git diff and status say nothing) is
+    reported and restored: files are compared with the base's blobs, not through the index."""
+    ws = prepare_workspace(repo, base, tmp_path / "a1")
+    git(ws, "update-index", flag, "tests/test_app.py")
+    (ws / "tests" / "test_app.py").write_text("def test_add():\n    pass\n")
+    assert git(ws, "status", "--porcelain") == ""  # what the index-based check saw
+    assert protected_changes(ws, base, PROTECTED) == ["tests/test_app.py"]
+    restore_protected(ws, base, PROTECTED)
+    assert (ws / "tests" / "test_app.py").read_text() == (repo / "tests" / "test_app.py").read_text()
+    assert protected_changes(ws, base, PROTECTED) == []
+
+
+def test_a_symlinked_directory_and_a_mode_change_are_reported(
+    repo: Path, base: str, tmp_path: Path
+) -> None:
+    """tests/ made a symlink to weaker tests elsewhere, or a test file's executable bit
+    flipped, is a change; restoring puts a real directory and the base's mode back."""
+    ws = prepare_workspace(repo, base, tmp_path / "a1")
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "test_app.py").write_text("def test_add():\n    pass\n")
+    (ws / "tests" / "test_app.py").unlink()
+    (ws / "tests").rmdir()
+    (ws / "tests").symlink_to(evil, target_is_directory=True)
+    assert protected_changes(ws, base, PROTECTED) == ["tests/test_app.py"]
+    restore_protected(ws, base, PROTECTED)
+    assert not (ws / "tests").is_symlink()
+    assert (evil / "test_app.py").exists()  # what the link pointed to is not touched
+    assert protected_changes(ws, base, PROTECTED) == []
+    (ws / "tests" / "test_app.py").chmod(0o755)
+    assert protected_changes(ws, base, PROTECTED) == ["tests/test_app.py"]
+    restore_protected(ws, base, PROTECTED)
+    assert protected_changes(ws, base, PROTECTED) == []
+
+
+def test_a_pinned_base_the_workspace_lacks_is_not_replaced_by_its_snapshot(
+    repo: Path, base: str, tmp_path: Path
+) -> None:
+    """An agent that points its worktree's .git at a repository of its own (with a snapshot
+    ref of its choosing) cannot make that snapshot the baseline of a pinned commit id."""
+    ws = prepare_workspace(repo, base, tmp_path / "a1")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    git(fake, "init", "-q")
+    (fake / "tests").mkdir()
+    (fake / "tests" / "test_app.py").write_text("def test_add():\n    pass\n")
+    git(fake, "add", ".")
+    git(fake, "commit", "-qm", "weak")
+    git(fake, "update-ref", "refs/statewright/base", "HEAD")
+    (ws / ".git").write_text(f"gitdir: {fake / '.git'}\n")
+    (ws / "tests" / "test_app.py").write_text("def test_add():\n    pass\n")
+    with pytest.raises(PermanentError, match="does not name a commit"):
+        protected_changes(ws, base, PROTECTED)

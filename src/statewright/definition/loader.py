@@ -12,6 +12,7 @@ from typing import Any
 
 from statewright._canonical import sha256_hex
 from statewright._errors import DefinitionError
+from statewright.definition._env import parse_step_env
 from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.model import (
     COMPLETE,
@@ -48,6 +49,7 @@ _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.WAIT: {"check", "every", "max_checks"},
     StepKind.CODE: {"run", "output_schema", "outcomes", "protected"},
 }
+_PROCESS_FIELDS = {"env", "secrets"}  # kinds that run something: ai, wait, code
 _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
     StepKind.AI: ("agent",),
     StepKind.HUMAN: ("approvers",),
@@ -308,7 +310,7 @@ def _parse_step(
     except ValueError:
         problems.add(where, f"unknown kind {kind_raw!r}; use one of ai, human, wait, code")
         return None
-    allowed = _COMMON_STEP_FIELDS | _KIND_FIELDS[kind]
+    allowed = _COMMON_STEP_FIELDS | _KIND_FIELDS[kind] | (set() if kind is StepKind.HUMAN else _PROCESS_FIELDS)
     for key in raw:
         if key not in allowed:
             other = [k.value for k, f in _KIND_FIELDS.items() if key in f]
@@ -400,6 +402,9 @@ def _parse_step(
             problems.add(where, "protected must be a list of paths")
         else:
             protected = tuple(pr)
+    env, secrets, env_problems = parse_step_env(raw)
+    for p in env_problems:
+        problems.add(where, p)
     retry = RetryPolicy()
     if "retry" in raw:
         retry = _parse_retry(raw["retry"], f"{where} retry", problems)
@@ -424,6 +429,8 @@ def _parse_step(
         expires_after_seconds=expires,
         retry=retry,
         protected=protected,
+        env=env,
+        secrets=secrets,
     )
 
 

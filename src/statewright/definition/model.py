@@ -90,6 +90,8 @@ class Step:
     expires_after_seconds: float | None = None
     retry: RetryPolicy = RetryPolicy()
     protected: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)  # declared variables for its process
+    secrets: tuple[str, ...] = ()  # names taken from the worker's environment when it runs
 
 
 @dataclass(frozen=True)

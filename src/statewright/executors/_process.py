@@ -1,17 +1,31 @@
 """Run one command in its own process group, with a timeout that kills the whole group.
 
 POSIX only (``start_new_session`` and ``os.killpg``).
+
+A step's processes die with the worker that started them. On Linux the command runs under
+a tiny ``/bin/sh`` supervisor that leads the group: the kernel sends it SIGHUP when the
+worker's thread that started it dies (``prctl(PR_SET_PDEATHSIG)``, set before exec, and the
+supervisor exits at once if the worker died before that), and it then kills its whole
+group. Elsewhere the command runs as the group's leader with no such signal. The signal
+follows the *thread* that started the process; ``run_process`` holds that thread until the
+group is gone, so it never fires early.
+
+HOME and TMPDIR, unless the step declared them, point at a private directory made for the
+one process and removed after it: a step never works in the worker's home.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +37,11 @@ from .base import Reason
 OUTPUT_LIMIT_CHARS = 20_000
 # After a timeout the group gets SIGTERM, then SIGKILL this many seconds later.
 KILL_GRACE_SECONDS = 1.0
+_PR_SET_PDEATHSIG = 1
+# The supervisor: on SIGHUP (its parent died) it kills its group; otherwise it waits for the
+# command and exits with its status. fd 3 carries stdin to the command (a background job's
+# stdin would be /dev/null).
+_SUPERVISOR = 'exec 3<&0; trap "kill -KILL 0" HUP; "$@" <&3 3<&- & wait $!'
 
 
 @dataclass(frozen=True)
@@ -58,16 +77,47 @@ def run_process(
     process group still alive when the command ends are killed with it.
     """
     executable = _find_executable(argv[0], cwd, env)
+    private = Path(tempfile.mkdtemp(prefix="statewright-step-"))
+    try:
+        return _run(executable, argv, cwd, _with_private_dirs(env, private), timeout_seconds,
+                    stdin_text)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _with_private_dirs(env: Mapping[str, str], private: Path) -> dict[str, str]:
+    out = dict(env)
+    for name in ("HOME", "TMPDIR"):
+        if name not in out:
+            path = private / name.lower()
+            path.mkdir(mode=0o700)
+            out[name] = str(path)
+    return out
+
+
+def _run(
+    executable: str,
+    argv: Sequence[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout_seconds: float,
+    stdin_text: str | None,
+) -> ProcessOutcome:
     started = time.monotonic()
+    preexec = _die_with_parent()
+    command = [executable, *argv[1:]]
+    if preexec is not None:
+        command = ["/bin/sh", "-c", _SUPERVISOR, "statewright-step", *command]
     try:
         proc = subprocess.Popen(
-            [executable, *argv[1:]],
+            command,
             cwd=cwd,
-            env=dict(env),
+            env=env,
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=preexec,
         )
     except OSError as exc:
         msg = f"command {argv[0]!r} could not start in {cwd}: {exc.strerror or exc}"
@@ -117,9 +167,41 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """A pre-exec function that ties the child to this thread's life, or None where the
+    platform has no parent-death signal."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # runs in the child, between fork and exec
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
+        if os.getppid() != parent:  # the worker died before the signal was armed
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux") or not os.path.exists("/bin/sh"):
+        return None
+    try:
+        import ctypes
+
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
 def _find_executable(program: str, cwd: Path, env: Mapping[str, str]) -> str:
     if os.sep in program:
         path = Path(program) if Path(program).is_absolute() else cwd / program
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            msg = f"command {program!r} could not start in {cwd}: no executable file at {path}"
+            raise PermanentError(msg, reason=Reason.NOT_FOUND)
         return str(path)
     search = env.get("PATH") or os.environ.get("PATH", os.defpath)
     found = shutil.which(program, path=search)

@@ -11,10 +11,7 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
-import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._errors import PermanentError
@@ -63,37 +60,38 @@ def command_argv(spec: Mapping[str, Any]) -> list[str]:
     return [str(part) for part in command]
 
 
-_LOADED: dict[tuple[str, str], Callable[..., Any]] = {}
+_LOADED: dict[str, Callable[..., Any]] = {}
 _LOADED_LIMIT = 4096
 
 
-def load_callable(ref: str, workspace: Path | None = None) -> Callable[..., Any]:
-    """Import ``module:function`` (or ``module:Class.method``); the workspace is importable.
+def load_callable(ref: str) -> Callable[..., Any]:
+    """Import ``module:function`` (or ``module:Class.method``) from the worker's own path.
 
-    Raises PermanentError when the module or the attribute is missing: retrying cannot
-    fix a reference that does not resolve. A resolved reference is remembered per workspace.
+    A task's workspace is never importable: a module an agent wrote there must not run in
+    the worker, for that task or any later one, so ``sys.path`` is used as the worker has it
+    and never changed per task. Raises
+    PermanentError when the module or the attribute is missing: retrying cannot fix a
+    reference that does not resolve. A resolved reference is remembered.
     """
-    key = (ref, str(workspace))
-    fn = _LOADED.get(key)
+    fn = _LOADED.get(ref)
     if fn is None:
-        fn = _load_callable(ref, workspace)
+        fn = _load_callable(ref)
         if len(_LOADED) >= _LOADED_LIMIT:
             _LOADED.clear()
-        _LOADED[key] = fn
+        _LOADED[ref] = fn
     return fn
 
 
-def _load_callable(ref: str, workspace: Path | None) -> Callable[..., Any]:
+def _load_callable(ref: str) -> Callable[..., Any]:
     module_name, _, attr_path = ref.partition(":")
-    with _on_sys_path(workspace):
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except ImportError as exc:
-            msg = (
-                f"callable {ref!r}: cannot import module {module_name!r} ({exc}); "
-                "install it or put it in the workspace"
-            )
-            raise PermanentError(msg, reason=Reason.NOT_FOUND) from None
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        msg = (
+            f"callable {ref!r}: cannot import module {module_name!r} ({exc}); "
+            "install it where the worker imports from (its PYTHONPATH)"
+        )
+        raise PermanentError(msg, reason=Reason.NOT_FOUND) from None
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
@@ -104,19 +102,6 @@ def _load_callable(ref: str, workspace: Path | None) -> Callable[..., Any]:
         msg = f"callable {ref!r} names a {type(obj).__name__}, which cannot be called"
         raise PermanentError(msg, reason=Reason.NOT_FOUND)
     return obj  # type: ignore[no-any-return]
-
-
-@contextmanager
-def _on_sys_path(directory: Path | None) -> Iterator[None]:
-    entry = str(directory) if directory is not None else None
-    added = entry is not None and entry not in sys.path
-    if added and entry is not None:
-        sys.path.insert(0, entry)
-    try:
-        yield
-    finally:
-        if added and entry is not None and entry in sys.path:
-            sys.path.remove(entry)
 
 
 def require_valid(problems: list[str], where: str) -> None:

@@ -84,7 +84,7 @@ def run_python_agent(
     """
     verdicts = VerdictSchema(schema) if schema is not None else None
     timeout = resolve_timeout(spec, ctx.timeout_seconds, DEFAULT_MODEL_TIMEOUT_SECONDS)
-    fn = load_callable(spec["callable"], ctx.workspace)
+    fn = load_callable(spec["callable"])
     brief_copy = json.loads(json.dumps(brief))
     started = time.monotonic()
     try:

@@ -16,6 +16,7 @@ reason code, and the reducer routes it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -41,9 +42,27 @@ class Cost:
         }
 
 
+#: Variables of the worker a step's process gets, when the worker has them.
+STEP_BASE_VARS = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+def step_base_env() -> dict[str, str]:
+    """The worker's PATH, LANG, LC_ALL and TZ (those it has): all a step gets unasked.
+    HOME and TMPDIR are added per process (``_process.run_process``)."""
+    env = {name: os.environ[name] for name in STEP_BASE_VARS if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    return env
+
+
 @dataclass(frozen=True)
 class ExecContext:
-    """Everything an executor may know about the command it performs."""
+    """Everything an executor may know about the command it performs.
+
+    ``env`` holds only what the step declared (its ``env:`` values and the values of its
+    ``secrets:``), never the worker's own environment; ``deliveries`` counts how often the
+    command was handed to a worker (more than 1: an earlier delivery may have started the
+    work under the same idempotency key).
+    """
 
     task_id: str
     step: str
@@ -52,10 +71,18 @@ class ExecContext:
     workspace: Path
     timeout_seconds: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    deliveries: int = 1
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether an earlier delivery of this command may have started it."""
+        return self.deliveries > 1
 
     def base_env(self) -> dict[str, str]:
-        """The STATEWRIGHT_* variables every command step receives."""
-        out = dict(self.env)
+        """A command step's whole environment: the minimal base (``step_base_env``), the
+        step's declared variables, and the STATEWRIGHT_* step variables."""
+        out = step_base_env()
+        out.update(self.env)
         out.update(
             {
                 "STATEWRIGHT_TASK_ID": self.task_id,
@@ -63,8 +90,11 @@ class ExecContext:
                 "STATEWRIGHT_ATTEMPT": str(self.attempt),
                 "STATEWRIGHT_IDEMPOTENCY_KEY": self.idempotency_key,
                 "STATEWRIGHT_WORKSPACE": str(self.workspace),
+                "STATEWRIGHT_DELIVERIES": str(self.deliveries),
             }
         )
+        if self.redelivered:
+            out["STATEWRIGHT_REDELIVERED"] = "1"
         return out
 
 

@@ -124,7 +124,7 @@ def _http_check(spec: Mapping[str, Any], timeout: float) -> CheckResult:
 
 
 def _callable_check(ref: str, ctx: ExecContext) -> CheckResult:
-    fn = load_callable(ref, ctx.workspace)
+    fn = load_callable(ref)
     try:
         returned = fn(ctx)
     except Exception:

@@ -75,7 +75,7 @@ def run_code(spec: Mapping[str, Any], ctx: ExecContext) -> CodeResult:
 
 
 def _run_callable(ref: str, ctx: ExecContext) -> CodeResult:
-    fn = load_callable(ref, ctx.workspace)
+    fn = load_callable(ref)
     started = time.monotonic()
     try:
         returned = fn(ctx)

@@ -34,6 +34,7 @@ from statewright.machine.events import (
 )
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition, verdict_error
+from statewright.runtime import workspaces
 from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, NewCommand, open_store
@@ -160,6 +161,7 @@ class Engine:
             err = verdict_error(wf.input_schema, data)
             if err is not None:
                 raise InputError(f"input does not match {wf.name}'s input_schema: {err}")
+        data = workspaces.pin_base(data)  # the protected paths' baseline, fixed now
         if key is not None:
             existing = self.store.task_by_key(key)
             if existing is not None:

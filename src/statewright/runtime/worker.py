@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright._crash import crash_point
 from statewright._errors import (
@@ -45,6 +45,9 @@ from statewright.runtime.engine import Applied, Engine, Report
 from statewright.runtime.users import approval_problem
 from statewright.runtime.workspaces import AttemptSpace
 from statewright.store.base import Claim
+
+if TYPE_CHECKING:
+    from statewright.executors._isolation import Redactor
 
 log = logging.getLogger("statewright.worker")
 
@@ -106,7 +109,16 @@ class Worker:
         # Engine.apply and is read again).
         self._chained: dict[str, TaskState] = {}
         self._workspaces: dict[tuple[object, ...], tuple[Path, float]] = {}  # path, next check
-        self._env = workspaces.child_env()
+        # What the worker holds: its environment, and the store's URL as it was given (the
+        # password of a --db URL is in no environment variable). Imported here: the
+        # executors (and jsonschema) are not loaded by ``import statewright``.
+        from statewright.executors._isolation import LOG_FILTER, Redactor, secrets_in
+
+        held = secrets_in(os.environ, [self.store.url, str(getattr(self.store, "_conninfo", ""))])
+        self._redactor = Redactor(held)
+        LOG_FILTER.know(held)
+        log.addFilter(LOG_FILTER)  # known secrets never reach a log line (added once)
+        self._step_redactors: dict[tuple[str, ...], Redactor] = {}
         self._failure: StatewrightError | None = None
         self._failure_cause: BaseException | None = None
         # The pipeline between the executors and the committer, guarded by _cv.
@@ -398,23 +410,27 @@ class Worker:
         if event is None:
             return None
         crash_point("after_effect")
-        return self._reduce(claim, state, event)
+        return self._reduce(claim, state, step, event)
 
-    def _reduce(self, claim: Claim, state: TaskState, event: Event) -> Report:
-        """The screened outcome, reduced; an outcome the reducer or the encoder cannot take
-        becomes the attempt's ``handling_error`` failure."""
+    def _reduce(self, claim: Claim, state: TaskState, step: Step, event: Event) -> Report:
+        """The screened and redacted outcome, reduced; an outcome the reducer or the encoder
+        cannot take becomes the attempt's ``handling_error`` failure. Screening comes first:
+        it bounds the depth and size of what the redactor then walks."""
         from statewright.runtime import screen
 
+        redactor = self._redactor_for(step)
         complete = (claim.command_id, claim.token)
+        event = redactor.record(screen.screen(event))  # before it is stored anywhere
         try:
-            return self.engine.reduce(Report(claim.task_id, screen.screen(event), state, complete))
+            return self.engine.reduce(Report(claim.task_id, event, state, complete))
         except StoreError:
             raise
         except Exception as exc:
-            failed = screen.failed_instead(event, f"reducing the outcome failed ({screen.describe(exc)})")
+            why = redactor.text(screen.describe(exc))
+            failed = screen.failed_instead(event, f"reducing the outcome failed ({why})")
             if failed is None:
                 raise
-            log.warning("task %s: command %s: %s", claim.task_id, claim.command_id, screen.describe(exc))
+            log.warning("task %s: command %s: %s", claim.task_id, claim.command_id, why)
             return self.engine.reduce(Report(claim.task_id, failed, state, complete))
 
     def _handling_failed(self, claim: Claim, exc: Exception) -> Report | None:
@@ -538,6 +554,7 @@ class Worker:
         return applied
 
     def _context(self, claim: Claim, state: TaskState, step: Step, space: AttemptSpace | None = None) -> Any:
+        from statewright.executors._isolation import step_env
         from statewright.executors.base import ExecContext
 
         if space is not None:
@@ -553,8 +570,31 @@ class Worker:
         return ExecContext(
             task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
-            workspace=resolved, timeout_seconds=step.timeout_seconds, env=self._env,
+            workspace=resolved, timeout_seconds=step.timeout_seconds,
+            env=step_env(step.env, step.secrets, os.environ, step=step.id),
+            deliveries=claim.deliveries,
         )
+
+    def _redactor_for(self, step: Step) -> Redactor:
+        """The worker's redactor, knowing also this step's declared secrets and API key."""
+        from statewright.executors._isolation import LOG_FILTER
+
+        names = list(step.secrets)
+        key_env = (step.agent or {}).get("api_key_env")
+        if isinstance(key_env, str):
+            names.append(key_env)
+        if not names:
+            return self._redactor
+        cache_key = tuple(names)
+        found = self._step_redactors.get(cache_key)
+        if found is None:
+            values = [os.environ[n] for n in names if n in os.environ]
+            found = self._redactor.with_secrets(values)
+            LOG_FILTER.know(values)
+            if len(self._step_redactors) >= _WORKSPACE_CACHE_SIZE:
+                self._step_redactors.clear()
+            self._step_redactors[cache_key] = found
+        return found
 
     def _workspace(self, key: tuple[object, ...], path: Path, *, resolve: bool = True) -> Path:
         """The task's workspace directory, made if missing. A resolved path is remembered and
@@ -649,7 +689,7 @@ class Worker:
 
             self.store.release(
                 claim.command_id, claim.token, self.clock.now_ms() + int(delay * 1000),
-                failed=True, error=describe(exc),
+                failed=True, error=self._redactor_for(step).text(describe(exc)),
             )
             return None
         if retryable:

@@ -1,8 +1,10 @@
 """Where a command runs, and the protected paths its checks rely on.
 
 A task whose input names a ``repo`` (a git repository) works on per-attempt workspaces:
-each ai attempt gets its own detached git worktree at the base commit (``base_ref`` in the
-input, default ``HEAD``, pinned to a commit id when the attempt starts). After the agent,
+each ai attempt gets its own detached git worktree at the base commit. The base is pinned
+when the task is submitted: the commit ``base_ref`` (default ``HEAD``) names then is recorded
+in the task's input as ``base_commit`` and every attempt and check uses that commit, never a
+ref read later (an agent can move a branch from its worktree). After the agent,
 any change under the step's ``protected`` paths fails the attempt with reason
 ``protected_path_modified``. Code steps and wait checks run in the worktree of the latest
 passed ai attempt, with protected paths restored from that attempt's base first, so a
@@ -13,21 +15,14 @@ each task gets a directory of its own under the engine's workspace root."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from statewright._errors import InputError, PermanentError
 from statewright.definition.model import Step, StepKind
 from statewright.machine.state import Outcome, TaskState
-
-#: Variables a child process never inherits from the worker.
-_PRIVATE_ENV = ("STATEWRIGHT_CRASH_AT", "STATEWRIGHT_LOOP_CRASH_AT", "STATEWRIGHT_TOKEN")
-
-
-def child_env() -> dict[str, str]:
-    """The worker's environment for commands (PATH, HOME, credentials the operator set)."""
-    return {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
 
 
 @dataclass(frozen=True)
@@ -43,6 +38,25 @@ def repo_of(state: TaskState) -> Path | None:
     return Path(str(repo)).resolve() if repo else None
 
 
+def pin_base(data: dict[str, Any]) -> dict[str, Any]:
+    """The task input with ``base_commit`` recorded, when it names a git ``repo``.
+
+    Raises InputError when ``base_ref`` names no commit in the repository. A ``repo`` that
+    is not (yet) a git repository is left as it is (it is copied per attempt instead).
+    """
+    from statewright.executors.workspace import base_commit_of
+
+    repo = data.get("repo")
+    if not repo or not isinstance(repo, str):
+        return data
+    ref = str(data.get("base_ref") or data.get("base_commit") or "HEAD")
+    try:
+        commit = base_commit_of(Path(repo), ref)
+    except PermanentError as exc:
+        raise InputError(f"input 'repo': {exc}") from None
+    return data if commit is None else {**data, "base_commit": commit}
+
+
 def for_ai_attempt(root: Path, state: TaskState, step: Step, attempt: int) -> AttemptSpace | None:
     """A fresh worktree for this attempt, or None when the task has no ``repo``."""
     from statewright.executors.workspace import (
@@ -54,7 +68,8 @@ def for_ai_attempt(root: Path, state: TaskState, step: Step, attempt: int) -> At
     repo = repo_of(state)
     if repo is None:
         return None
-    base = resolve_commit(repo, str(state.input.get("base_ref") or "HEAD"))
+    pinned = state.input.get("base_commit")
+    base = resolve_commit(repo, str(pinned or state.input.get("base_ref") or "HEAD"))
     dest = (root / state.task_id / f"{step.id}-{attempt}").resolve()
     if dest.exists():  # a redelivered attempt starts clean
         remove_workspace(repo, dest)
