@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from statewright.runtime.engine import Engine
-from statewright.runtime.users import Users
 from statewright.store import open_store
 from store.backends import fresh_pg_schema, skip_unreachable_postgres
 
@@ -55,7 +54,6 @@ def open_engine(store_url: str, tmp_path: Path) -> Iterator[Callable[..., Engine
     engines: list[Engine] = []
 
     def make(**kwargs: Any) -> Engine:
-        kwargs.setdefault("users", Users(tmp_path / "users.json"))
         kwargs.setdefault("workspace_root", tmp_path / "ws-root")
         engine = Engine(open_store(store_url), **kwargs)
         engines.append(engine)
