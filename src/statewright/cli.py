@@ -65,22 +65,21 @@ def _engine(db: str, *, create: bool = False) -> Any:
 
 
 def _parse_input(raw: str | None) -> dict[str, Any]:
+    """``--input``: a JSON object inline or ``@file.json``, within the bounds of
+    ``statewright._json_limits`` (size, depth, integers, finite numbers, valid Unicode)."""
+    from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
+
     if raw is None:
         return {}
-    text = raw
-    if raw.startswith("@"):
-        path = Path(raw[1:])
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"--input {raw}: cannot read the file ({exc.strerror})") from None
+    if not raw.startswith("@"):
+        return loads_json_object(raw, "--input")
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--input is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(value, dict):
-        raise InputError(f"--input must be a JSON object, got {type(value).__name__}")
-    return value
+        with Path(raw[1:]).open("rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise InputError(f"--input {raw}: cannot read the file ({reason})") from None
+    return loads_json_object(data, f"--input {raw}")
 
 
 @click.group()
@@ -92,8 +91,10 @@ def cli() -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
-    """Check workflow files; print OK per file or the errors."""
+    """Check workflow files; print OK per file or the errors. A callable or command that
+    cannot be found here is a warning (exit 0 unless a file has errors)."""
     from statewright.definition import load_workflow
+    from statewright.executors._reachable import unreachable_references
 
     bad = 0
     for f in files:
@@ -105,6 +106,8 @@ def validate(files: tuple[str, ...]) -> None:
                 click.echo(f"{f}: {p}")
             continue
         click.echo(f"{f}: OK  {wf.describe()}")
+        for warning in unreachable_references(wf, Path(f).parent):
+            click.echo(f"{f}: warning: {warning}")
     sys.exit(1 if bad else 0)
 
 

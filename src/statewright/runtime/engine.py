@@ -17,6 +17,7 @@ from statewright._errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
+from statewright._json_limits import check_json_value
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
@@ -154,6 +155,9 @@ class Engine:
         """Start a task; with ``key``, submitting again returns the same task id."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         data = dict(input or {})
+        problem = check_json_value(data)  # depth, size, numbers, Unicode: before the schema
+        if problem is not None:
+            raise InputError(f"input refused: {problem}")
         if wf.input_schema is not None:
             err = verdict_error(wf.input_schema, data)
             if err is not None:
