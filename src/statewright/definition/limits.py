@@ -29,6 +29,8 @@ MAX_DEFINITION_DEPTH = MAX_JSON_DEPTH
 """Mappings and lists nested inside one another, the top mapping counted."""
 MAX_DEFINITION_STRING_CHARS = 100_000
 """Characters in one string of a definition (instructions included)."""
+MAX_SCHEMA_REF_CHAIN = 32
+"""``$ref``/``allOf``/``not``... applied in place, one inside the next, in a JSON Schema."""
 MAX_STEPS = 200
 """Steps in one workflow."""
 MAX_DURATION_SECONDS = 366 * 86_400
@@ -83,6 +85,7 @@ __all__ = [
     "MAX_JSON_INT",
     "MAX_MONEY_USD",
     "MAX_RETRY_MULTIPLIER",
+    "MAX_SCHEMA_REF_CHAIN",
     "MAX_STEPS",
     "MAX_VERSION",
     "MAX_YAML_EXPANDED_CHARS",

@@ -25,6 +25,7 @@ from statewright.definition.limits import (
     MAX_DEFINITION_BYTES,
     MAX_DEFINITION_DEPTH,
     MAX_RETRY_MULTIPLIER,
+    MAX_SCHEMA_REF_CHAIN,
     MAX_STEPS,
     MAX_VERSION,
     MAX_YAML_NODES,
@@ -278,9 +279,16 @@ def _check_schema(schema: object, where: str, problems: _Problems) -> Mapping[st
     except SchemaError as exc:
         problems.add(where, f"not a valid JSON Schema: {exc.message}")
         return None
-    for ref in _unresolved_refs(cls(plain)):
+    validator = cls(plain)
+    unresolved = _unresolved_refs(validator)
+    for ref in unresolved:
         problems.add(where, f"$ref {ref!r} does not resolve within the schema; point it at a "
                      "definition in the same schema (e.g. '#/$defs/NAME')")
+    cycle = None if unresolved else _ref_cycle(validator)
+    if cycle is not None:
+        problems.add(where, f"$ref {cycle!r} leads back to itself, or through more than "
+                     f"{MAX_SCHEMA_REF_CHAIN} references, without descending into the data; "
+                     "validation would never end or exhaust the stack")
     if plain.get("type") == "object" and "additionalProperties" not in plain:
         plain["additionalProperties"] = False  # unknown fields fail closed
     return dict(plain)
@@ -307,6 +315,91 @@ def _unresolved_refs(validator: Any) -> list[str]:
         elif isinstance(node, list):
             stack.extend(node)
     return bad
+
+
+# Keywords whose subschemas apply to the same instance: a cycle through only these never ends.
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE_ONE = ("not", "if", "then", "else")
+
+
+def _ref_cycle(validator: Any) -> str | None:
+    """The ``$ref`` of a reference cycle (or a chain longer than ``MAX_SCHEMA_REF_CHAIN``)
+    that never descends into the instance, or None. An iterative depth-first walk over
+    in-place edges (``$ref``, ``allOf``, ``not``, ...), remembering each finished node's
+    longest in-place chain."""
+    root = validator._resolver
+    height: dict[int, int] = {}  # finished nodes: the longest in-place chain from each
+    candidates: list[Any] = [validator.schema]
+    while candidates:  # every subschema may start a chain
+        start = candidates.pop()
+        if isinstance(start, list):
+            candidates.extend(start)
+            continue
+        if not isinstance(start, Mapping):
+            continue
+        candidates.extend(start.values())
+        if id(start) not in height:
+            found = _walk_in_place(start, root, height)
+            if found is not None:
+                return found
+    return None
+
+
+class _Frame:
+    __slots__ = ("best", "children", "node", "via")
+
+    def __init__(self, node: Mapping[str, Any], children: list[tuple[Any, Any, str]], via: str) -> None:
+        self.node, self.children, self.via, self.best = node, children, via, 0
+
+
+def _in_place_children(node: Mapping[str, Any], resolver: Any) -> list[tuple[Any, Any, str]]:
+    from referencing.exceptions import Unresolvable
+
+    children: list[tuple[Any, Any, str]] = []
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        try:
+            target = resolver.lookup(ref)
+        except Unresolvable:
+            pass
+        else:
+            children.append((target.contents, target.resolver, ref))
+    for key in _IN_PLACE_LISTS:
+        items = node.get(key)
+        if isinstance(items, list):
+            children.extend((sub, resolver, "") for sub in items)
+    children.extend((node[key], resolver, "") for key in _IN_PLACE_ONE if key in node)
+    return children
+
+
+def _walk_in_place(start: Mapping[str, Any], resolver: Any, height: dict[int, int]) -> str | None:
+    path = [_Frame(start, _in_place_children(start, resolver), "#")]
+    on_path = {id(start)}
+    while path:
+        frame = path[-1]
+        if not frame.children:
+            path.pop()
+            on_path.discard(id(frame.node))
+            height[id(frame.node)] = frame.best + 1
+            if path:
+                path[-1].best = max(path[-1].best, frame.best + 1)
+            continue
+        child, child_resolver, via = frame.children.pop()
+        if not isinstance(child, Mapping):
+            continue
+        via = via or frame.via
+        if id(child) in on_path:
+            return via
+        if id(child) in height:
+            frame.best = max(frame.best, height[id(child)])
+            if len(path) + height[id(child)] > MAX_SCHEMA_REF_CHAIN:
+                return via
+            continue
+        if len(path) >= MAX_SCHEMA_REF_CHAIN:
+            return via
+        on_path.add(id(child))
+        path.append(_Frame(child, _in_place_children(child, child_resolver), via))
+    return None
 
 
 def _parse_route(value: object, where: str, success: bool, problems: _Problems) -> Route:
@@ -446,6 +539,9 @@ def _parse_step(
     timeout = None
     if "timeout" in raw:
         timeout = _duration(raw["timeout"], f"{where} timeout", problems)
+        if timeout == 0:
+            problems.add(f"{where} timeout", "a timeout must be greater than zero (every attempt would time out)")
+            timeout = None
     every = 0.0
     max_checks = 0
     if kind is StepKind.WAIT:

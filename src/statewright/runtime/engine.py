@@ -159,7 +159,10 @@ class Engine:
         if problem is not None:
             raise InputError(f"input refused: {problem}")
         if wf.input_schema is not None:
-            err = verdict_error(wf.input_schema, data)
+            try:
+                err = verdict_error(wf.input_schema, data)
+            except RecursionError:  # the loader refuses schemas that recurse in place
+                err = "the schema recurses too deeply for this input"
             if err is not None:
                 raise InputError(f"input does not match {wf.name}'s input_schema: {err}")
         if key is not None:
