@@ -81,8 +81,11 @@ def _scalar_problem(value: object, limits: JsonLimits) -> str | None:
         return None
     if isinstance(value, int):
         if abs(value) > limits.max_int_abs:
-            digits = int(value.bit_length() * math.log10(2)) + 1  # str() refuses past 4300 digits
-            return (f"an integer of about {digits:,} digits; integers must lie within "
+            if value.bit_length() <= 10_000:  # str() refuses past 4300 digits
+                digits = f"{len(str(abs(value))):,}"
+            else:
+                digits = f"about {int(value.bit_length() * math.log10(2)) + 1:,}"
+            return (f"an integer of {digits} digits; integers must lie within "
                     f"+-{limits.max_int_abs} (use a string for bigger numbers)")
         return None
     if isinstance(value, float):

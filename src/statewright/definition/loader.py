@@ -8,12 +8,14 @@ line and no more checks."""
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from statewright._canonical import sha256_hex
+from statewright._canonical import canonical_json, sha256_hex
 from statewright._errors import DefinitionError
 from statewright._json_limits import iter_json_problems, json_path
 from statewright.definition._yaml import load_yaml, yaml_problem
@@ -269,29 +271,42 @@ def _check_schema(schema: object, where: str, problems: _Problems) -> Mapping[st
     if not isinstance(schema, Mapping):
         problems.add(where, f"must be a JSON Schema mapping, got {_kind_name(schema)}")
         return None
+    plain = dict(schema)
+    found = _schema_problems(canonical_json(plain))
+    for problem in found:
+        problems.add(where, problem)
+    if found:
+        return None
+    if plain.get("type") == "object" and "additionalProperties" not in plain:
+        plain["additionalProperties"] = False  # unknown fields fail closed
+    return plain
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_problems(canonical: str) -> tuple[str, ...]:
+    """What is wrong with a JSON Schema (given as canonical JSON: the same schema in many
+    files or steps is checked once): not a valid schema, a ``$ref`` that does not resolve,
+    or references that never descend into the data."""
     from jsonschema import SchemaError
     from jsonschema.validators import validator_for
 
-    plain = dict(schema)
-    cls = validator_for(plain)
+    schema = json.loads(canonical)
+    cls = validator_for(schema)
     try:
-        cls.check_schema(plain)
+        cls.check_schema(schema)
     except SchemaError as exc:
-        problems.add(where, f"not a valid JSON Schema: {exc.message}")
-        return None
-    validator = cls(plain)
+        return (f"not a valid JSON Schema: {exc.message}",)
+    validator = cls(schema)
     unresolved = _unresolved_refs(validator)
-    for ref in unresolved:
-        problems.add(where, f"$ref {ref!r} does not resolve within the schema; point it at a "
-                     "definition in the same schema (e.g. '#/$defs/NAME')")
-    cycle = None if unresolved else _ref_cycle(validator)
+    if unresolved:
+        return tuple(f"$ref {ref!r} does not resolve within the schema; point it at a definition "
+                     "in the same schema (e.g. '#/$defs/NAME')" for ref in unresolved)
+    cycle = _ref_cycle(validator)
     if cycle is not None:
-        problems.add(where, f"$ref {cycle!r} leads back to itself, or through more than "
-                     f"{MAX_SCHEMA_REF_CHAIN} references, without descending into the data; "
-                     "validation would never end or exhaust the stack")
-    if plain.get("type") == "object" and "additionalProperties" not in plain:
-        plain["additionalProperties"] = False  # unknown fields fail closed
-    return dict(plain)
+        return (f"$ref {cycle!r} leads back to itself, or through more than {MAX_SCHEMA_REF_CHAIN} "
+                "references, without descending into the data; validation would never end or "
+                "exhaust the stack",)
+    return ()
 
 
 def _unresolved_refs(validator: Any) -> list[str]:
@@ -516,7 +531,7 @@ def _parse_step(
         problems.add(where, f"'owner' must be a team or person of {OWNER_RULE}; got {_short(owner)}")
         owner = ""
     for req in _REQUIRED_KIND_FIELDS[kind]:
-        if req not in raw:
+        if raw.get(req) is None:  # 'run:' with nothing after it is null, not a spec
             problems.add(where, f"a {kind.value} step needs '{req}'")
     for key in ("description", "instructions"):
         if key in raw and not isinstance(raw[key], str):

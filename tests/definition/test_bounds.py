@@ -1,0 +1,163 @@
+"""Through the Python loader: every reported crash of a malformed definition is now one
+DefinitionError line naming the file and the bound, raised fast (the alias bomb well
+under a second), and the cases that used to crash but are valid now load."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from malformed_cases import BAD_LOOPS, BAD_WORKFLOW_BYTES, BAD_WORKFLOWS, GOOD_WORKFLOWS, HANG_SECONDS
+from statewright import DefinitionError, load_workflow, workflow_from_dict, workflow_from_yaml
+from statewright._json_limits import check_json_value
+from statewright.definition.durations import parse_duration_seconds
+from statewright.definition.limits import MAX_DURATION_SECONDS
+from statewright.definition.model import RetryPolicy
+from statewright.loop.definition import load_loop, parse_loop
+from statewright.loop.errors import LoopDefinitionError
+
+
+def _refused(fn: Callable[..., object], *args: object) -> tuple[list[str], float]:
+    """The problems of the DefinitionError ``fn(*args)`` raises, and how long it took."""
+    start = time.monotonic()
+    with pytest.raises(DefinitionError) as info:
+        fn(*args)
+    return info.value.problems, time.monotonic() - start
+
+
+@pytest.mark.parametrize("case", sorted(BAD_WORKFLOWS))
+def test_a_malformed_workflow_is_one_problem_raised_fast(case: str, tmp_path: Path) -> None:
+    """From a file: one problem line with the expected words, in well under the hang bound."""
+    text, phrase = BAD_WORKFLOWS[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+
+    problems, seconds = _refused(load_workflow, path)
+
+    assert len(problems) == 1, problems
+    assert phrase in problems[0]
+    assert seconds < HANG_SECONDS
+    with pytest.raises(DefinitionError, match=f"^{path}: "):
+        load_workflow(path)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_WORKFLOW_BYTES))
+def test_a_file_that_is_not_utf8_or_too_big_is_refused_unread(case: str, tmp_path: Path) -> None:
+    """Bytes that are not UTF-8, or more than the size bound: one line, no YAML parsed."""
+    data, phrase = BAD_WORKFLOW_BYTES[case]
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(data)
+
+    problems, _ = _refused(load_workflow, path)
+
+    assert problems == [problems[0]] and phrase in problems[0]
+
+
+def test_the_alias_bomb_is_refused_in_well_under_a_second() -> None:
+    """The 9^9 alias bomb that hung validate for 30 s is counted and refused while composing."""
+    text, _ = BAD_WORKFLOWS["YAML alias bomb (9^9 expansions)"]
+    _, seconds = _refused(workflow_from_yaml, text)
+    assert seconds < 1.0
+
+
+@pytest.mark.parametrize("case", sorted(GOOD_WORKFLOWS))
+def test_what_used_to_crash_and_is_valid_loads(case: str) -> None:
+    """``outcome: true`` with outcomes loads with the outcome names pinned; aliases still work."""
+    wf = workflow_from_yaml(GOOD_WORKFLOWS[case])
+    for step in wf.steps:
+        if step.outcomes:
+            assert step.output_schema is not None
+            assert step.output_schema["properties"]["outcome"] == {"enum": ["done"]}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LOOPS))
+def test_a_malformed_loop_file_is_refused_the_same_way(case: str, tmp_path: Path) -> None:
+    """Loop files go through the same bounded loader and the same limits."""
+    text, phrase = BAD_LOOPS[case]
+    path = tmp_path / "loop.yaml"
+    path.write_text(text, encoding="utf-8")
+    start = time.monotonic()
+    with pytest.raises(LoopDefinitionError) as info:
+        load_loop(path)
+    assert time.monotonic() - start < HANG_SECONDS
+    assert any(phrase in p for p in info.value.problems), info.value.problems
+
+
+def test_a_python_dict_that_contains_itself_is_refused() -> None:
+    """The builder's path: a mapping that contains itself is a depth problem, not a RecursionError."""
+    data: dict[str, object] = {"workflow": "w", "steps": []}
+    data["description"] = data
+    problems, _ = _refused(workflow_from_dict, data)
+    [problem] = problems
+    assert problem.startswith("at description.description.")
+    assert problem.endswith(": nested deeper than 64 levels (or a mapping that contains itself)")
+    loop: dict[str, object] = {"loop": "x"}
+    loop["source"] = loop
+    with pytest.raises(LoopDefinitionError, match="nested deeper than 64 levels"):
+        parse_loop(loop)
+
+
+def test_a_shared_python_value_is_counted_as_often_as_it_appears() -> None:
+    """A dict aliased 10 times per level, 6 levels deep, is a million values: refused by count."""
+    value: object = "x"
+    for _ in range(6):
+        value = [value] * 10
+    problems, seconds = _refused(workflow_from_dict, {"workflow": "w", "description": value, "steps": []})
+    assert problems == ["more than 100,000 values in all; the most is 100,000"]
+    assert seconds < HANG_SECONDS
+
+
+@pytest.mark.parametrize("name", ["w\n", "w ", "\nw", "w\r", "w\t", "w\x00", "wé", "", "w:x", "-w"])
+def test_names_are_matched_whole(name: str) -> None:
+    """A trailing newline (which ``$`` lets through) or any other odd character is refused
+    in workflow names, step ids, owners, roles and outcome names alike."""
+    step = {"id": "a", "kind": "human", "owner": "o", "approvers": {"role": "r"}}
+    for where, data in {
+        "workflow": {"workflow": name, "steps": [step]},
+        "id": {"workflow": "w", "steps": [{**step, "id": name}]},
+        "owner": {"workflow": "w", "steps": [{**step, "owner": name or "\n"}]},
+        "role": {"workflow": "w", "steps": [{**step, "approvers": {"role": name}}]},
+    }.items():
+        with pytest.raises(DefinitionError):
+            workflow_from_dict(data)
+        assert where
+
+
+def test_durations_are_finite_and_at_most_366_days() -> None:
+    """Every duration form is bounded: numbers, unit strings, huge integers and NaN."""
+    assert parse_duration_seconds("366d") == MAX_DURATION_SECONDS
+    for bad in ("367d", "8785h", 10**400, float("inf"), float("nan"), "9" * 400 + "s", -1, True):
+        with pytest.raises(ValueError, match="duration"):
+            parse_duration_seconds(bad)
+
+
+def test_backoff_never_overflows() -> None:
+    """The largest retry policy the loader allows computes its backoff without OverflowError."""
+    policy = RetryPolicy(max_attempts=1000, initial_backoff_seconds=1.0, max_backoff_seconds=60.0, multiplier=10.0)
+    assert policy.backoff_seconds(999, 0.0) == 30.0
+    assert math.isfinite(policy.backoff_seconds(1000, 0.99))
+
+
+@pytest.mark.parametrize(("value", "phrase"), [
+    ({"a": float("nan")}, "at a: nan is not a finite number"),
+    ({"a": ["x", "\ud800"]}, "at a[1]: a lone surrogate \\ud800"),
+    ({"\udfff": 1}, "at $: a key holds a lone surrogate"),
+    ({"a": 2**63}, "at a: an integer of 19 digits"),
+    ({"a": {1, 2}}, "at a: a set, which is not a JSON value"),
+    ({1: "a"}, "at $: a key of type int"),
+])
+def test_check_json_value_names_the_place_and_the_problem(value: object, phrase: str) -> None:
+    """The shared checker (``statewright._json_limits``) says where and what, iteratively."""
+    problem = check_json_value(value)
+    assert problem is not None and phrase in problem
+
+
+def test_check_json_value_passes_plain_json() -> None:
+    nested: object = 1
+    for _ in range(60):
+        nested = [nested]
+    assert check_json_value({"a": [1, 2.5, "x", None, True, {"b": nested}]} | {"n": -(2**63 - 1)}) is None
