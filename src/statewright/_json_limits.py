@@ -1,10 +1,11 @@
 """Bounds on JSON-shaped data: what statewright accepts from a file, a flag or a step.
 
-Three entry points, stdlib only, so any layer may use them:
+Entry points, stdlib only, so any layer may use them:
 
     check_json_value(value, limits) -> problem | None    # data already in memory
     iter_json_problems(value, limits) -> every problem   # for a report of them all
-    loads_json_object(data, what) -> dict                # text or bytes from outside
+    loads_json(data, what) -> value                      # text or bytes from outside
+    loads_json_object(data, what) -> dict                # the same, and an object
 
 A value passes when it is plain JSON (dict with str keys, list, str, int, float, bool,
 None), nested at most ``max_depth`` deep, at most ``max_nodes`` values in all, its
@@ -161,10 +162,10 @@ def _parse_constant(text: str) -> float:
     raise _Refused(f"{text}, which is not JSON (JSON has no NaN or Infinity)")
 
 
-def loads_json_object(data: str | bytes, what: str, limits: JsonLimits = DEFAULT_LIMITS,
-                      max_bytes: int = MAX_INPUT_BYTES) -> dict[str, Any]:
-    """Parse a JSON object from outside (a flag, a file), or raise InputError with one line
-    that starts with ``what`` and says what is wrong and what to do."""
+def loads_json(data: str | bytes, what: str, limits: JsonLimits = DEFAULT_LIMITS,
+               max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """Parse JSON from outside (a flag, a file, a program's output) within ``limits``, or
+    raise InputError with one line that starts with ``what`` and says what is wrong."""
     size = len(data)
     if size > max_bytes:
         raise InputError(f"{what} is {size:,} bytes; the most is {max_bytes:,}")
@@ -188,9 +189,16 @@ def loads_json_object(data: str | bytes, what: str, limits: JsonLimits = DEFAULT
         raise InputError(f"{what} is nested deeper than {limits.max_depth} levels") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(value, dict):
-        raise InputError(f"{what} must be a JSON object, got {type(value).__name__}")
     problem = check_json_value(value, limits)
     if problem is not None:
         raise InputError(f"{what}: {problem}")
+    return value
+
+
+def loads_json_object(data: str | bytes, what: str, limits: JsonLimits = DEFAULT_LIMITS,
+                      max_bytes: int = MAX_INPUT_BYTES) -> dict[str, Any]:
+    """``loads_json`` for a value that must be a JSON object (a task's input)."""
+    value = loads_json(data, what, limits, max_bytes)
+    if not isinstance(value, dict):
+        raise InputError(f"{what} must be a JSON object, got {type(value).__name__}")
     return value

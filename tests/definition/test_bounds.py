@@ -157,7 +157,25 @@ def test_check_json_value_names_the_place_and_the_problem(value: object, phrase:
 
 
 def test_check_json_value_passes_plain_json() -> None:
+    """Plain JSON at the depth bound, with the largest integer, passes."""
     nested: object = 1
     for _ in range(60):
         nested = [nested]
     assert check_json_value({"a": [1, 2.5, "x", None, True, {"b": nested}]} | {"n": -(2**63 - 1)}) is None
+
+
+def test_the_readme_states_the_bounds_the_code_enforces() -> None:
+    """Each named bound appears, with its value, in the README's Limits section."""
+    from statewright._json_limits import MAX_INPUT_BYTES, MAX_JSON_INT
+    from statewright.definition import limits
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("### Limits"):readme.index("## Command line")]
+    assert f"{limits.MAX_DEFINITION_BYTES // 1024} KiB" in section
+    assert f"{MAX_INPUT_BYTES // 1_048_576} MiB" in section
+    for value in (limits.MAX_YAML_NODES, limits.MAX_YAML_EXPANDED_CHARS, limits.MAX_DEFINITION_STRING_CHARS,
+                  limits.MAX_VERSION, limits.MAX_ATTEMPTS, limits.MAX_CHECKS, MAX_JSON_INT):
+        assert f"{value:,}" in section
+    for value in (limits.MAX_DEFINITION_DEPTH, limits.MAX_STEPS, limits.MAX_SCHEMA_REF_CHAIN,
+                  limits.MAX_DURATION_SECONDS // 86_400, int(limits.MAX_RETRY_MULTIPLIER)):
+        assert f" {value} " in section or f" {value}:" in section or f"{value} levels" in section
