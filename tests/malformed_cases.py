@@ -140,6 +140,15 @@ BAD_WORKFLOWS: dict[str, tuple[str, str]] = {
         _step(', output_schema: {type: object, properties: {outcome: {type: string}}}, outcomes: {"done\\n": pass}'),
         "outcome name 'done\\n' must be a name",
     ),
+    "callable with a trailing newline": (
+        'workflow: w\nsteps:\n  - {id: a, kind: code, owner: o, run: {callable: "mod:fn\\n"}}\n',
+        "'callable' must look like 'package.module:function'",
+    ),
+    "api_key_env with a trailing newline": (
+        'workflow: w\nsteps:\n  - {id: a, kind: ai, owner: o, agent: {type: openai, base_url: "http://127.0.0.1:1/v1", '
+        'model: m, api_key_env: "KEY\\n"}}\n',
+        "'api_key_env' must name an environment variable",
+    ),
     "step id of 65 characters": (_step("").replace("id: a,", "id: " + "a" * 65 + ","), "'id' must be a name"),
     "201 steps": ("workflow: w\nsteps:\n" + "".join(
         f"  - {{id: s{i}, kind: code, owner: o, run: {{command: [sh]}}}}\n" for i in range(201)),

@@ -223,6 +223,8 @@ def test_every_listed_case_writes_nothing_on_either_backend(store_url: str, seed
             with pytest.raises(InputError, match=phrase):
                 engine.submit(wf, value)
             tally("malformed", f"{case} ({store_url.split(':')[0]})", result="clean_error")
+        with pytest.raises(InputError, match="input must be a mapping"):
+            engine.submit(wf, [("n", 1)])  # type: ignore[arg-type]
     finally:
         engine.close()
     for case in ALL_WORKFLOWS:

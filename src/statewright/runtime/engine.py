@@ -154,6 +154,8 @@ class Engine:
     ) -> str:
         """Start a task; with ``key``, submitting again returns the same task id."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
+        if input is not None and not isinstance(input, Mapping):
+            raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
         data = dict(input or {})
         problem = check_json_value(data)  # depth, size, numbers, Unicode: before the schema
         if problem is not None:
