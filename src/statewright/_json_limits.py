@@ -166,7 +166,7 @@ def loads_json(data: str | bytes, what: str, limits: JsonLimits = DEFAULT_LIMITS
                max_bytes: int = MAX_INPUT_BYTES) -> Any:
     """Parse JSON from outside (a flag, a file, a program's output) within ``limits``, or
     raise InputError with one line that starts with ``what`` and says what is wrong."""
-    size = len(data)
+    size = len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise InputError(f"{what} is {size:,} bytes; the most is {max_bytes:,}")
     if isinstance(data, bytes):

@@ -5,6 +5,8 @@ under a second), and the cases that used to crash but are valid now load."""
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -179,3 +181,27 @@ def test_the_readme_states_the_bounds_the_code_enforces() -> None:
     for value in (limits.MAX_DEFINITION_DEPTH, limits.MAX_STEPS, limits.MAX_SCHEMA_REF_CHAIN,
                   limits.MAX_DURATION_SECONDS // 86_400, int(limits.MAX_RETRY_MULTIPLIER)):
         assert f" {value} " in section or f" {value}:" in section or f"{value} levels" in section
+
+
+def test_the_pure_python_loader_keeps_the_same_bounds(tmp_path: Path) -> None:
+    """Without libyaml (forced in a fresh process) the counting composer refuses the same files."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(BAD_WORKFLOWS["YAML alias bomb (9^9 expansions)"][0], encoding="utf-8")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(BAD_WORKFLOWS["YAML nested 100 deep (block)"][0], encoding="utf-8")
+    code = (
+        "import sys; sys.modules['yaml._yaml'] = None\n"
+        "from statewright import DefinitionError, load_workflow\n"
+        "from statewright.definition._yaml import _Loader\n"
+        "assert 'CParser' not in [c.__name__ for c in _Loader.__mro__]\n"
+        "for path in sys.argv[1:]:\n"
+        "    try:\n"
+        "        load_workflow(path)\n"
+        "    except DefinitionError as exc:\n"
+        "        print(exc.problems[0])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(bomb), str(deep)], capture_output=True, text=True,
+                          timeout=60, check=True)
+    bomb_line, deep_line = done.stdout.splitlines()
+    assert "once aliases are expanded" in bomb_line
+    assert "nested deeper than 64 levels" in deep_line

@@ -585,9 +585,9 @@ def _parse_step(
                     outcomes[str(name)] = OutcomeRoute(route)
                 except ValueError:
                     problems.add(where, f"outcome {name!r} maps to {_short(route)}; use pass, fail or halt")
-            if schema is None:
+            if "output_schema" not in raw:
                 problems.add(where, "'outcomes' needs an output_schema with an 'outcome' field")
-            else:
+            elif schema is not None:  # an invalid schema has its own line already
                 schema = _with_outcome_enum(schema, list(outcomes), where, problems)
     on_failure = HALT
     if "on_failure" in raw:
