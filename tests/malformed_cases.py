@@ -149,6 +149,8 @@ BAD_WORKFLOWS: dict[str, tuple[str, str]] = {
         'model: m, api_key_env: "KEY\\n"}}\n',
         "'api_key_env' must name an environment variable",
     ),
+    "steps written twice": (_step("") + "steps: []\n", "the key 'steps' appears twice in one mapping"),
+    "keys 1 and '1' in one mapping": ("workflow: w\n1: x\n'1': y\nsteps: []\n", "two keys read as the same name"),
     "step id of 65 characters": (_step("").replace("id: a,", "id: " + "a" * 65 + ","), "'id' must be a name"),
     "201 steps": ("workflow: w\nsteps:\n" + "".join(
         f"  - {{id: s{i}, kind: code, owner: o, run: {{command: [sh]}}}}\n" for i in range(201)),

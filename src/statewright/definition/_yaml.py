@@ -10,7 +10,9 @@ counts while it composes, so each of those is refused before a single object is 
   characters of the node it repeats (``MAX_YAML_NODES``, ``MAX_YAML_EXPANDED_CHARS``);
 - an alias inside the node its anchor names is refused (recursive YAML);
 - mappings and lists nest at most ``MAX_DEFINITION_DEPTH`` deep, aliases included;
-- integers longer than 40 characters are refused before ``int()`` sees them.
+- integers longer than 40 characters are refused before ``int()`` sees them;
+- a key written twice in one mapping is refused (YAML would keep the last one silently,
+  so a reader of the file and the loader could see different steps).
 
 Aliases themselves are allowed: reusing one agent spec across steps (``agent: *fixer``)
 is ordinary YAML, and the counting makes it safe. Events come from libyaml when it is
@@ -25,7 +27,7 @@ import yaml
 from yaml.composer import Composer, ComposerError
 from yaml.constructor import SafeConstructor
 from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent
-from yaml.nodes import Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.resolver import Resolver
 
 from statewright.definition.limits import (
@@ -126,6 +128,20 @@ class _BoundedComposer(Composer):
         return node
 
 
+    def compose_mapping_node(self, anchor: Any) -> MappingNode:
+        node = Composer.compose_mapping_node(self, anchor)
+        seen: dict[tuple[str, str], Any] = {}
+        for key, _ in node.value:
+            if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            first: Any = seen.setdefault((key.tag, key.value), key.start_mark)
+            if first is not key.start_mark:
+                shown = key.value if len(key.value) <= 40 else key.value[:37] + "..."
+                _refuse(f"the key {shown!r} appears twice in one mapping (first at line {first.line + 1}); "
+                        "YAML would silently keep only the last", key.start_mark)
+        return node
+
+
 class _BoundedConstructor(SafeConstructor):
     def construct_bounded_int(self, node: ScalarNode) -> int:
         value = str(node.value)
@@ -174,7 +190,7 @@ else:
         compose_document = Composer.compose_document
         compose_scalar_node = Composer.compose_scalar_node
         compose_sequence_node = Composer.compose_sequence_node
-        compose_mapping_node = Composer.compose_mapping_node
+        compose_mapping_node = _BoundedComposer.compose_mapping_node
 
 
 def load_yaml(text: str) -> Any:

@@ -217,8 +217,8 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
 _MAX_LISTED = 20  # structural problems listed at once
 
 
-class _TooBig(Exception):
-    pass
+class _NotPlain(Exception):
+    """A bound broken while copying a definition to plain JSON types."""
 
 
 def plain_definition(data: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -227,7 +227,7 @@ def plain_definition(data: Mapping[str, Any], source: str) -> dict[str, Any]:
     budget = [MAX_YAML_NODES]
     try:
         plain = _plain(data, (), budget)
-    except _TooBig as exc:
+    except _NotPlain as exc:
         raise DefinitionError([str(exc)], source) from None
     problems = list(islice(iter_json_problems(plain, DEFINITION_JSON_LIMITS), _MAX_LISTED))
     if problems:
@@ -238,12 +238,15 @@ def plain_definition(data: Mapping[str, Any], source: str) -> dict[str, Any]:
 def _plain(value: Any, path: tuple[str | int, ...], budget: list[int]) -> Any:
     budget[0] -= 1
     if budget[0] < 0:
-        raise _TooBig(f"more than {MAX_YAML_NODES:,} values in all; the most is {MAX_YAML_NODES:,}")
+        raise _NotPlain(f"more than {MAX_YAML_NODES:,} values in all; the most is {MAX_YAML_NODES:,}")
     if isinstance(value, Mapping | list | tuple) and len(path) >= MAX_DEFINITION_DEPTH:
-        raise _TooBig(f"at {json_path(path)}: nested deeper than {MAX_DEFINITION_DEPTH} levels "
+        raise _NotPlain(f"at {json_path(path)}: nested deeper than {MAX_DEFINITION_DEPTH} levels "
                       "(or a mapping that contains itself)")
     if isinstance(value, Mapping):
-        return {str(k): _plain(v, (*path, str(k)), budget) for k, v in value.items()}
+        out = {str(k): _plain(v, (*path, str(k)), budget) for k, v in value.items()}
+        if len(out) < len(value):  # 1 and '1' are both the key "1"
+            raise _NotPlain(f"at {json_path(path)}: two keys read as the same name; write each key once")
+        return out
     if isinstance(value, list | tuple):
         return [_plain(v, (*path, i), budget) for i, v in enumerate(value)]
     if value is None or isinstance(value, bool | int | float | str):
