@@ -201,6 +201,9 @@ BAD_INPUTS: dict[str, tuple[str, str]] = {
     "input: top level is null": ("null", "must be a JSON object, got NoneType"),
     "input: truncated": ('{"n": 1', "is not valid JSON"),
     "input: over 1 MiB": ('{"s": "' + "x" * 1_048_600 + '"}', "the most is 1,048,576"),
+    "input: workspace with a NUL": ('{"workspace": "ws\\u0000x"}', "input 'workspace' must be a path"),
+    "input: repo that is not text": ('{"repo": 5}', "input 'repo' must be a path"),
+    "input: fails the input_schema": ('{"n": "one"}', "input does not match ok's input_schema"),
     "input file: non-UTF-8": ("@latin1.json", "is not UTF-8 text: byte 0xe9"),
     "input file: UTF-16": ("@utf16.json", "is not UTF-8 text"),
     "input file: lone surrogate escape": ("@surrogate.json", "a lone surrogate"),
@@ -349,7 +352,7 @@ def _text_mutation(text: str, which: str, rng: random.Random) -> str:
 def generated_inputs(count: int = 80, seed: int = 11) -> list[tuple[str, str]]:
     """``count`` deterministic odd ``--input`` texts: (case name, text)."""
     rng = random.Random(seed)
-    base = {"n": 1, "s": "text", "x": {"list": [1, 2, 3]}}
+    base = {"n": 1, "s": "text"}  # the odd value goes under "x", which the schema leaves open
     out: list[tuple[str, str]] = []
     numbers = ["1" + "0" * 18, "9" * 19, "-" + "9" * 19, "1" * 4301, "1e309", "-1e309", "1.5e-400",
                "0.1", "1E+2", "-0", "NaN", "Infinity", "1" * 30 + ".5"]
@@ -360,15 +363,15 @@ def generated_inputs(count: int = 80, seed: int = 11) -> list[tuple[str, str]]:
         if op < 0.3:
             num = rng.choice(numbers)
             shown = num if len(num) <= 24 else num[:21] + "..."
-            out.append((f"input: number {shown}", json.dumps(base)[:-1] + f', "z": {num}}}'))
+            out.append((f"input: number {shown}", json.dumps(base)[:-1] + f', "x": {num}}}'))
         elif op < 0.55:
             s = rng.choice(strings)
-            out.append((f"input: string {s[:24]}", json.dumps(base)[:-1] + f', "z": {s}}}'))
+            out.append((f"input: string {s[:24]}", json.dumps(base)[:-1] + f', "x": {s}}}'))
         elif op < 0.7:
             depth = rng.choice([63, 64, 65, 200, 3000])
             opener, closer = rng.choice([("[", "]"), ('{"k":', "}")])
             out.append((f"input: nested {depth} deep with {opener}",
-                        '{"z": ' + opener * depth + "1" + closer * depth + "}"))
+                        '{"x": ' + opener * depth + "1" + closer * depth + "}"))
         elif op < 0.85:
             text = json.dumps(base)
             cut = rng.randrange(0, len(text))

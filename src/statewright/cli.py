@@ -64,22 +64,24 @@ def _engine(db: str, *, create: bool = False) -> Any:
     return engine
 
 
-def _parse_input(raw: str | None) -> dict[str, Any]:
+def _parse_input(raw: str | None, wf: Any) -> dict[str, Any]:
     """``--input``: a JSON object inline or ``@file.json``, within the bounds of
-    ``statewright._json_limits`` (size, depth, integers, finite numbers, valid Unicode)."""
+    ``statewright._json_limits`` (size, depth, integers, finite numbers, valid Unicode),
+    checked against the workflow before any database is opened or created."""
     from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
+    from statewright.runtime.engine import task_input
 
     if raw is None:
-        return {}
+        return task_input(wf, {})
     if not raw.startswith("@"):
-        return loads_json_object(raw, "--input")
+        return task_input(wf, loads_json_object(raw, "--input"))
     try:
         with Path(raw[1:]).open("rb") as fh:
             data = fh.read(MAX_INPUT_BYTES + 1)
     except (OSError, ValueError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise InputError(f"--input {raw}: cannot read the file ({reason})") from None
-    return loads_json_object(data, f"--input {raw}")
+    return task_input(wf, loads_json_object(data, f"--input {raw}"))
 
 
 @click.group()
@@ -122,7 +124,7 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
     from statewright.definition import load_workflow
 
     wf = load_workflow(file)
-    data = _parse_input(input_)
+    data = _parse_input(input_, wf)
     engine = _engine(db, create=True)
     click.echo(engine.submit(wf, data, key=key))
 
@@ -158,7 +160,7 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     from statewright.definition import load_workflow
 
     wf = load_workflow(file)
-    data = _parse_input(input_)
+    data = _parse_input(input_, wf)
     engine = _engine(db, create=True)
     tid = engine.submit(wf, data, key=key)
     view = engine.run_task(tid)

@@ -120,9 +120,17 @@ def test_submit_and_run_refuse_a_listed_input_and_write_nothing(case: str, comma
 
     line = refusal(result)
     tally("malformed", f"{command}: {case}", result="hang" if seconds > HANG_SECONDS else "clean_error")
-    assert line.startswith("error: --input") and phrase_of(case) in line
+    assert line.startswith(("error: --input", "error: input")) and phrase_of(case) in line
     assert seconds < HANG_SECONDS
     assert snapshot(seeded.db) == rows
+
+
+@pytest.mark.parametrize("case", ["input: NaN", "input: workspace with a NUL", "input: fails the input_schema"])
+def test_a_refused_input_creates_no_database(case: str, seeded: Seeded, tmp_path: Path) -> None:
+    """The input is checked against the workflow before a database is opened or created."""
+    fresh = tmp_path / "fresh.db"
+    refusal(sw("submit", seeded.ok_file, "--input", BAD_INPUTS[case][0], "--db", fresh))
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("case", sorted(BAD_LOOPS))
