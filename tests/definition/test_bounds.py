@@ -5,6 +5,7 @@ under a second), and the cases that used to crash but are valid now load."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 import time
@@ -118,15 +119,18 @@ def test_names_are_matched_whole(name: str) -> None:
     """A trailing newline (which ``$`` lets through) or any other odd character is refused
     in workflow names, step ids, owners, roles and outcome names alike."""
     step = {"id": "a", "kind": "human", "owner": "o", "approvers": {"role": "r"}}
-    for where, data in {
-        "workflow": {"workflow": name, "steps": [step]},
-        "id": {"workflow": "w", "steps": [{**step, "id": name}]},
-        "owner": {"workflow": "w", "steps": [{**step, "owner": name or "\n"}]},
-        "role": {"workflow": "w", "steps": [{**step, "approvers": {"role": name}}]},
+    outcome = {"id": "b", "kind": "code", "owner": "o", "run": {"command": ["sh"]},
+               "output_schema": {"type": "object", "properties": {"outcome": {"type": "string"}}},
+               "outcomes": {name: "pass"}}
+    for says, data in {
+        "'workflow' must be a name": {"workflow": name, "steps": [step]},
+        "'id' must be a name": {"workflow": "w", "steps": [{**step, "id": name}]},
+        "'owner'": {"workflow": "w", "steps": [{**step, "owner": name or "\n"}]},
+        "approvers must be {role: ROLE}": {"workflow": "w", "steps": [{**step, "approvers": {"role": name}}]},
+        "outcome name": {"workflow": "w", "steps": [step, outcome]},
     }.items():
-        with pytest.raises(DefinitionError):
+        with pytest.raises(DefinitionError, match=re.escape("a NUL character" if "\x00" in name else says)):
             workflow_from_dict(data)
-        assert where
 
 
 def test_durations_are_finite_and_at_most_366_days() -> None:
