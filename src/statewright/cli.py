@@ -69,7 +69,7 @@ def _parse_input(raw: str | None, wf: Any) -> dict[str, Any]:
     ``statewright._json_limits`` (size, depth, integers, finite numbers, valid Unicode),
     checked against the workflow before any database is opened or created."""
     from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
-    from statewright.runtime.engine import task_input
+    from statewright.runtime.inputs import task_input
 
     if raw is None:
         return task_input(wf, {})
