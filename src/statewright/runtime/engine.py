@@ -32,8 +32,8 @@ from statewright.machine.events import (
 )
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
+from statewright.runtime import inputs
 from statewright.runtime.clock import Clock, SystemClock
-from statewright.runtime.inputs import task_input
 from statewright.runtime.users import Users, users_file
 from statewright.store import AppendRequest, NewCommand, open_store
 from statewright.store.base import Claim
@@ -154,7 +154,9 @@ class Engine:
     ) -> str:
         """Start a task; with ``key``, submitting again returns the same task id."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
-        data = task_input(wf, input)
+        if input is not None and not isinstance(input, Mapping):
+            raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
+        data = inputs.task_input(wf, input)
         if key is not None:
             existing = self.store.task_by_key(key)
             if existing is not None:

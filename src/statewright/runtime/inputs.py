@@ -15,12 +15,10 @@ from statewright.machine.task import verdict_error
 _PATH_INPUTS = ("workspace", "repo")  # input keys the worker turns into directories
 
 
-def task_input(wf: Workflow, input: object) -> dict[str, Any]:
+def task_input(wf: Workflow, input: Mapping[str, Any] | None) -> dict[str, Any]:
     """A copy of ``input`` fit to start a task of ``wf``, or InputError with one line: plain
     JSON within the bounds of ``statewright._json_limits``, path inputs a path can hold, and
     the workflow's ``input_schema``. Needs no store: the CLI checks before it opens one."""
-    if input is not None and not isinstance(input, Mapping):
-        raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
     data = dict(input or {})
     problem = check_json_value(data)  # depth, size, numbers, Unicode: before the schema
     if problem is not None:
