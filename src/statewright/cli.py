@@ -66,23 +66,24 @@ def _engine(db: str, *, create: bool = False) -> Any:
     return engine
 
 
-def _parse_input(raw: str | None) -> dict[str, Any]:
+def _parse_input(raw: str | None, wf: Any) -> dict[str, Any]:
+    """``--input``: a JSON object inline or ``@file.json``, within the bounds of
+    ``statewright._json_limits`` (size, depth, integers, finite numbers, valid Unicode),
+    checked against the workflow before any database is opened or created."""
+    from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
+    from statewright.runtime.inputs import task_input
+
     if raw is None:
-        return {}
-    text = raw
-    if raw.startswith("@"):
-        path = Path(raw[1:])
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"--input {raw}: cannot read the file ({exc.strerror})") from None
+        return task_input(wf, {})
+    if not raw.startswith("@"):
+        return task_input(wf, loads_json_object(raw, "--input"))
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"--input is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(value, dict):
-        raise InputError(f"--input must be a JSON object, got {type(value).__name__}")
-    return value
+        with Path(raw[1:]).open("rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise InputError(f"--input {raw}: cannot read the file ({reason})") from None
+    return task_input(wf, loads_json_object(data, f"--input {raw}"))
 
 
 @click.group()
@@ -94,8 +95,10 @@ def cli() -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
-    """Check workflow files; print OK per file or the errors."""
+    """Check workflow files; print OK per file or the errors. A callable or command that
+    cannot be found here is a warning (exit 0 unless a file has errors)."""
     from statewright.definition import load_workflow
+    from statewright.executors._reachable import unreachable_references
 
     bad = 0
     for f in files:
@@ -107,6 +110,8 @@ def validate(files: tuple[str, ...]) -> None:
                 click.echo(f"{f}: {p}")
             continue
         click.echo(f"{f}: OK  {wf.describe()}")
+        for warning in unreachable_references(wf, Path(f).parent):
+            click.echo(f"{f}: warning: {warning}")
     sys.exit(1 if bad else 0)
 
 
@@ -121,7 +126,7 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
     from statewright.definition import load_workflow
 
     wf = load_workflow(file)
-    data = _parse_input(input_)
+    data = _parse_input(input_, wf)
     engine = _engine(db, create=True)
     click.echo(engine.submit(wf, data, key=key))
 
@@ -157,7 +162,7 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     from statewright.definition import load_workflow
 
     wf = load_workflow(file)
-    data = _parse_input(input_)
+    data = _parse_input(input_, wf)
     engine = _engine(db, create=True)
     tid = engine.submit(wf, data, key=key)
     view = engine.run_task(tid)

@@ -174,7 +174,9 @@ def foreign_db(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", [["tasks"], ["show", "t-1"], ["verify"], ["submit", "{build}"]])
+@pytest.mark.parametrize(
+    "command", [["tasks"], ["show", "t-1"], ["verify"], ["submit", "{build}", "--input", '{"n": 1}']],
+)
 def test_a_database_of_another_application_is_refused_and_left_as_it_was(
     command: list[str], foreign_db: Path, files: dict[str, Path],
 ) -> None:

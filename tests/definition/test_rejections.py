@@ -95,16 +95,16 @@ CASES: list[tuple[str, Edit, str, str]] = [
      "step 'review' on_failure", "loop_back to 'implement' needs max_attempts"),
     ("loop_back with max_attempts 0",
      setter("review", "on_failure", {"loop_back": "implement", "max_attempts": 0}),
-     "step 'review' on_failure", "max_attempts must be a whole number >= 1, got 0"),
+     "step 'review' on_failure", "max_attempts must be a whole number from 1 to 1000, got 0"),
     ("a success route that loops",
      setter("review", "on_success", {"loop_back": "implement", "max_attempts": 2}),
      "step 'review' on_success", "a success route cannot loop back"),
     ("halt as a success route", setter("review", "on_success", "halt"),
      "step 'review' on_success", "unknown route 'halt'; use continue | complete"),
     ("max_checks 0", setter("ci", "max_checks", 0),
-     "step 'ci'", "max_checks must be a whole number >= 1, got 0"),
+     "step 'ci'", "max_checks must be a whole number from 1 to 100000, got 0"),
     ("max_checks negative", setter("ci", "max_checks", -2),
-     "step 'ci'", "max_checks must be a whole number >= 1, got -2"),
+     "step 'ci'", "max_checks must be a whole number from 1 to 100000, got -2"),
     ("max_checks missing", deleter("ci", "max_checks"),
      "step 'ci'", "a wait step needs 'max_checks'"),
     ("separate_from a later step", setter("approve", "separate_from", ["merge"]),
@@ -139,7 +139,7 @@ CASES: list[tuple[str, Edit, str, str]] = [
     ("an ai step without an agent", deleter("implement", "agent"),
      "step 'implement'", "a ai step needs 'agent'"),
     ("a step id that is not a name", setter("ci", "id", "wait for ci"),
-     "steps[3]", "'id' must be a short name"),
+     "steps[3]", "'id' must be a name of 1-64 letters"),
     ("a step that is not a mapping", lambda d: d["steps"].append("deploy"),
      "steps[5]", "a step must be a mapping, got str"),
     ("empty step list", lambda d: d.__setitem__("steps", []),
@@ -149,9 +149,9 @@ CASES: list[tuple[str, Edit, str, str]] = [
     ("steps not a list", lambda d: d.__setitem__("steps", {"implement": {}}),
      "'steps' must be a list", "got dict"),
     ("missing workflow name", lambda d: d.pop("workflow"),
-     "'workflow'", "must be a non-empty name"),
+     "'workflow'", "'workflow' must be a name of 1-64 letters"),
     ("version 0", lambda d: d.__setitem__("version", 0),
-     "'version'", "must be a whole number >= 1, got 0"),
+     "'version'", "must be a whole number from 1 to 2147483647, got 0"),
 ]
 
 
@@ -191,7 +191,7 @@ def test_every_problem_is_reported_at_once() -> None:
     text = str(info.value)
     assert len(info.value.problems) == 3
     assert "three.yaml: step 'implement': 'owner' is required" in text
-    assert "three.yaml: step 'ci': max_checks must be a whole number >= 1" in text
+    assert "three.yaml: step 'ci': max_checks must be a whole number from 1 to 100000" in text
     assert "three.yaml: step 'review': loop_back target 'merge' comes after it" in text
 
 

@@ -37,6 +37,10 @@ def test_jsonl(tmp_path: Path) -> None:
         ('{"title": "no id"}\n', "needs an 'id'"),
         ("[1, 2]\n", "expected a JSON object"),
         ('{"id": 1}\n{"id": "1"}\n', "appears twice"),
+        ('{"id": 1, "n": NaN}\n', "at n: nan is not a finite number"),
+        ('{"id": 1, "n": ' + "7" * 5000 + "}\n", "an integer of 5,000 digits"),
+        ('{"id": 1, "x": ' + "[" * 5000 + "]" * 5000 + "}\n", "nested deeper than 64 levels"),
+        ('{"id": 1, "s": "\\ud800"}\n', "a lone surrogate"),
     ],
 )
 def test_jsonl_problems(tmp_path: Path, text: str, says: str) -> None:
@@ -45,6 +49,17 @@ def test_jsonl_problems(tmp_path: Path, text: str, says: str) -> None:
     f.write_text(text, encoding="utf-8")
     with pytest.raises(SourceError, match=says):
         find_items(SourceSpec(SourceKind.JSONL, path=f), cwd=tmp_path)
+
+
+def test_an_alias_bomb_in_a_directory_item_is_refused_fast(tmp_path: Path) -> None:
+    """A YAML item goes through the bounded loader: a 9^9 alias bomb is a SourceError."""
+    d = tmp_path / "items"
+    d.mkdir()
+    bomb = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    bomb += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    (d / "one.yaml").write_text("\n".join(bomb) + "\n", encoding="utf-8")
+    with pytest.raises(SourceError, match="once aliases are expanded"):
+        find_items(SourceSpec(SourceKind.DIRECTORY, path=d), cwd=tmp_path)
 
 
 def test_command_list_and_lines(tmp_path: Path) -> None:

@@ -1,19 +1,42 @@
 """Parse and validate workflow definitions from YAML files, dicts, or the builder.
 
 Every rule is checked before anything runs; all problems are collected and raised as one
-DefinitionError whose lines name the file, the step id and the rule broken."""
+DefinitionError whose lines name the file, the step id and the rule broken. The bounds
+(sizes, depths, durations, counts) and the name rules are in ``definition.limits``;
+a definition past a structural bound (too deep, too big, not JSON-shaped) gets that one
+line and no more checks."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from statewright._canonical import sha256_hex
+from statewright._canonical import canonical_json, sha256_hex
 from statewright._errors import DefinitionError
+from statewright._json_limits import iter_json_problems, json_path
 from statewright.definition._env import parse_step_env
+from statewright.definition._schemas import schema_problems
+from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.definition.durations import parse_duration_seconds
+from statewright.definition.limits import (
+    DEFINITION_JSON_LIMITS,
+    MAX_ATTEMPTS,
+    MAX_CHECKS,
+    MAX_DEFINITION_BYTES,
+    MAX_DEFINITION_DEPTH,
+    MAX_RETRY_MULTIPLIER,
+    MAX_STEPS,
+    MAX_VERSION,
+    MAX_YAML_NODES,
+    MIN_RETRY_MULTIPLIER,
+    NAME,
+    NAME_RULE,
+    OWNER,
+    OWNER_RULE,
+    is_name,
+)
 from statewright.definition.model import (
     COMPLETE,
     CONTINUE,
@@ -59,7 +82,6 @@ _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
 _RETRY_FIELDS = {
     "max_attempts", "initial_backoff", "max_backoff", "multiplier", "jitter", "non_retryable",
 }
-_STEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 SpecValidator = Callable[[Mapping[str, Any]], list[str]]
 
@@ -94,29 +116,40 @@ def _kind_name(value: object) -> str:
     return type(value).__name__
 
 
-def load_workflow(path: str | Path) -> Workflow:
-    """Read and validate one YAML workflow file."""
+def read_definition_text(path: str | Path) -> str:
+    """A definition file's text: at most ``MAX_DEFINITION_BYTES``, UTF-8. Raises
+    DefinitionError (naming the file) otherwise; never reads more than the bound."""
     p = Path(path)
     source = str(p)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_DEFINITION_BYTES + 1)
     except FileNotFoundError:
         raise DefinitionError(["file not found"], source) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DefinitionError([f"cannot read the file: {exc}"], source) from None
-    return workflow_from_yaml(text, source)
+    except OSError as exc:
+        raise DefinitionError([f"cannot read the file: {exc.strerror or exc}"], source) from None
+    if len(raw) > MAX_DEFINITION_BYTES:
+        msg = f"the file is over {MAX_DEFINITION_BYTES:,} bytes, the most a definition may be"
+        raise DefinitionError([msg], source)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}; save the file as UTF-8"
+        raise DefinitionError([msg], source) from None
+
+
+def load_workflow(path: str | Path) -> Workflow:
+    """Read and validate one YAML workflow file."""
+    return workflow_from_yaml(read_definition_text(path), str(path))
 
 
 def workflow_from_yaml(text: str, source: str = "<yaml>") -> Workflow:
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise DefinitionError([f"not valid YAML{where}: {problem}"], source) from None
+        raise DefinitionError([yaml_problem(exc)], source) from None
     return workflow_from_dict(data, source)
 
 
@@ -125,17 +158,18 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
     if not isinstance(data, Mapping):
         msg = f"a workflow must be a YAML mapping with 'workflow' and 'steps', got {_kind_name(data)}"
         raise DefinitionError([msg], source)
+    data = plain_definition(data, source)
     problems = _Problems()
     for key in data:
         if key not in _TOP_FIELDS:
             problems.add("", f"unknown field {key!r}; allowed: {', '.join(sorted(_TOP_FIELDS))}")
     name = data.get("workflow")
-    if not isinstance(name, str) or not name.strip():
-        problems.add("", "'workflow' must be a non-empty name")
+    if not is_name(name):
+        problems.add("", f"'workflow' must be a name of {NAME_RULE}; got {_short(name)}")
         name = "<unnamed>"
     version = data.get("version", 1)
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        problems.add("", f"'version' must be a whole number >= 1, got {version!r}")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
+        problems.add("", f"'version' must be a whole number from 1 to {MAX_VERSION}, got {_short(version)}")
         version = 1
     description = data.get("description", "")
     if not isinstance(description, str):
@@ -152,6 +186,8 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         problems.add("", f"'steps' must be a list, got {_kind_name(raw_steps)}")
     elif not raw_steps:
         problems.add("", "'steps' is empty; a workflow needs at least one step")
+    elif len(raw_steps) > MAX_STEPS:
+        problems.add("", f"{len(raw_steps)} steps; a workflow may have at most {MAX_STEPS}")
     else:
         validators = _spec_validators()
         seen: set[str] = set()
@@ -174,21 +210,58 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         description=description,
         input_schema=input_schema,
         # A file that leaves out 'version' means version 1 and hashes like one that says so.
-        content_hash=sha256_hex({**_plain(data), "version": version}),
+        content_hash=sha256_hex({**data, "version": version}),
         source=source,
-        raw=_plain(data),
+        raw=data,
     )
 
 
-def _plain(value: Any) -> Any:
-    """Deep copy to plain JSON-able types (YAML may give dates or tuples)."""
+_MAX_LISTED = 20  # structural problems listed at once
+
+
+class _NotPlain(Exception):
+    """A bound broken while copying a definition to plain JSON types."""
+
+
+def plain_definition(data: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """A deep copy in plain JSON types (YAML may give dates, sets or int keys), within the
+    definition bounds; raise DefinitionError with the one bound it breaks."""
+    budget = [MAX_YAML_NODES]
+    try:
+        plain = _plain(data, (), budget)
+    except _NotPlain as exc:
+        raise DefinitionError([str(exc)], source) from None
+    problems = list(islice(iter_json_problems(plain, DEFINITION_JSON_LIMITS), _MAX_LISTED))
+    if problems:
+        raise DefinitionError(problems, source)
+    return plain  # type: ignore[no-any-return]
+
+
+def _plain(value: Any, path: tuple[str | int, ...], budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _NotPlain(f"more than {MAX_YAML_NODES:,} values in all; the most is {MAX_YAML_NODES:,}")
+    if isinstance(value, Mapping | list | tuple) and len(path) >= MAX_DEFINITION_DEPTH:
+        raise _NotPlain(f"at {json_path(path)}: nested deeper than {MAX_DEFINITION_DEPTH} levels "
+                      "(or a mapping that contains itself)")
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        out = {str(k): _plain(v, (*path, str(k)), budget) for k, v in value.items()}
+        if len(out) < len(value):  # 1 and '1' are both the key "1"
+            raise _NotPlain(f"at {json_path(path)}: two keys read as the same name; write each key once")
+        return out
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [_plain(v, (*path, i), budget) for i, v in enumerate(value)]
     if value is None or isinstance(value, bool | int | float | str):
         return value
     return str(value)
+
+
+def _short(value: object) -> str:
+    """``repr`` of a value from a file, cut to a readable length."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**40:
+        return "a number too large to show"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_schema(schema: object, where: str, problems: _Problems) -> Mapping[str, Any] | None:
@@ -201,18 +274,15 @@ def _check_schema(schema: object, where: str, problems: _Problems) -> Mapping[st
     if not isinstance(schema, Mapping):
         problems.add(where, f"must be a JSON Schema mapping, got {_kind_name(schema)}")
         return None
-    from jsonschema import SchemaError
-    from jsonschema.validators import validator_for
-
-    plain = _plain(schema)
-    try:
-        validator_for(plain).check_schema(plain)
-    except SchemaError as exc:
-        problems.add(where, f"not a valid JSON Schema: {exc.message}")
+    plain = dict(schema)
+    found = schema_problems(canonical_json(plain))
+    for problem in found:
+        problems.add(where, problem)
+    if found:
         return None
     if plain.get("type") == "object" and "additionalProperties" not in plain:
         plain["additionalProperties"] = False  # unknown fields fail closed
-    return dict(plain)
+    return plain
 
 
 def _parse_route(value: object, where: str, success: bool, problems: _Problems) -> Route:
@@ -241,8 +311,8 @@ def _parse_route(value: object, where: str, success: bool, problems: _Problems) 
         if n is None:
             problems.add(where, f"loop_back to {target!r} needs max_attempts (a whole number >= 1)")
             return HALT
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            problems.add(where, f"max_attempts must be a whole number >= 1, got {n!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ATTEMPTS:
+            problems.add(where, f"max_attempts must be a whole number from 1 to {MAX_ATTEMPTS}, got {_short(n)}")
             return HALT
         return Route(RouteKind.LOOP_BACK, target=target, max_attempts=n)
     allowed = "continue | complete" if success else "halt | continue | {loop_back: STEP, max_attempts: N}"
@@ -266,14 +336,19 @@ def _parse_retry(value: object, where: str, problems: _Problems) -> RetryPolicy:
     if unknown:
         problems.add(where, f"unknown retry field(s) {sorted(unknown)}; allowed: {sorted(_RETRY_FIELDS)}")
     n = value.get("max_attempts", 3)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        problems.add(where, f"retry.max_attempts must be a whole number >= 1, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_ATTEMPTS:
+        problems.add(where, f"retry.max_attempts must be a whole number from 1 to {MAX_ATTEMPTS}, got {_short(n)}")
         n = 3
     initial = _duration(value.get("initial_backoff", 1), f"{where}.initial_backoff", problems)
     maximum = _duration(value.get("max_backoff", 60), f"{where}.max_backoff", problems)
     mult = value.get("multiplier", 2.0)
-    if isinstance(mult, bool) or not isinstance(mult, int | float) or mult < 1:
-        problems.add(where, f"retry.multiplier must be a number >= 1, got {mult!r}")
+    if (
+        isinstance(mult, bool)
+        or not isinstance(mult, int | float)
+        or not MIN_RETRY_MULTIPLIER <= mult <= MAX_RETRY_MULTIPLIER
+    ):
+        problems.add(where, f"retry.multiplier must be a number from {MIN_RETRY_MULTIPLIER:g} to "
+                     f"{MAX_RETRY_MULTIPLIER:g}, got {_short(mult)}")
         mult = 2.0
     jitter = value.get("jitter", True)
     if not isinstance(jitter, bool):
@@ -300,8 +375,8 @@ def _parse_step(
         problems.add(f"steps[{index}]", f"a step must be a mapping, got {_kind_name(raw)}")
         return None
     sid = raw.get("id")
-    if not isinstance(sid, str) or not _STEP_ID.match(sid):
-        problems.add(f"steps[{index}]", f"'id' must be a short name (letters, digits, _ . -), got {sid!r}")
+    if not is_name(sid, NAME):
+        problems.add(f"steps[{index}]", f"'id' must be a name of {NAME_RULE}; got {_short(sid)}")
         return None
     where = f"step {sid!r}"
     kind_raw = raw.get("kind")
@@ -320,8 +395,11 @@ def _parse_step(
     if not isinstance(owner, str) or not owner.strip():
         problems.add(where, "'owner' is required on every step (a team or person)")
         owner = ""
+    elif not is_name(owner, OWNER):
+        problems.add(where, f"'owner' must be a team or person of {OWNER_RULE}; got {_short(owner)}")
+        owner = ""
     for req in _REQUIRED_KIND_FIELDS[kind]:
-        if req not in raw:
+        if raw.get(req) is None:  # 'run:' with nothing after it is null, not a spec
             problems.add(where, f"a {kind.value} step needs '{req}'")
     for key in ("description", "instructions"):
         if key in raw and not isinstance(raw[key], str):
@@ -336,7 +414,7 @@ def _parse_step(
             problems.add(where, f"'{key}' must be a mapping, got {_kind_name(spec)}")
             specs[key] = None
             continue
-        specs[key] = _plain(spec)
+        specs[key] = dict(spec)
         validator = validators.get(key)
         if validator is not None:
             for p in validator(specs[key] or {}):
@@ -344,15 +422,18 @@ def _parse_step(
     timeout = None
     if "timeout" in raw:
         timeout = _duration(raw["timeout"], f"{where} timeout", problems)
+        if timeout == 0:
+            problems.add(f"{where} timeout", "a timeout must be greater than zero (every attempt would time out)")
+            timeout = None
     every = 0.0
     max_checks = 0
     if kind is StepKind.WAIT:
         if "every" in raw:
             every = _duration(raw["every"], f"{where} every", problems) or 0.0
         mc = raw.get("max_checks", 0)
-        if isinstance(mc, bool) or not isinstance(mc, int) or mc < 1:
+        if isinstance(mc, bool) or not isinstance(mc, int) or not 1 <= mc <= MAX_CHECKS:
             if "max_checks" in raw:
-                problems.add(where, f"max_checks must be a whole number >= 1, got {mc!r}")
+                problems.add(where, f"max_checks must be a whole number from 1 to {MAX_CHECKS}, got {_short(mc)}")
             mc = 1
         max_checks = mc
     schema = None
@@ -365,13 +446,16 @@ def _parse_step(
             problems.add(where, "'outcomes' must map outcome names to pass | fail | halt")
         else:
             for name, route in oc.items():
+                if not is_name(name):
+                    problems.add(where, f"outcome name {_short(name)} must be a name of {NAME_RULE}")
+                    continue
                 try:
                     outcomes[str(name)] = OutcomeRoute(route)
                 except ValueError:
-                    problems.add(where, f"outcome {name!r} maps to {route!r}; use pass, fail or halt")
-            if schema is None:
+                    problems.add(where, f"outcome {name!r} maps to {_short(route)}; use pass, fail or halt")
+            if "output_schema" not in raw:
                 problems.add(where, "'outcomes' needs an output_schema with an 'outcome' field")
-            else:
+            elif schema is not None:  # an invalid schema has its own line already
                 schema = _with_outcome_enum(schema, list(outcomes), where, problems)
     on_failure = HALT
     if "on_failure" in raw:
@@ -384,10 +468,10 @@ def _parse_step(
     expires = None
     if kind is StepKind.HUMAN:
         ap = raw.get("approvers")
-        if isinstance(ap, Mapping) and set(ap) == {"role"} and isinstance(ap["role"], str):
+        if isinstance(ap, Mapping) and set(ap) == {"role"} and is_name(ap["role"]):
             role = ap["role"]
         elif "approvers" in raw:
-            problems.add(where, "approvers must be {role: ROLE}")
+            problems.add(where, f"approvers must be {{role: ROLE}}, the role a name of {NAME_RULE}")
         sf = raw.get("separate_from", [])
         if not isinstance(sf, list) or not all(isinstance(x, str) for x in sf):
             problems.add(where, "separate_from must be a list of earlier step ids")
@@ -442,9 +526,21 @@ def _with_outcome_enum(
     if schema.get("type") != "object" or not isinstance(props, Mapping) or "outcome" not in props:
         problems.add(where, "'outcomes' needs an object output_schema with an 'outcome' property")
         return schema
+    prop = props["outcome"]
+    if prop is True:  # the JSON Schema for "anything": the outcome names narrow it
+        prop = {}
+    if not isinstance(prop, Mapping):
+        problems.add(where, "the output_schema's 'outcome' property must be a schema that allows "
+                     f"the outcome names (e.g. {{type: string}}), got {_short(prop)}")
+        return schema
+    kind = prop.get("type", "string")
+    if kind != "string" and not (isinstance(kind, list) and "string" in kind):
+        problems.add(where, f"the output_schema's 'outcome' property has type {_short(kind)}; "
+                     "outcome names are strings, so use type: string")
+        return schema
     out = dict(schema)
     new_props = dict(props)
-    new_props["outcome"] = {**dict(props["outcome"]), "enum": names}
+    new_props["outcome"] = {**dict(prop), "enum": names}
     out["properties"] = new_props
     required = list(out.get("required", []))
     if "outcome" not in required:

@@ -61,10 +61,11 @@ class RetryPolicy:
 
     def backoff_seconds(self, failures: int, unit_random: float) -> float:
         """Delay before the next try after ``failures`` failures; ``unit_random`` in [0, 1)."""
-        base = min(
-            self.max_backoff_seconds,
-            self.initial_backoff_seconds * self.multiplier ** max(0, failures - 1),
-        )
+        try:
+            grown = self.initial_backoff_seconds * self.multiplier ** max(0, failures - 1)
+        except OverflowError:  # a long run of failures: the cap applies long before
+            grown = self.max_backoff_seconds
+        base = min(self.max_backoff_seconds, grown)
         return base * (0.5 + unit_random / 2) if self.jitter else base
 
 

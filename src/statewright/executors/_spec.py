@@ -198,7 +198,7 @@ def _openai_problems(spec: Mapping[str, Any]) -> list[str]:
         problems.append(f"agent 'model' must be a non-empty string; got {_show(model)}")
     if "api_key_env" in spec:
         name = spec["api_key_env"]
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             problems.append(
                 "agent 'api_key_env' must name an environment variable (the key itself never "
                 f"goes in the file); got a {type(name).__name__}"
@@ -239,7 +239,7 @@ def _command_problems(where: str, spec: Mapping[str, Any]) -> list[str]:
 
 def _callable_problems(where: str, spec: Mapping[str, Any]) -> list[str]:
     ref = spec.get("callable")
-    if isinstance(ref, str) and _CALLABLE.match(ref):
+    if isinstance(ref, str) and _CALLABLE.fullmatch(ref):  # "$" alone lets "\n" through
         return []
     return [f"{where} 'callable' must look like 'package.module:function'; got {_show(ref)}"]
 

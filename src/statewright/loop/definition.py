@@ -24,7 +24,9 @@ fail), because CHECKING must use assets the worker cannot write.
 
 Relative paths are resolved against the loop file's directory, and commands run
 there. Durations are ``90s``, ``10m``, ``2h``, ``2d`` (a bare number means seconds).
-Every problem found is reported at once, each naming the file and the field.
+Every problem found is reported at once, each naming the file and the field. The file is
+read with the workflow loader's bounded YAML loader and held to the same bounds
+(``statewright.definition.limits``).
 """
 
 from __future__ import annotations
@@ -38,11 +40,23 @@ from pathlib import Path
 
 import yaml
 
+from statewright._errors import DefinitionError
+from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.definition.durations import parse_duration_seconds
+from statewright.definition.limits import (
+    MAX_ATTEMPTS,
+    MAX_COUNT,
+    MAX_DEFINITION_BYTES,
+    MAX_MONEY_USD,
+    NAME,
+    NAME_RULE,
+    is_name,
+)
+from statewright.definition.loader import plain_definition
 from statewright.loop.errors import LoopDefinitionError
 from statewright.loop.model import LoopConfig
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # matched whole (fullmatch)
 _DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0
 _DEFAULT_WORKER_TIMEOUT_SECONDS = 3600.0
 
@@ -167,17 +181,23 @@ def load_loop(path: str | Path) -> LoopDefinition:
     """Read and validate a loop file. Raise LoopDefinitionError naming the file and field."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_DEFINITION_BYTES + 1)
     except OSError as exc:
         msg = f"cannot read the loop file: {exc.strerror or exc}; check the path"
         raise LoopDefinitionError([msg], source=str(p)) from None
+    if len(raw) > MAX_DEFINITION_BYTES:
+        msg = f"the file is over {MAX_DEFINITION_BYTES:,} bytes, the most a definition may be"
+        raise LoopDefinitionError([msg], source=str(p))
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        msg = f"not valid YAML{at}: {getattr(exc, 'problem', None) or exc}"
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start}; save the file as UTF-8"
         raise LoopDefinitionError([msg], source=str(p)) from None
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise LoopDefinitionError([yaml_problem(exc)], source=str(p)) from None
     return parse_loop(data, source=str(p), base_dir=p.resolve().parent, sha256=hashlib.sha256(raw).hexdigest())
 
 
@@ -185,6 +205,11 @@ def parse_loop(
     data: object, *, source: str = "<loop>", base_dir: Path | None = None, sha256: str = ""
 ) -> LoopDefinition:
     """Validate a loop definition given as a dict (what the YAML file holds)."""
+    if isinstance(data, Mapping):
+        try:
+            data = plain_definition(data, source)
+        except DefinitionError as exc:
+            raise LoopDefinitionError(exc.problems, source=source) from None
     v = _Validator(source, base_dir or Path.cwd())
     definition = v.loop(data)
     if v.problems or definition is None:
@@ -219,7 +244,7 @@ class _Validator:
             if key not in data:
                 self.bad(key, "required field is missing")
         name = data.get("loop")
-        if "loop" in data and not (isinstance(name, str) and _NAME.match(name)):
+        if "loop" in data and not is_name(name, _NAME):
             self.bad("loop", f"expected a name of letters, digits, '.', '_', '-', got {name!r}")
         source = self.source_spec(data.get("source")) if "source" in data else None
         worker = self.worker(data.get("workflow")) if "workflow" in data else None
@@ -227,9 +252,9 @@ class _Validator:
         goal = self.goal(data.get("goal")) if "goal" in data else None
         budgets = self.budgets(data.get("budgets")) if "budgets" in data else None
         gate = self.gate(data["gate"]) if data.get("gate") is not None else None
-        attempts = self.count("attempts_per_item", data.get("attempts_per_item", 3), minimum=1)
-        stuck = self.count("stuck_after", data.get("stuck_after", 5), minimum=1)
-        restarts = self.count("restart_limit", data.get("restart_limit", 2), minimum=0)
+        attempts = self.count("attempts_per_item", data.get("attempts_per_item", 3), minimum=1, maximum=MAX_ATTEMPTS)
+        stuck = self.count("stuck_after", data.get("stuck_after", 5), minimum=1, maximum=MAX_ATTEMPTS)
+        restarts = self.count("restart_limit", data.get("restart_limit", 2), minimum=0, maximum=MAX_ATTEMPTS)
         kill = self.kill_switch(data["kill_switch"]) if data.get("kill_switch") else None
         if (
             self.problems
@@ -313,7 +338,7 @@ class _Validator:
             if m is None:
                 continue
             name = m.get("name", f"{prefix}{i + 1}")
-            if not (isinstance(name, str) and _NAME.match(name)):
+            if not is_name(name, _NAME):
                 self.bad(f"{where}.name", f"expected a short name (letters, digits, . _ -), got {name!r}")
                 continue
             if "command" not in m:
@@ -354,8 +379,9 @@ class _Validator:
         money: float | None = None
         if "money_usd" in m:
             raw = m["money_usd"]
-            if isinstance(raw, bool) or not isinstance(raw, int | float) or raw <= 0:
-                self.bad("budgets.money_usd", f"expected a positive number, got {_kind(raw)}")
+            if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= MAX_MONEY_USD:
+                most = f"{MAX_MONEY_USD:,.0f}"
+                self.bad("budgets.money_usd", f"expected a positive number up to {most}, got {_kind(raw)}")
             else:
                 money = float(raw)
         wall = self.duration("budgets.wall_time", m["wall_time"]) if "wall_time" in m else None
@@ -366,11 +392,11 @@ class _Validator:
         if m is None:
             return None
         role = m.get("role")
-        if not (isinstance(role, str) and role.strip()):
-            self.bad("gate.role", f"expected the role that must approve, got {_kind(role)}")
+        if not is_name(role, NAME):
+            self.bad("gate.role", f"expected the role that must approve, a name of {NAME_RULE}; got {_kind(role)}")
             return None
         timeout = self.duration("gate.timeout", m["timeout"]) if "timeout" in m else None
-        return GateSpec(role.strip(), timeout)
+        return GateSpec(role, timeout)
 
     def kill_switch(self, value: object) -> Path | None:
         m = self.mapping("kill_switch", value, {"file"})
@@ -414,15 +440,20 @@ class _Validator:
             self.bad(field, str(exc))
             return 0.0
 
-    def count(self, field: str, value: object, *, minimum: int) -> int:
+    def count(self, field: str, value: object, *, minimum: int, maximum: int = MAX_COUNT) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             self.bad(field, f"expected a whole number, got {_kind(value)}")
             return minimum
         if value < minimum:
             self.bad(field, f"must be at least {minimum}, got {value}")
             return minimum
+        if value > maximum:
+            self.bad(field, f"must be at most {maximum}, got {_kind(value)}")
+            return minimum
         return value
 
 
 def _kind(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} ({type(value).__name__})"

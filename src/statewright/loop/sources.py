@@ -22,6 +22,9 @@ from typing import Any
 
 import yaml
 
+from statewright._errors import InputError
+from statewright._json_limits import check_json_value, loads_json
+from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.loop._process import run_argv
 from statewright.loop.definition import SourceKind, SourceSpec
 from statewright.loop.errors import SourceError
@@ -65,6 +68,8 @@ def _from_jsonl(path: Path) -> tuple[WorkItem, ...]:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise SourceError(f"source jsonl {path} line {no}: not JSON ({exc.msg})") from None
+        except (ValueError, RecursionError):  # a huge number, deep nesting: the bounded parser says which
+            value = _bounded(line, f"source jsonl {path} line {no}")
         items.append(_item(value, f"source jsonl {path} line {no}"))
     return _unique(items, f"source jsonl {path}")
 
@@ -83,8 +88,8 @@ def _from_command(spec: SourceSpec, *, cwd: Path, env: Mapping[str, str]) -> tup
     if not out:
         return ()
     try:
-        whole = json.loads(out)
-    except json.JSONDecodeError:
+        whole = loads_json(out, f"{where}: stdout", max_bytes=len(out))
+    except InputError:
         whole = None
     if isinstance(whole, list):
         return _unique([_item(v, f"{where} item {i}") for i, v in enumerate(whole)], where)
@@ -97,6 +102,8 @@ def _from_command(spec: SourceSpec, *, cwd: Path, env: Mapping[str, str]) -> tup
         except json.JSONDecodeError as exc:
             msg = f"{where}: stdout line {no} is not JSON ({exc.msg}); print a JSON list or one object per line"
             raise SourceError(msg) from None
+        except (ValueError, RecursionError):
+            value = _bounded(line, f"{where}: stdout line {no}")
         items.append(_item(value, f"{where} line {no}"))
     return _unique(items, where)
 
@@ -114,9 +121,11 @@ def _from_directory(path: Path) -> tuple[WorkItem, ...]:
         suffix = file.suffix.lower()
         if suffix in (".json", ".yaml", ".yml"):
             try:
-                value = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
-            except (json.JSONDecodeError, yaml.YAMLError) as exc:
-                raise SourceError(f"{where}: {file.name} does not parse ({exc})") from None
+                value = loads_json(text, file.name) if suffix == ".json" else load_yaml(text)
+            except InputError as exc:
+                raise SourceError(f"{where}: {exc}") from None
+            except yaml.YAMLError as exc:
+                raise SourceError(f"{where}: {file.name} does not parse ({yaml_problem(exc)})") from None
             if isinstance(value, dict) and "id" not in value:
                 value = {"id": file.stem, **value}
             items.append(_item(value, f"{where} file {file.name}"))
@@ -125,9 +134,20 @@ def _from_directory(path: Path) -> tuple[WorkItem, ...]:
     return _unique(items, where)
 
 
+def _bounded(text: str, where: str) -> Any:
+    """The bounded parser's reading of a line plain ``json`` refused with a ValueError."""
+    try:
+        return loads_json(text, where)
+    except InputError as exc:
+        raise SourceError(str(exc)) from None
+
+
 def _item(value: object, where: str) -> WorkItem:
     if not isinstance(value, dict):
         raise SourceError(f"{where}: expected a JSON object with an id, got {type(value).__name__}")
+    problem = check_json_value(value)  # depth, NaN, huge numbers, lone surrogates: refused here
+    if problem is not None:
+        raise SourceError(f"{where}: {problem}")
     raw = value.get("id")
     if isinstance(raw, bool) or not isinstance(raw, str | int) or str(raw).strip() == "":
         raise SourceError(f"{where}: every item needs an 'id' (a string or number), got {raw!r}")

@@ -33,8 +33,8 @@ from statewright.machine.events import (
     event_from_dict,
 )
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
-from statewright.machine.task import transition, verdict_error
-from statewright.runtime import workspaces
+from statewright.machine.task import transition
+from statewright.runtime import inputs, workspaces
 from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, NewCommand, open_store
@@ -156,11 +156,9 @@ class Engine:
     ) -> str:
         """Start a task; with ``key``, submitting again returns the same task id."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
-        data = dict(input or {})
-        if wf.input_schema is not None:
-            err = verdict_error(wf.input_schema, data)
-            if err is not None:
-                raise InputError(f"input does not match {wf.name}'s input_schema: {err}")
+        if input is not None and not isinstance(input, Mapping):
+            raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
+        data = inputs.task_input(wf, input)
         data = workspaces.pin_base(data)  # the protected paths' baseline, fixed now
         if key is not None:
             existing = self.store.task_by_key(key)
