@@ -34,6 +34,7 @@ from statewright.store import open_store
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.postgres import split_url
 from store.backends import fresh_pg_schema
+from tally import tally
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -235,10 +236,14 @@ def test_workers_killed_at_random_lose_nothing_and_repeat_no_effect(pg_url: str,
             " ORDER BY task_id, version"
         ).fetchall()
 
+    expected_keys = {f"{tid}/{s}/1" for tid in task_ids for s in ("charge", "ship")}
+    done_keys = {str(row[0]) for row in effects}
+    tally("crash", f"{WORKERS} workers, {TASKS:,} tasks: {RANDOM_KILLS} random kills and one per crash point",
+          backend="postgres", point="random + every point", kills=kills + len(crashed),
+          effects_lost=len(expected_keys - done_keys), effects_duplicated=len(done_keys - expected_keys))
     assert statuses == [("completed", TASKS)]
     assert crashed == {point: -signal.SIGKILL for point in CRASH_POINTS}, crashed
     # Each effect once, under the key its command carried on every delivery.
-    expected_keys = {f"{tid}/{s}/1" for tid in task_ids for s in ("charge", "ship")}
     assert len(effects) == len(expected_keys)
     assert {row[0] for row in effects} == expected_keys
     assert all(row[3] >= 1 for row in effects)

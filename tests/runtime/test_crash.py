@@ -1,5 +1,6 @@
 """Real worker processes SIGKILLed at each named crash point, and during an effect; a new
-worker then finishes the task with every effect done exactly once per idempotency key."""
+worker then finishes the task with every effect done exactly once per idempotency key. Every
+test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,8 +18,34 @@ from people.support import People
 from statewright.machine.state import Outcome, TaskStatus
 from statewright.runtime.engine import Engine
 from statewright.store.base import Claim
+from store.backends import fresh_pg_schema
+from tally import tally
 
 from .support import clean_env, code, effect_workflow, invoke, lines, work_until, worker_argv, workflow
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """The database the crashing workers share: a SQLite file, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield tmp_path / "state.db"
+        return
+    with fresh_pg_schema("swcrash") as (url, _name):
+        yield url
+
+
+def backend_of(db: Path | str) -> str:
+    return "postgres" if str(db).startswith("postgresql://") else "sqlite"
+
+
+def tally_effects(db: Path | str, point: str, kills: int, done: list[str], expected: list[str]) -> None:
+    """Record a crash run: effects lost are expected keys never done; effects duplicated are
+    keys done more than once, or done under a key no command carried."""
+    seen = Counter(done)
+    lost = sum(1 for k in set(expected) if k not in seen)
+    duplicated = sum(n - 1 for n in seen.values()) + sum(1 for k in seen if k not in set(expected))
+    tally("crash", f"{point}", backend=backend_of(db), point=point, kills=kills, effects_lost=lost,
+          effects_duplicated=duplicated)
 
 # point -> (keys in attempts.log when it died, steps whose outcome was recorded, the step
 # whose command the dead worker still held)
@@ -48,7 +76,7 @@ def reported_steps(engine: Engine, tid: str) -> list[str]:
     return [str(e.body["step"]) for e in engine.store.events(tid) if e.type == "AttemptReported"]
 
 
-def assert_done_exactly_once(engine: Engine, db: Path, tid: str, out: Path) -> None:
+def assert_done_exactly_once(engine: Engine, db: Path | str, tid: str, out: Path) -> None:
     key = {step: f"{tid}/{step}/1" for step in ("charge", "notify")}
     st = engine.state(tid)
     assert st.status is TaskStatus.COMPLETED
@@ -68,7 +96,7 @@ def assert_done_exactly_once(engine: Engine, db: Path, tid: str, out: Path) -> N
 
 @pytest.mark.parametrize("point", sorted(WHERE_IT_DIED))
 def test_a_worker_killed_at_a_crash_point_is_finished_by_the_next_one(
-    point: str, open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path,
+    point: str, open_engine: Callable[..., Engine], db: Path | str, workspace: Path, effect_script: Path,
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """SIGKILL at the point, then a new worker takes over the expired lease with a new
@@ -92,6 +120,7 @@ def test_a_worker_killed_at_a_crash_point_is_finished_by_the_next_one(
 
     claims = record_claims(engine, monkeypatch)
     work_until(engine, lambda: engine.state(tid).terminal)
+    tally_effects(db, point, 1, lines(out / "effects.log"), [f"{tid}/charge/1", f"{tid}/notify/1"])
 
     redelivered = [c for c in claims if c.command_id == f"{tid}/{held}/1"]
     assert [(c.token, c.deliveries) for c in redelivered] == [(2, 2)]
@@ -104,7 +133,7 @@ def test_a_worker_killed_at_a_crash_point_is_finished_by_the_next_one(
 
 
 def test_a_worker_killed_during_the_effect_is_finished_by_the_next_one(
-    open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path, tmp_path: Path,
+    open_engine: Callable[..., Engine], db: Path | str, workspace: Path, effect_script: Path, tmp_path: Path,
 ) -> None:
     """The effect blocks until the test lets it go; the test SIGKILLs the worker process
     instead. The lost run never did the effect; the next worker does it, once."""
@@ -134,6 +163,7 @@ def test_a_worker_killed_during_the_effect_is_finished_by_the_next_one(
 
     (out / "release").touch()
     work_until(engine, lambda: engine.state(tid).terminal)
+    tally_effects(db, "during the effect", 1, lines(out / "effects.log"), [f"{tid}/charge/1", f"{tid}/notify/1"])
 
     assert_done_exactly_once(engine, db, tid, out)
     assert lines(out / "attempts.log") == [f"{tid}/charge/1", f"{tid}/charge/1", f"{tid}/notify/1"]
@@ -141,7 +171,7 @@ def test_a_worker_killed_during_the_effect_is_finished_by_the_next_one(
 
 @pytest.mark.parametrize("point", ["after_effect:7", "in_append_txn:5", "after_append:12"])
 def test_a_worker_killed_inside_a_group_commit_loses_nothing(
-    point: str, open_engine: Callable[..., Engine], db: Path, workspace: Path,
+    point: str, open_engine: Callable[..., Engine], db: Path | str, workspace: Path,
 ) -> None:
     """Ten tasks of three quick steps, so outcomes share commits; the worker process dies at
     the Nth pass of a point (in_append_txn:5 is inside a commit that carries several
@@ -161,6 +191,7 @@ def test_a_worker_killed_inside_a_group_commit_loses_nothing(
     work_until(engine, lambda: all(engine.state(t).terminal for t in tids))
 
     keys = sorted(f"{t}/{s}/1" for t in tids for s in ("a", "b", "c"))
+    tally_effects(db, f"{point} (group commit of 10 tasks)", 1, lines(workspace / "effects.log"), keys)
     assert sorted(lines(workspace / "effects.log")) == keys  # every effect, each once
     for t in tids:
         assert engine.state(t).status is TaskStatus.COMPLETED
@@ -172,7 +203,7 @@ def test_a_worker_killed_inside_a_group_commit_loses_nothing(
 
 
 def test_an_operator_retry_runs_the_halted_effect_again_under_the_same_key(
-    open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path, tmp_path: Path,
+    open_engine: Callable[..., Engine], db: Path | str, workspace: Path, effect_script: Path, tmp_path: Path,
 ) -> None:
     """charge does its effect, then fails, so the task halts; the operator's retry runs charge
     again under the key of the halted attempt, so the target recognises the repeat and the
