@@ -273,12 +273,18 @@ class PeopleSql:
         log grants them, or None when it is. Reads only the log rows about ``name``: each must
         link as its format says (a keyed link under this store's key, and no unkeyed link
         after the log's first keyed one) and its columns must be its body; replayed, they must
-        give the tables' row. Cheap enough for every authentication; the whole chain is walked
-        by ``people_problems``."""
+        give the tables' row. With a key, the log's last link must be keyed by it. Cheap
+        enough for every authentication; the whole chain is walked by ``people_problems``."""
         rows = [RawPeopleRow(*r) for r in self._x(
             cur, f"SELECT {_LOG_COLS} FROM sw_user_log WHERE subject = ? ORDER BY seq", (name,)).fetchall()]
         first = self._x(cur, "SELECT MIN(seq) FROM sw_user_log WHERE hash LIKE ?", ("hmac:%",)).fetchone()
         first_keyed = first[0] if first is not None else None
+        if self.chain.key is not None:  # the last link covers the rest: it must be one only the key makes
+            last = self._x(cur, "SELECT hash FROM sw_user_log ORDER BY seq DESC LIMIT 1").fetchone()
+            if last is not None and not self.chain.is_current(str(last[0])):
+                return (f"the people log is not keyed by {KEY_ENV} (its last link is {link_format(str(last[0])).name}),"
+                        " so anyone with write access could have written it; 'statewright db upgrade' with the key"
+                        " set keys it, and 'statewright verify' shows whether it was tampered with")
         replay = _Replay()
         for row in rows:
             where = f"people log row {row.seq}"
