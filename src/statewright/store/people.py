@@ -31,7 +31,6 @@ from statewright._names import ADMIN_ROLE, person_name_problem, role_problem
 from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, TokenRow
 from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawPeopleRow, check_chain, link_format
 
-GENESIS = GENESIS_HASH
 BOOTSTRAP_ACTOR = "system:bootstrap"
 _RACE_RETRIES = 5
 _LOG_COLS = "seq, at_ms, actor, action, subject, body, prev_hash, hash"
@@ -212,7 +211,7 @@ class PeopleSql:
         self, cur: Any, at_ms: int, actor: str, c: PeopleChange, subject: str, roles: tuple[str, ...]
     ) -> PeopleLogEntry:
         last = self._x(cur, "SELECT seq, hash FROM sw_user_log ORDER BY seq DESC LIMIT 1").fetchone()
-        seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS)
+        seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS_HASH)
         body = canonical_json({
             "seq": seq, "at_ms": at_ms, "actor": actor, "action": c.action.value, "subject": subject,
             "roles": list(roles), "token_id": c.token_id, "token_hash": c.token_hash,
