@@ -515,18 +515,23 @@ def users_audit(db: str, as_json: bool) -> None:
 @_json_option
 @_guard
 def verify(db: str, as_json: bool) -> None:
-    """Replay every task's log; compare with the projection; check hash chains."""
-    from statewright.runtime.verify import verify_all
+    """Replay every task's log and the people log; compare with the tables; check hash chains."""
+    from statewright.runtime.verify import verify_all, verify_people
 
     engine = _engine(db)
     n, findings = verify_all(engine)
+    people, changes = verify_people(engine), len(engine.users.log())
     if as_json:
-        click.echo(json.dumps({"tasks": n, "problems": [f.__dict__ for f in findings]}, indent=2))
+        click.echo(json.dumps({"tasks": n, "problems": [f.__dict__ for f in findings],
+                               "people": {"changes": changes, "problems": [f.problem for f in people]}}, indent=2))
     else:
-        for f in findings:
+        for f in [*findings, *people]:
             click.echo(f"{f.task_id}: {f.problem}")
-        click.echo(f"verified {n} tasks: {len({f.task_id for f in findings})} differ")
-    sys.exit(1 if findings else 0)
+        summary = f"verified {n} tasks: {len({f.task_id for f in findings})} differ"
+        if changes or people:
+            summary += f"; the people log ({changes} changes): {len(people) or 'no'} problems"
+        click.echo(summary)
+    sys.exit(1 if findings or people else 0)
 
 
 @cli.group()
@@ -538,19 +543,23 @@ def db() -> None:
 @_db_option
 @_guard
 def db_upgrade(db: str) -> None:
-    """Apply pending schema migrations; rewrite hash chains that verify in the current format."""
-    from statewright.runtime.verify import upgrade_history
+    """Apply pending schema migrations; rewrite hash chains that verify in the current format
+    (the tasks' and the people log's)."""
+    from statewright.runtime.verify import upgrade_history, upgrade_people
 
     engine = _engine(db, create=True)
     click.echo(f"{engine.store.url}: schema version {engine.store.ensure_schema()}")
     chains, projections, findings = upgrade_history(engine)
+    people_rechained, people = upgrade_people(engine)
     if chains:
         click.echo(f"{chains} task chains rewritten in the current format ({engine.store.chain!r})")
     if projections:
         click.echo(f"{projections} task projections rewritten with the fields this statewright records")
-    for f in findings:
+    if people_rechained:
+        click.echo(f"the people log's chain rewritten in the current format ({engine.store.chain!r})")
+    for f in [*findings, *people]:
         click.echo(f"{f.task_id}: left as it is: {f.problem}", err=True)
-    sys.exit(1 if findings else 0)
+    sys.exit(1 if findings or people else 0)
 
 
 @cli.command()

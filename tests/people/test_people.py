@@ -187,12 +187,12 @@ TAMPER = {
     "people: a token's hash swapped for a known one": (
         "UPDATE sw_tokens SET token_hash = 'cd' WHERE name = 'alice'", "token 'tk_"),
     "people: a log row's actor column edited": (
-        "UPDATE sw_user_log SET actor = 'alice' WHERE seq = 3", "columns differ from its hashed body"),
+        "UPDATE sw_user_log SET actor = 'alice' WHERE seq = 3", "people log row 3: column actor is 'alice'"),
     "people: a log row's body edited": (
         "UPDATE sw_user_log SET body = replace(body, 'maintainer', 'admin') WHERE seq = 3",
-        "hash does not match"),
+        "hash chain broken at people log row 3"),
     "people: a log row in the middle deleted": (
-        "DELETE FROM sw_user_log WHERE seq = 3", "the chain is broken"),
+        "DELETE FROM sw_user_log WHERE seq = 3", "people log rows jump to 4 at position 3"),
 }
 
 

@@ -43,7 +43,7 @@ def test_a_clean_database_verifies(db: Path, tasks: tuple[str, str]) -> None:
     assert result.stdout.strip() == "verified 2 tasks: 0 differ"
     as_json = invoke("verify", "--db", str(db), "--json")
     assert as_json.exit_code == 0
-    assert json.loads(as_json.stdout) == {"tasks": 2, "problems": []}
+    assert json.loads(as_json.stdout) == {"tasks": 2, "problems": [], "people": {"changes": 0, "problems": []}}
 
 
 def test_an_edited_event_body_fails_verify_naming_the_task(db: Path, tasks: tuple[str, str]) -> None:

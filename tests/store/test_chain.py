@@ -21,6 +21,7 @@ from statewright.store.chain import (
     KEY_ENV,
     Chain,
     RawEvent,
+    RawPeopleRow,
     chain_from_env,
     key_id,
     legacy_link,
@@ -239,3 +240,30 @@ def test_a_projection_from_an_older_statewright_is_named_and_upgraded(
     assert f"{tasks.good}: left as it is: replayed state differs" in upgraded.stderr
     after = run("verify", "--db", store_url)
     assert tasks.bad not in after.stdout and "verified 2 tasks: 1 differ" in after.stdout
+
+
+EVENT_ROW = ("t-1", 3, "ev-1", "AttemptReported", 1_700_000_000_000, "sha256:" + "a" * 64, '{"x":"é"}')
+
+
+def test_event_links_are_what_earlier_releases_wrote() -> None:
+    """The links of format 2 are byte for byte those stored before the people log shared the
+    chain (so existing databases keep verifying)."""
+    assert Chain().link(*EVENT_ROW) == "sha256:17371f68f97001abcdc803158c69b5a6d2e234c1b51846abcf5e67581d5e51a9"
+    assert Chain(b"k" * 20).link(*EVENT_ROW) == (
+        "hmac:ad3bcedb:385f7ecdf4ce6775f2affa27ebae8b7c3185d1a79e3e5e435af15ce8471997b6")
+
+
+@pytest.mark.parametrize("chain", [Chain(), Chain(KEY)], ids=["unkeyed", "keyed"])
+def test_a_people_link_covers_every_column_of_its_row(chain: Chain) -> None:
+    """Changing any column of a people log row (or its previous link, or its body) changes
+    its link; a people row's link is never the link of an event row with the same values."""
+    row = RawPeopleRow(4, 1_700_000_000_000, "root", "add", "alice", '{"roles":["maintainer"]}', "sha256:" + "b" * 64,
+                       "")
+    link = chain.people_link(*row[:5], row.prev_hash, row.body)
+    assert chain.recompute(row._replace(hash=link)) == link
+    for column, value in (("seq", 5), ("at_ms", 1), ("actor", "alice"), ("action", "remove"), ("subject", "bob"),
+                          ("body", '{"roles":["admin"]}'), ("prev_hash", "sha256:" + "c" * 64)):
+        assert chain.recompute(row._replace(hash=link, **{column: value})) != link, column
+    assert link != chain.link("4", 1_700_000_000_000, "root", "add", 0, row.prev_hash, row.body)
+    assert legacy_link(GENESIS_HASH, 1, "{}") == chain.recompute(RawPeopleRow(
+        1, 0, "", "", "", "{}", GENESIS_HASH, legacy_link(GENESIS_HASH, 1, "{}")))

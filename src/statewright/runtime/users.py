@@ -5,7 +5,8 @@ store (``store/people.py``), beside the people, their roles and the log of every
 Only an admin changes people; the first admin comes from ``bootstrap`` on a store where no
 one is admin. Every act naming a person (approve, reject, retry, cancel, changing people)
 authenticates that person's token again, so a revoked token stops working at once, and
-the worker checks the approver again before it performs a step after an approval."""
+the worker checks the approver again before it performs a step after an approval. Both
+refuse a person, role or token that the tables hold but the people log does not grant."""
 
 from __future__ import annotations
 
@@ -202,7 +203,8 @@ def approval_problem(store: SqlStore, state: TaskState, step_id: str) -> str | N
     """Why a step of ``state`` may not run now (None when it may): authorisation is checked
     again when the work an approval let through is about to run. Each human step before
     ``step_id`` whose latest attempt is an approval must still hold: its approver active,
-    still holding the step's role, the token they approved with not revoked."""
+    still holding the step's role, the token they approved with not revoked, and all of that
+    what the people log's rows about them grant (store/people.py ``grant_problem``)."""
     wf = state.workflow
     index = wf.index_of(step_id)
     for gate in wf.steps[:index]:
@@ -213,6 +215,9 @@ def approval_problem(store: SqlStore, state: TaskState, step_id: str) -> str | N
             continue
         actor = mine[-1].actor
         token_id = next((a.token_id for a in reversed(state.approvals) if a.step == gate.id and a.actor == actor), "")
+        problem = store.grant_problem(actor, token_id)
+        if problem is not None:
+            return f"{actor!r}, who approved {gate.id!r}: {problem}; {step_id!r} is not performed"
         roles = store.still_holds(actor, token_id)
         if roles is None:
             return (f"{actor!r}, who approved {gate.id!r}, was removed or the token they approved with "

@@ -1,6 +1,8 @@
 """``statewright verify``: check every task's hash chain, replay its log through the reducer,
-and compare the result with the stored task row. Rows are read as stored and judged as
-hostile: whatever is wrong with one becomes one line naming the task, never a traceback.
+and compare the result with the stored task row; then the people log the same way
+(store/people.py: its chain, its rows, and the people and tokens tables against its replay).
+Rows are read as stored and judged as hostile: whatever is wrong with one becomes one line
+naming the task (or ``people``), never a traceback.
 
 What is checked, per task id found in the task rows or in the event rows:
 - the chain: versions 1..N without gaps, each ``prev_hash`` the link before it, each link
@@ -22,11 +24,10 @@ from statewright.machine.events import event_from_dict
 from statewright.machine.state import TaskState, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime.engine import Engine
-from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawEvent, link_format
+from statewright.store.chain import GENESIS_HASH, NOT_KEYED, RawEvent, check_chain
 
 _MAX_PROBLEM_CHARS = 300
 _READS = 5  # tries at reading a task row and its events with no append in between
-NOT_KEYED = "the chain is not keyed"
 OLDER_PROJECTION = (
     "the stored projection lacks fields the replay records (written by an older statewright); "
     "'statewright db upgrade' adds them"
@@ -61,57 +62,6 @@ class _Report:
 
     def __call__(self, problem: object) -> None:
         self.findings.append(Finding(self.task_id, _one_line(problem)))
-
-
-def check_chain(rows: list[RawEvent], chain: Chain, say: _Report) -> None:
-    """The chain checks above, one finding each; the first broken link ends the walk."""
-    prev: str = GENESIS_HASH
-    keyed_seen = False
-    unchecked_key = ""
-    for position, row in enumerate(rows, start=1):
-        version = _int(row.version)
-        if version is None:
-            say(f"event at position {position}: version {row.version!r} is not an integer")
-            return
-        if version != position:
-            say(f"event versions jump to {version} at position {position}")
-            return
-        where = f"event version {version}"
-        if not isinstance(row.hash, str) or not isinstance(row.prev_hash, str):
-            say(f"{where}: its hash columns are not text")
-            return
-        fmt = link_format(row.hash)
-        if fmt.version == 0:
-            say(f"hash chain broken at {where}: {row.hash[:20]!r} is not a link statewright writes")
-            return
-        if row.prev_hash != prev:
-            say(f"hash chain broken at {where}: prev_hash is not the link before it")
-            return
-        if keyed_seen and not fmt.keyed:
-            say(f"hash chain broken at {where}: an unkeyed link follows keyed ones (the chain was rewritten)")
-            return
-        keyed_seen = keyed_seen or fmt.keyed
-        if fmt.keyed and fmt.key_id != chain.key_id:
-            if chain.key is not None:
-                say(f"hash chain broken at {where}: keyed with key id {fmt.key_id}, not the key given "
-                    f"(key id {chain.key_id})")
-                return
-            unchecked_key = fmt.key_id
-        else:
-            try:
-                expected = chain.recompute(row)
-            except (TypeError, ValueError) as exc:
-                say(f"hash chain broken at {where}: a column cannot be read ({_why(exc)})")
-                return
-            if expected != row.hash:
-                say(f"hash chain broken at {where}")
-                return
-        prev = row.hash
-    if unchecked_key:
-        say(f"the chain is keyed (key id {unchecked_key}); set {KEY_ENV} to check its links")
-    elif chain.key is not None and rows and not chain.is_current(prev):
-        say(f"{NOT_KEYED} (its last link is {link_format(prev).name}): anyone with write "
-            f"access could have rewritten it; 'statewright db upgrade' with {KEY_ENV} set keys it")
 
 
 def _bodies(rows: list[RawEvent], say: _Report) -> list[dict[str, Any]] | None:
@@ -276,3 +226,34 @@ def upgrade_history(engine: Engine) -> tuple[int, int, list[Finding]]:
 
 
 _MOVED_ON = "moved on while it was upgraded; run 'statewright db upgrade' again"
+PEOPLE = "people"  # what a finding about the people log names instead of a task
+
+
+def verify_people(engine: Engine) -> list[Finding]:
+    """The people log's findings (``people_problems``), one per line, named ``people``."""
+    return [Finding(PEOPLE, _one_line(p)) for p in engine.store.people_problems()]
+
+
+def upgrade_people(engine: Engine) -> tuple[bool, list[Finding]]:
+    """What ``statewright db upgrade`` does to the people log: when its only finding is its
+    format (legacy links; unkeyed links when a key is set), rewrite its whole chain in the
+    store's current format. A log with any other finding is left as it is and its findings
+    returned. Returns (rewritten, findings)."""
+    store = engine.store
+    findings = verify_people(engine)
+    other = [f for f in findings if not f.problem.startswith(NOT_KEYED)]
+    if other:
+        return False, other
+    rows = store.raw_people_log()
+    if all(store.chain.is_current(str(r.hash)) for r in rows):
+        return False, []
+    links: list[tuple[str, str]] = []
+    prev = GENESIS_HASH
+    for r in rows:
+        h = store.chain.people_link(int(r.seq), int(r.at_ms), str(r.actor), str(r.action), str(r.subject), prev,
+                                    str(r.body))
+        links.append((prev, h))
+        prev = h
+    if store.rechain_people(str(rows[-1].hash), links):
+        return True, []
+    return False, [Finding(PEOPLE, f"the people log {_MOVED_ON}")]

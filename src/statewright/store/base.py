@@ -138,7 +138,7 @@ class TokenRow:
 
 @dataclass(frozen=True)
 class PeopleLogEntry:
-    """One row of the append-only people log, hash-chained like a task's events."""
+    """One row of the append-only people log, linked by the same chain as a task's events."""
 
     seq: int
     at_ms: int
@@ -242,6 +242,11 @@ class Store(Protocol):
         theirs is not revoked; None otherwise."""
         ...
 
+    def grant_problem(self, name: str, token_id: str = "") -> str | None:
+        """Why the tables' row of ``name`` (and of token ``token_id``) is not what the people
+        log's rows about them give, checking each row's link; None when it is."""
+        ...
+
     def people(self) -> list[Person]: ...
 
     def tokens(self) -> list[TokenRow]: ...
@@ -251,4 +256,9 @@ class Store(Protocol):
     def people_problems(self) -> list[str]:
         """What does not match the people log: a broken chain, an edited row, a person,
         role or token the log does not explain."""
+        ...
+
+    def rechain_people(self, last_hash: str, links: Sequence[tuple[str, str]]) -> bool:
+        """Replace every (prev_hash, hash) of the people log with ``links`` while it still
+        ends at ``last_hash``; False (nothing written) when it moved on."""
         ...

@@ -1,15 +1,24 @@
 """People, roles and tokens in the store (both backends), changed only through a log.
 
 ``sw_users`` and ``sw_tokens`` are what authentication reads; ``sw_user_log`` is the
-append-only record of every change (who, what, when), hash-chained as a task's events are.
-A change and its log row are written in ONE transaction that first checks the actor: the
-active token of an admin, or nobody at all for the bootstrap of the first admin while no
-one is admin. The tables must be what replaying the log gives (``people_problems``), so a
-person, role or token written behind statewright's back shows up there."""
+append-only record of every change (who, what, when), linked by the same chain as a task's
+events (store/chain.py: every column covered, the format recorded per link, keyed with
+STATEWRIGHT_CHAIN_KEY when it is set). A change and its log row are written in ONE
+transaction that first checks the actor: the active token of an admin, or nobody at all for
+the bootstrap of the first admin while the log is empty and no one is admin.
+
+Two checks read the log:
+- ``people_problems`` walks the whole chain and replays it; the tables must be exactly what
+  it gives, so a person, role or token written behind statewright's back shows up there
+  (``statewright verify`` and ``users audit``);
+- ``grant_problem`` is the cheap one made on every authentication and before approved work
+  runs: the log rows about ONE person, each link recomputed (keyed rows with the key; no
+  unkeyed row after the log's first keyed one), replayed, must give that person's row and
+  the token presented. A grant written into the tables without a log row, or with a row
+  whose link could not be made without the key, is refused."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -20,15 +29,56 @@ from statewright._canonical import canonical_json
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
 from statewright._names import ADMIN_ROLE, person_name_problem, role_problem
 from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, TokenRow
+from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawPeopleRow, check_chain, link_format
 
-GENESIS = "0" * 64
 BOOTSTRAP_ACTOR = "system:bootstrap"
 _RACE_RETRIES = 5
+_LOG_COLS = "seq, at_ms, actor, action, subject, body, prev_hash, hash"
+_MAX_SHOWN = 300
 
 
-def people_hash(prev_hash: str, seq: int, body: str) -> str:
-    """The hash of one log row, over the previous row's hash (as a task's events are chained)."""
-    return hashlib.sha256(f"{prev_hash}|{seq}|{body}".encode()).hexdigest()
+class _Replay:
+    """People and tokens as the log's changes, applied in order, leave them."""
+
+    def __init__(self) -> None:
+        self.users: dict[str, tuple[set[str], bool]] = {}  # name -> (roles, active)
+        self.tokens: dict[str, tuple[str, str, bool]] = {}  # id -> (name, hash, revoked)
+
+    def apply(self, body: dict[str, Any]) -> None:
+        action = PeopleAction(str(body.get("action")))
+        subject, roles = str(body.get("subject", "")), {str(r) for r in body.get("roles") or []}
+        had = self.users.get(subject, (set(), False))
+        if action in (PeopleAction.BOOTSTRAP, PeopleAction.ADD):
+            self.users[subject] = (had[0] | roles, True)
+        elif action is PeopleAction.DROP_ROLES:
+            self.users[subject] = (had[0] - roles, had[1])
+        elif action is PeopleAction.REMOVE:
+            self.users[subject] = (had[0], False)
+            self.tokens.update({t: (n, h, True) for t, (n, h, _) in self.tokens.items() if n == subject})
+        elif action is PeopleAction.ISSUE_TOKEN:
+            self.tokens[str(body.get("token_id"))] = (subject, str(body.get("token_hash")), False)
+        elif action is PeopleAction.REVOKE_TOKEN and str(body.get("token_id")) in self.tokens:
+            name, h, _ = self.tokens[str(body.get("token_id"))]
+            self.tokens[str(body.get("token_id"))] = (name, h, True)
+
+
+def _body_problem(row: RawPeopleRow) -> tuple[dict[str, Any] | None, str | None]:
+    """The row's body as a people change, and what is wrong with it or with its columns."""
+    try:
+        body = json.loads(row.body) if isinstance(row.body, str) else None
+        if not isinstance(body, dict):
+            raise ValueError(f"not a JSON object (got {type(body).__name__})")
+        PeopleAction(str(body.get("action")))
+        roles = body.get("roles", [])
+        if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+            raise ValueError(f"roles {roles!r} are not a list of names")
+    except (ValueError, RecursionError) as exc:
+        return None, f"the body is not a people change ({' '.join(str(exc).split())[:80]})"
+    for column in ("seq", "at_ms", "actor", "action", "subject"):
+        value, said = getattr(row, column), body.get(column)
+        if said != value or type(said) is not type(value):
+            return body, f"column {column} is {value!r} but the body says {said!r}"
+    return body, None
 
 
 class PeopleSql:
@@ -45,6 +95,8 @@ class PeopleSql:
 
     @abstractmethod
     def _is_unique_violation(self, exc: BaseException) -> bool: ...
+
+    chain: Chain  # the store's: links people log rows as it links event rows
 
     def _lock_people_txn(self, cur: Any) -> None:
         """Serialise people changes. SQLite's BEGIN IMMEDIATE already does; PostgreSQL
@@ -76,10 +128,10 @@ class PeopleSql:
                 raise AuthenticationError(
                     "changing people needs an admin's token (STATEWRIGHT_TOKEN or --token-file)"
                 )
-            if self._admins_txn(cur):
+            if self._admins_txn(cur) or self._x(cur, "SELECT 1 FROM sw_user_log LIMIT 1").fetchone():
                 raise PermissionDeniedError(
-                    "an admin exists already; bootstrap is only for a store without one "
-                    "(an admin adds people with 'statewright users add')"
+                    "an admin exists already (the people log has changes); bootstrap is only for a new "
+                    "store (an admin adds people with 'statewright users add')"
                 )
             return BOOTSTRAP_ACTOR
         holder = self._holder_txn(cur, by_token_hash)
@@ -159,12 +211,12 @@ class PeopleSql:
         self, cur: Any, at_ms: int, actor: str, c: PeopleChange, subject: str, roles: tuple[str, ...]
     ) -> PeopleLogEntry:
         last = self._x(cur, "SELECT seq, hash FROM sw_user_log ORDER BY seq DESC LIMIT 1").fetchone()
-        seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS)
+        seq, prev = (int(last[0]) + 1, str(last[1])) if last else (1, GENESIS_HASH)
         body = canonical_json({
             "seq": seq, "at_ms": at_ms, "actor": actor, "action": c.action.value, "subject": subject,
             "roles": list(roles), "token_id": c.token_id, "token_hash": c.token_hash,
         })
-        h = people_hash(prev, seq, body)
+        h = self.chain.people_link(seq, at_ms, actor, c.action.value, subject, prev, body)
         self._x(cur, "INSERT INTO sw_user_log (seq, at_ms, actor, action, subject, body, prev_hash, hash)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (seq, at_ms, actor, c.action.value, subject, body, prev, h))
         return PeopleLogEntry(seq, at_ms, actor, c.action.value, subject, roles, c.token_id, prev, h)
@@ -179,13 +231,21 @@ class PeopleSql:
         return [p.name for p in map(_person, rows) if ADMIN_ROLE in p.roles]
 
     def _holder_txn(self, cur: Any, token_hash: str) -> tuple[str, str, tuple[str, ...]] | None:
+        """(token id, name, roles) of an active token of an active person, None when there is
+        none; AuthenticationError when the tables grant it but the people log does not."""
         row = self._x(
             cur,
             "SELECT t.token_id, u.name, u.roles FROM sw_tokens t JOIN sw_users u ON u.name = t.name"
             " WHERE t.token_hash = ? AND t.revoked_at_ms IS NULL AND u.active = 1",
             (token_hash,),
         ).fetchone()
-        return (str(row[0]), str(row[1]), _roles(row[2])) if row else None
+        if row is None:
+            return None
+        token_id, name = str(row[0]), str(row[1])
+        problem = self._grant_problem_txn(cur, name, token_id)
+        if problem is not None:
+            raise AuthenticationError(f"the token names {name!r}, but {problem}")
+        return token_id, name, _roles(row[2])
 
     def token_holder(self, token_hash: str) -> tuple[str, str, tuple[str, ...]] | None:
         with self._stmt() as cur:
@@ -203,6 +263,62 @@ class PeopleSql:
                     return None
         return person.roles
 
+    def grant_problem(self, name: str, token_id: str = "") -> str | None:
+        with self._stmt() as cur:
+            return self._grant_problem_txn(cur, name, token_id)
+
+    def _grant_problem_txn(self, cur: Any, name: str, token_id: str) -> str | None:
+        """Why ``name``'s row (and, given ``token_id``, that token's row) is not what the people
+        log grants them, or None when it is. Reads only the log rows about ``name``: each must
+        link as its format says (a keyed link under this store's key, and no unkeyed link
+        after the log's first keyed one) and its columns must be its body; replayed, they must
+        give the tables' row. With a key, the log's last link must be keyed by it. Cheap
+        enough for every authentication; the whole chain is walked by ``people_problems``."""
+        rows = [RawPeopleRow(*r) for r in self._x(
+            cur, f"SELECT {_LOG_COLS} FROM sw_user_log WHERE subject = ? ORDER BY seq", (name,)).fetchall()]
+        first = self._x(cur, "SELECT MIN(seq) FROM sw_user_log WHERE hash LIKE ?", ("hmac:%",)).fetchone()
+        first_keyed = first[0] if first is not None else None
+        if self.chain.key is not None:  # the last link covers the rest: it must be one only the key makes
+            last = self._x(cur, "SELECT hash FROM sw_user_log ORDER BY seq DESC LIMIT 1").fetchone()
+            if last is not None and not self.chain.is_current(str(last[0])):
+                return (f"the people log is not keyed by {KEY_ENV} (its last link is {link_format(str(last[0])).name}),"
+                        " so anyone with write access could have written it; 'statewright db upgrade' with the key"
+                        " set keys it, and 'statewright verify' shows whether it was tampered with")
+        replay = _Replay()
+        for row in rows:
+            where = f"people log row {row.seq}"
+            fmt = link_format(str(row.hash))
+            if fmt.keyed and fmt.key_id != self.chain.key_id:
+                need = (f"set {KEY_ENV} (key id {fmt.key_id}) to act" if self.chain.key is None
+                        else f"it is keyed with key id {fmt.key_id}, not the key given (key id {self.chain.key_id})")
+                return f"the people log that grants it cannot be checked here: {need}"
+            if not fmt.keyed and first_keyed is not None and isinstance(row.seq, int) and row.seq > first_keyed:
+                return f"{where} about them is not keyed, but follows keyed ones (written behind statewright's back)"
+            try:
+                linked = self.chain.recompute(row) == row.hash
+            except (TypeError, ValueError):
+                linked = False
+            body, problem = _body_problem(row)
+            if not linked or problem is not None or body is None:
+                return f"{where} about them does not verify; see 'statewright verify'"
+            replay.apply(body)
+        person = self._person_txn(cur, name)
+        logged = replay.users.get(name)
+        if person is None and logged is None:
+            return None  # nobody of that name: nothing is granted, nothing contradicts the log
+        if person is None or logged is None or (set(person.roles), person.active) != logged:
+            return (f"the people log does not grant what the table says ({_shown(logged)} in the log, "
+                    f"{_shown(None if person is None else (set(person.roles), person.active))} in the table); "
+                    "see 'statewright verify'")
+        if token_id:
+            tok = self._x(cur, "SELECT name, token_hash, revoked_at_ms FROM sw_tokens WHERE token_id = ?",
+                          (token_id,)).fetchone()
+            stored = None if tok is None else (str(tok[0]), str(tok[1]), tok[2] is not None)
+            if stored != replay.tokens.get(token_id):
+                return (f"the people log did not issue them the token {token_id!r} as the table holds it "
+                        "(written behind statewright's back); see 'statewright verify'")
+        return None
+
     def people(self) -> list[Person]:
         with self._stmt() as cur:
             rows = self._x(cur, "SELECT name, roles, active FROM sw_users ORDER BY name").fetchall()
@@ -214,77 +330,81 @@ class PeopleSql:
                                 " ORDER BY issued_at_ms, token_id").fetchall()
         return [TokenRow(str(r[0]), str(r[1]), int(r[2]), None if r[3] is None else int(r[3])) for r in rows]
 
-    def people_log(self) -> list[PeopleLogEntry]:
-        return [entry for entry, _ in self._log_rows()]
-
-    def _log_rows(self) -> list[tuple[PeopleLogEntry, str]]:
+    def raw_people_log(self) -> list[RawPeopleRow]:
+        """The people log's rows exactly as the database returns them, in seq order."""
         with self._stmt() as cur:
-            rows = self._x(cur, "SELECT seq, at_ms, actor, action, subject, body, prev_hash, hash"
-                                " FROM sw_user_log ORDER BY seq").fetchall()
+            return [RawPeopleRow(*r) for r in self._x(cur, f"SELECT {_LOG_COLS} FROM sw_user_log ORDER BY seq")]
+
+    def people_log(self) -> list[PeopleLogEntry]:
         out = []
-        for r in rows:
+        for r in self.raw_people_log():
             try:
-                roles = tuple(str(x) for x in json.loads(r[5]).get("roles", []))
-                token_id = str(json.loads(r[5]).get("token_id", ""))
-            except (ValueError, AttributeError, TypeError):
+                body = json.loads(r.body)
+                roles = tuple(str(x) for x in body.get("roles", []))
+                token_id = str(body.get("token_id", ""))
+            except (ValueError, AttributeError, TypeError, RecursionError):
                 roles, token_id = (), ""
-            out.append((PeopleLogEntry(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), roles, token_id,
-                                       str(r[6]), str(r[7])), str(r[5])))
+            out.append(PeopleLogEntry(_int_or(r.seq), _int_or(r.at_ms), str(r.actor), str(r.action), str(r.subject),
+                                      roles, token_id, str(r.prev_hash), str(r.hash)))
         return out
 
     def people_problems(self) -> list[str]:
-        """Replay the log: the chain must hold, each row's columns must be its hashed body,
-        and the people and tokens tables must be exactly what the log gives."""
+        """Walk the people log's chain (as a task's, store/chain.py), check each row's columns
+        against its body, replay it: the people and tokens tables must be exactly what the
+        log gives. Each problem is one line; a hostile row never raises."""
         problems: list[str] = []
-        users: dict[str, tuple[set[str], bool]] = {}
-        tokens: dict[str, tuple[str, str, bool]] = {}  # id -> (name, hash, revoked)
-        prev, expected_seq = GENESIS, 1
-        for entry, body_text in self._log_rows():
-            where = f"people log row {entry.seq}"
-            try:
-                body = json.loads(body_text)
-                if not isinstance(body, dict):
-                    raise ValueError("not an object")
-                action = PeopleAction(str(body.get("action")))
-            except ValueError as exc:
-                problems.append(f"{where}: the body is not a people change ({exc})")
-                break
-            if entry.seq != expected_seq or entry.prev_hash != prev:
-                problems.append(f"{where}: the chain is broken (a row before it was removed or reordered)")
-            if people_hash(entry.prev_hash, entry.seq, body_text) != entry.hash:
-                problems.append(f"{where}: its hash does not match its content (the row was edited)")
-            columns = {"seq": entry.seq, "at_ms": entry.at_ms, "actor": entry.actor, "action": entry.action,
-                       "subject": entry.subject}
-            if any(body.get(k) != v for k, v in columns.items()):
-                problems.append(f"{where}: its columns differ from its hashed body (the row was edited)")
-            prev, expected_seq = entry.hash, entry.seq + 1
-            subject, roles = str(body.get("subject", "")), set(body.get("roles") or [])
-            had = users.get(subject, (set(), False))
-            if action in (PeopleAction.BOOTSTRAP, PeopleAction.ADD):
-                users[subject] = (had[0] | roles, True)
-            elif action is PeopleAction.DROP_ROLES:
-                users[subject] = (had[0] - roles, had[1])
-            elif action is PeopleAction.REMOVE:
-                users[subject] = (had[0], False)
-                tokens.update({t: (n, h, True) for t, (n, h, _) in tokens.items() if n == subject})
-            elif action is PeopleAction.ISSUE_TOKEN:
-                tokens[str(body.get("token_id"))] = (subject, str(body.get("token_hash")), False)
-            elif action is PeopleAction.REVOKE_TOKEN and str(body.get("token_id")) in tokens:
-                name, h, _ = tokens[str(body.get("token_id"))]
-                tokens[str(body.get("token_id"))] = (name, h, True)
+        try:
+            self._people_problems(problems)
+        except Exception as exc:  # a hostile row must end as a problem, whatever it breaks
+            problems.append(f"the people log cannot be checked: {type(exc).__name__}: {exc}")
+        return [_one_line(p) for p in problems]
+
+    def _people_problems(self, problems: list[str]) -> None:
+        rows = self.raw_people_log()
+        check_chain(rows, self.chain, problems.append, row="people log", number="row")
+        replay = _Replay()
+        for at, row in enumerate(rows, start=1):
+            where = f"people log row {row.seq}" if isinstance(row.seq, int) else f"people log row at position {at}"
+            body, problem = _body_problem(row)
+            if problem is not None:
+                problems.append(f"{where}: {problem}")
+            if body is None:
+                return  # nothing after it can be replayed
+            replay.apply(body)
         stored = {p.name: (set(p.roles), p.active) for p in self.people()}
-        for name in sorted(set(users) | set(stored)):
-            if users.get(name) != stored.get(name):
+        for name in sorted(set(replay.users) | set(stored)):
+            if replay.users.get(name) != stored.get(name):
                 problems.append(f"person {name!r}: the table says {_shown(stored.get(name))}, "
-                                f"the people log {_shown(users.get(name))}")
+                                f"the people log {_shown(replay.users.get(name))}")
         with self._stmt() as cur:
-            rows = self._x(cur, "SELECT token_id, name, token_hash, revoked_at_ms FROM sw_tokens").fetchall()
-        stored_tokens = {str(r[0]): (str(r[1]), str(r[2]), r[3] is not None) for r in rows}
-        for tid in sorted(set(tokens) | set(stored_tokens)):
-            if tokens.get(tid) != stored_tokens.get(tid):
+            rows2 = self._x(cur, "SELECT token_id, name, token_hash, revoked_at_ms FROM sw_tokens").fetchall()
+        stored_tokens = {str(r[0]): (str(r[1]), str(r[2]), r[3] is not None) for r in rows2}
+        for tid in sorted(set(replay.tokens) | set(stored_tokens)):
+            if replay.tokens.get(tid) != stored_tokens.get(tid):
                 problems.append(f"token {tid!r}: the table differs from the people log "
                                 "(a token written, moved or un-revoked behind statewright's back)")
-        return problems
+
+    def rechain_people(self, last_hash: str, links: Sequence[tuple[str, str]]) -> bool:
+        """Replace the (prev_hash, hash) of log rows 1..len(links) with ``links`` in one
+        transaction, only while the log still ends at ``last_hash`` (for ``db upgrade``).
+        False (nothing written) when a change came in meanwhile."""
+        with self._tx() as cur:
+            self._lock_people_txn(cur)
+            last = self._x(cur, "SELECT seq, hash FROM sw_user_log ORDER BY seq DESC LIMIT 1").fetchone()
+            if last is None or int(last[0]) != len(links) or str(last[1]) != last_hash:
+                return False
+            for seq, (prev, h) in enumerate(links, start=1):
+                self._x(cur, "UPDATE sw_user_log SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, h, seq))
+        return True
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= _MAX_SHOWN else line[: _MAX_SHOWN - 3] + "..."
+
+
+def _int_or(value: Any) -> int:
+    return value if isinstance(value, int) else -1
 
 
 def _shown(value: tuple[set[str], bool] | None) -> str:
