@@ -138,14 +138,17 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
               help="Lease length in seconds.")
 @click.option("--batch", default=32, show_default=True, type=click.IntRange(1, 1000),
               help="Most step outcomes one commit may carry (1: a commit per outcome).")
+@click.option("--max-deliveries", default=5, show_default=True, type=click.IntRange(1, 100),
+              help="Starts of one command that may end without an outcome (its worker died); "
+                   "the next delivery fails it with worker_died instead of running it.")
 @_db_option
 @_guard
-def worker(until_idle: bool, concurrency: int, lease: float, batch: int, db: str) -> None:
+def worker(until_idle: bool, concurrency: int, lease: float, batch: int, max_deliveries: int, db: str) -> None:
     """Claim and perform due commands. SIGTERM/Ctrl-C stops cleanly."""
     from statewright.runtime.worker import Worker
 
     engine = _engine(db, create=True)
-    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch)
+    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch, max_deliveries=max_deliveries)
     w.install_signal_handlers()
     stats = w.run(until_idle=until_idle)
     click.echo(f"worker stopped: {stats.commands} commands, {stats.timers} timers, {stats.retries} retries")
