@@ -140,7 +140,8 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
               help="Most step outcomes one commit may carry (1: a commit per outcome).")
 @click.option("--max-deliveries", default=5, show_default=True, type=click.IntRange(1, 100),
               help="Starts of one command that may end without an outcome (its worker died); "
-                   "the next delivery fails it with worker_died instead of running it.")
+                   "the next delivery fails it with worker_died instead of running it. A step's "
+                   "retry.max_deliveries overrides it.")
 @_db_option
 @_guard
 def worker(until_idle: bool, concurrency: int, lease: float, batch: int, max_deliveries: int, db: str) -> None:

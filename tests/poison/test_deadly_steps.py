@@ -48,11 +48,12 @@ def runs(workspace: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
 
-def die_unreported(engine: Engine, clock: FakeClock, times: int) -> None:
-    """``times`` workers claim the due command and die before reporting: each claim's lease
+def die_unreported(engine: Engine, clock: FakeClock, times: int, commands: int = 1) -> None:
+    """``times`` workers claim the due commands and die before reporting: each claim's lease
     then runs out on the fake clock."""
     for n in range(times):
-        assert len(engine.store.claim(f"dead-{n}", clock.now_ms(), int(LEASE_SECONDS * 1000))) == 1
+        claimed = engine.store.claim(f"dead-{n}", clock.now_ms(), int(LEASE_SECONDS * 1000), commands)
+        assert len(claimed) == commands
         clock.advance(LEASE_SECONDS + 1)
 
 
@@ -214,3 +215,36 @@ def test_a_step_that_kills_its_worker_is_failed_and_routed_and_the_fleet_goes_on
     tally("poison", f"{case}, halt route", backend=backend, outcome=attempt.reason, worker_alive=True)
     tally("poison", f"{case}, loop_back route", backend=backend, outcome=looped.attempts[1].reason,
           worker_alive=True)
+
+
+def test_a_steps_retry_policy_sets_its_own_delivery_bound(engine: Engine, backend: str, tmp_path: Path) -> None:
+    """``retry: {max_deliveries: 1}``: one worker died holding the command, and the next
+    fails it (the worker's own bound would have run it again); a step without the setting
+    in the same run still runs after a death."""
+    clock = engine.clock
+    assert isinstance(clock, FakeClock)
+    strict_ws, plain_ws = tmp_path / "strict", tmp_path / "plain"
+    strict = engine.submit(flow("strict", step("a", retry={"max_deliveries": 1})), {"workspace": str(strict_ws)})
+    plain = engine.submit(flow("plain", step("a")), {"workspace": str(plain_ws)})
+    die_unreported(engine, clock, 1, commands=2)
+
+    Worker(engine).run(until_idle=True)
+
+    [attempt] = engine.state(strict).attempts
+    assert (attempt.outcome, attempt.reason) == (Outcome.FAILED, WORKER_DIED)
+    assert attempt.detail.startswith("delivered 1 times")
+    assert runs(strict_ws) == []
+    assert engine.state(plain).status is TaskStatus.COMPLETED
+    assert runs(plain_ws) == ["1 2"]
+
+
+def test_the_command_lines_default_bound_is_the_workers() -> None:
+    """``statewright worker --max-deliveries`` defaults to MAX_DELIVERIES and is bounded
+    like a step's ``retry.max_deliveries``."""
+    from statewright.cli import cli
+    from statewright.definition.limits import MAX_DELIVERIES_BOUND
+
+    command = cli.commands["worker"]
+    [option] = [p for p in command.params if p.name == "max_deliveries"]
+    assert option.default == MAX_DELIVERIES
+    assert (option.type.min, option.type.max) == (1, MAX_DELIVERIES_BOUND)

@@ -405,7 +405,7 @@ class Worker:
             self.store.ack(claim.command_id, claim.token)
             return None
         lost = claim.deliveries - 1 - claim.failures  # earlier starts that reported nothing
-        if lost >= self.max_deliveries:
+        if lost >= (step.retry.max_deliveries or self.max_deliveries):
             return self._reduce(claim, state, step, self._never_reported(claim, lost, result_id))
         crash_point("before_effect")
         event: Event | None = self._approval_void(claim, state, step, result_id)
