@@ -70,19 +70,14 @@ def _parse_input(raw: str | None, wf: Any) -> dict[str, Any]:
     """``--input``: a JSON object inline or ``@file.json``, within the bounds of
     ``statewright._json_limits`` (size, depth, integers, finite numbers, valid Unicode),
     checked against the workflow before any database is opened or created."""
-    from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
+    from statewright._json_limits import loads_json_object, read_regular_file
     from statewright.runtime.inputs import task_input
 
     if raw is None:
         return task_input(wf, {})
     if not raw.startswith("@"):
         return task_input(wf, loads_json_object(raw, "--input"))
-    try:
-        with Path(raw[1:]).open("rb") as fh:
-            data = fh.read(MAX_INPUT_BYTES + 1)
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise InputError(f"--input {raw}: cannot read the file ({reason})") from None
+    data = read_regular_file(raw[1:], f"--input {raw}")  # a FIFO or a device is refused unread
     return task_input(wf, loads_json_object(data, f"--input {raw}"))
 
 
