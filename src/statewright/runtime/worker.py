@@ -447,7 +447,8 @@ class Worker:
         from statewright.executors.base import Reason
         from statewright.runtime import screen
 
-        detail = (f"delivered {lost} times; each worker that ran it stopped before reporting "
+        times = "once" if lost == 1 else f"{lost} times"
+        detail = (f"delivered {times}; each worker that ran it stopped before reporting "
                   "(killed, out of memory, or the step ended the process)")
         log.warning("task %s: command %s %s; it fails with %s", claim.task_id, claim.command_id, detail,
                     Reason.WORKER_DIED.value)
