@@ -212,7 +212,7 @@ BAD_INPUTS: dict[str, tuple[str, str]] = {
     "input file: UTF-16": ("@utf16.json", "is not UTF-8 text"),
     "input file: lone surrogate escape": ("@surrogate.json", "a lone surrogate"),
     "input file: 5,000-digit integer": ("@digits.json", "an integer of 5,000 digits"),
-    "input file: a directory": ("@folder", "cannot read the file"),
+    "input file: a directory": ("@folder", "the path names a directory; give a regular file"),
     "input file: missing": ("@missing.json", "cannot read the file"),
 }
 
