@@ -8,7 +8,10 @@ exception while handling one command fails that command's attempt (``handling_er
 instead of the worker; an outcome the store refuses with anything but a store error is
 recorded as that failure, alone, while the rest of its group commits. Only when even that
 failure cannot be recorded does the worker stop: it releases its leases and ``run`` raises
-WorkerStoppedError."""
+WorkerStoppedError. A step that ends the worker's process leaves no outcome to fail: once a
+command was started ``max_deliveries`` times by workers that all died before reporting, the
+next one fails it (``worker_died``) instead of running it; a claim given back before it was
+started does not count as a delivery."""
 
 from __future__ import annotations
 
@@ -406,7 +409,7 @@ class Worker:
             return None
         lost = claim.deliveries - 1 - claim.failures  # earlier starts that reported nothing
         if lost >= (step.retry.max_deliveries or self.max_deliveries):
-            return self._reduce(claim, state, step, self._never_reported(claim, lost, result_id))
+            return self._reduce(claim, state, step, self._never_reported(claim, lost))
         crash_point("before_effect")
         event: Event | None = self._approval_void(claim, state, step, result_id)
         if event is None:
@@ -440,7 +443,7 @@ class Worker:
             log.warning("task %s: command %s: %s", claim.task_id, claim.command_id, why)
             return self.engine.reduce(Report(claim.task_id, failed, state, complete))
 
-    def _never_reported(self, claim: Claim, lost: int, result_id: str) -> Event:
+    def _never_reported(self, claim: Claim, lost: int) -> Event:
         """A command every worker that started it died with (the step ended the process,
         it was killed, it ran out of memory): not performed again, its attempt (or check)
         fails with ``worker_died`` and routes like any failure."""
