@@ -111,6 +111,10 @@ BAD_WORKFLOWS: dict[str, tuple[str, str]] = {
                                 "retry.multiplier must be a number from 1 to 10"),
     "retry.max_attempts: 10^9": (_step(", retry: {max_attempts: 1000000000}"),
                                  "retry.max_attempts must be a whole number from 1 to 1000"),
+    "retry.max_deliveries: 0": (_step(", retry: {max_deliveries: 0}"),
+                                "retry.max_deliveries must be a whole number from 1 to 100"),
+    "retry.max_deliveries: true": (_step(", retry: {max_deliveries: true}"),
+                                   "retry.max_deliveries must be a whole number from 1 to 100"),
     "timeout: .nan": (_step(", timeout: .nan"), "at steps[0].timeout: nan is not a finite number"),
     "timeout: 0": (_step(", timeout: 0"), "a timeout must be greater than zero"),
     "max_checks: 10^12": (
@@ -208,7 +212,7 @@ BAD_INPUTS: dict[str, tuple[str, str]] = {
     "input file: UTF-16": ("@utf16.json", "is not UTF-8 text"),
     "input file: lone surrogate escape": ("@surrogate.json", "a lone surrogate"),
     "input file: 5,000-digit integer": ("@digits.json", "an integer of 5,000 digits"),
-    "input file: a directory": ("@folder", "cannot read the file"),
+    "input file: a directory": ("@folder", "the path names a directory; give a regular file"),
     "input file: missing": ("@missing.json", "cannot read the file"),
 }
 

@@ -6,6 +6,7 @@ Entry points, stdlib only, so any layer may use them:
     iter_json_problems(value, limits) -> every problem   # for a report of them all
     loads_json(data, what) -> value                      # text or bytes from outside
     loads_json_object(data, what) -> dict                # the same, and an object
+    read_regular_file(path, what) -> bytes               # a file's bytes, never blocking
 
 A value passes when it is plain JSON (dict with str keys, list, str, int, float, bool,
 None), nested at most ``max_depth`` deep, at most ``max_nodes`` values in all, its
@@ -18,9 +19,12 @@ line, never a RecursionError.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -202,3 +206,45 @@ def loads_json_object(data: str | bytes, what: str, limits: JsonLimits = DEFAULT
     if not isinstance(value, dict):
         raise InputError(f"{what} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+)
+
+
+def read_regular_file(path: str | os.PathLike[str], what: str, max_bytes: int = MAX_INPUT_BYTES, *,
+                      follow_links: bool = True) -> bytes:
+    """The bytes of a regular file, at most ``max_bytes + 1`` of them (so a caller sees it
+    is too big), or InputError with one line starting with ``what``. Opened without
+    blocking (a FIFO would block ``open``) and checked on the open descriptor: a FIFO, a
+    directory, a device (``/dev/zero``) or a link to one is refused unread. With
+    ``follow_links=False`` a symbolic link itself is refused."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_links:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP and not follow_links else exc.strerror
+        raise InputError(f"{what}: cannot read the file ({why})") from None
+    except ValueError as exc:  # a NUL in the path
+        raise InputError(f"{what}: cannot read the file ({exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a regular file")
+            raise InputError(f"{what}: the path names {kind}; give a regular file")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read the file ({exc.strerror})") from None
+    finally:
+        os.close(fd)

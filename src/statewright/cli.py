@@ -70,19 +70,14 @@ def _parse_input(raw: str | None, wf: Any) -> dict[str, Any]:
     """``--input``: a JSON object inline or ``@file.json``, within the bounds of
     ``statewright._json_limits`` (size, depth, integers, finite numbers, valid Unicode),
     checked against the workflow before any database is opened or created."""
-    from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
+    from statewright._json_limits import loads_json_object, read_regular_file
     from statewright.runtime.inputs import task_input
 
     if raw is None:
         return task_input(wf, {})
     if not raw.startswith("@"):
         return task_input(wf, loads_json_object(raw, "--input"))
-    try:
-        with Path(raw[1:]).open("rb") as fh:
-            data = fh.read(MAX_INPUT_BYTES + 1)
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise InputError(f"--input {raw}: cannot read the file ({reason})") from None
+    data = read_regular_file(raw[1:], f"--input {raw}")  # a FIFO or a device is refused unread
     return task_input(wf, loads_json_object(data, f"--input {raw}"))
 
 
@@ -138,14 +133,18 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
               help="Lease length in seconds.")
 @click.option("--batch", default=32, show_default=True, type=click.IntRange(1, 1000),
               help="Most step outcomes one commit may carry (1: a commit per outcome).")
+@click.option("--max-deliveries", default=5, show_default=True, type=click.IntRange(1, 100),
+              help="Starts of one command that may end without an outcome (its worker died); "
+                   "the next delivery fails it with worker_died instead of running it. A step's "
+                   "retry.max_deliveries overrides it.")
 @_db_option
 @_guard
-def worker(until_idle: bool, concurrency: int, lease: float, batch: int, db: str) -> None:
+def worker(until_idle: bool, concurrency: int, lease: float, batch: int, max_deliveries: int, db: str) -> None:
     """Claim and perform due commands. SIGTERM/Ctrl-C stops cleanly."""
     from statewright.runtime.worker import Worker
 
     engine = _engine(db, create=True)
-    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch)
+    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch, max_deliveries=max_deliveries)
     w.install_signal_handlers()
     stats = w.run(until_idle=until_idle)
     click.echo(f"worker stopped: {stats.commands} commands, {stats.timers} timers, {stats.retries} retries")

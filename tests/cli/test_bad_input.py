@@ -4,12 +4,15 @@ and changes nothing in the database (tasks, people, tokens)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tally import tally
 
 from .support import admin, ok, person, refusal, snapshot, sw, sw_process
 
@@ -209,3 +212,60 @@ def test_a_missing_database_is_refused_and_not_created(tmp_path: Path) -> None:
     line = refusal(sw("tasks", "--db", tmp_path / "nowhere.db"))
     assert "no statewright database here" in line
     assert list(tmp_path.iterdir()) == []
+
+
+def _not_a_file(kind: str, where: Path) -> Path:
+    """A path that names no regular file: a FIFO, a directory, /dev/zero, or a link to one."""
+    if kind.endswith("fifo"):
+        target = where / "pipe"
+        os.mkfifo(target)
+    elif kind.endswith("directory"):
+        target = where / "dir"
+        target.mkdir()
+    else:
+        target = Path("/dev/zero")
+    if not kind.startswith("link"):
+        return target
+    link = where / "input.json"
+    link.symlink_to(target)
+    return link
+
+
+NOT_A_FILE = {"fifo": "a FIFO", "directory": "a directory", "dev-zero": "a character device",
+              "link-to-fifo": "a FIFO", "link-to-directory": "a directory", "link-to-dev-zero": "a character device"}
+FIFOS = ("fifo", "link-to-fifo")  # tried in a real process: a regression would block, not fail
+
+
+@pytest.mark.parametrize("command", ["submit", "run"])
+@pytest.mark.parametrize("kind", sorted(set(NOT_A_FILE) - set(FIFOS)))
+def test_input_from_a_path_that_is_no_regular_file_is_refused_unread(
+    kind: str, command: str, parked: Parked, tmp_path: Path,
+) -> None:
+    """``--input @PATH`` where PATH is a FIFO nobody writes to, a directory, /dev/zero, or a
+    link to one: one error line naming what it is, at once (no blocking open, no endless
+    read), and nothing written."""
+    path = _not_a_file(kind, tmp_path)
+    check = unchanged(parked)
+
+    line = refusal(sw(command, parked.files["build"], "--input", f"@{path}", "--db", parked.db))
+
+    assert line == f"error: --input @{path}: the path names {NOT_A_FILE[kind]}; give a regular file"
+    check()
+    tally("malformed", f"{command}: --input @{kind}", result="clean_error")
+
+
+@pytest.mark.parametrize(("kind", "command"), [("fifo", "submit"), ("link-to-fifo", "run")])
+def test_a_real_process_given_a_fifo_as_input_does_not_block(
+    kind: str, command: str, parked: Parked, tmp_path: Path,
+) -> None:
+    """A FIFO nobody writes to, or a link to one, in a real process (a blocking open would
+    hang it until the timeout): one line, exit 1, nothing written."""
+    path = _not_a_file(kind, tmp_path)
+    check = unchanged(parked)
+
+    result = sw_process(command, parked.files["build"], "--input", f"@{path}", "--db", parked.db)
+
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr.splitlines() == [f"error: --input @{path}: the path names a FIFO; give a regular file"]
+    check()
+    tally("malformed", f"process {command}: --input @{kind}", result="clean_error")

@@ -159,6 +159,7 @@ def test_commands_no_executor_could_start_are_given_back(
     taken = engine.store.claim("idle", clock.now_ms(), 30_000, 10)
     assert sorted(c.command_id for c in taken) == sorted(c.command_id for c in claims)
     assert all(c.token == 2 for c in taken)  # a new claim, a new fencing token
+    assert all(c.deliveries == 1 for c in taken)  # the give-back was no delivery
 
 
 def test_a_stopping_worker_commits_what_it_performed_and_releases_the_rest(
@@ -173,6 +174,7 @@ def test_a_stopping_worker_commits_what_it_performed_and_releases_the_rest(
 
     assert 7 <= first.stats.commands < 36
     assert all(r["lease_owner"] is None for r in engine.store.outbox())
+    assert all(r["deliveries"] == 0 for r in engine.store.outbox())  # none was started
     second = Worker(engine, worker_id="second").run(until_idle=True)
     assert first.stats.commands + second.commands == 36
     assert all(engine.state(t).status is TaskStatus.COMPLETED for t in tids)

@@ -546,3 +546,33 @@ def test_load_many_reads_the_tasks_that_exist(store: SqlStore) -> None:
     assert store.append_batch([batch_step("t2", 2, "t2:e3"), batch_step("t3", 1, "t3:e2")]) is not None
     assert verify_chain(store.raw_events("t2")) == [] and verify_chain(store.raw_events("t3")) == []
 
+
+
+def test_a_command_given_back_unstarted_takes_its_delivery_back(store: SqlStore) -> None:
+    """A release of a command that was never started (``started=False``) lowers its
+    deliveries again; a release after starting keeps the delivery counted."""
+    submit(store, "t1", [run_step("c1")])
+    [c] = store.claim("w1", T0, LEASE_MS)
+    assert c.deliveries == 1
+    store.release("c1", c.token, T0, failed=False, started=False)
+    [row] = store.outbox("t1")
+    assert (row["lease_owner"], row["deliveries"], row["failures"]) == (None, 0, 0)
+    [again] = store.claim("w2", T0, LEASE_MS)
+    assert (again.token, again.deliveries) == (2, 1)
+    store.release("c1", again.token, T0, failed=False)  # started, then given back
+    [third] = store.claim("w3", T0, LEASE_MS)
+    assert (third.token, third.deliveries) == (3, 2)
+    store.release("c1", again.token, T0, failed=False, started=False)  # stale token: ignored
+    assert store.outbox("t1")[0]["deliveries"] == 2
+
+
+def test_a_command_claimed_by_its_commit_given_back_unstarted_is_fresh_again(store: SqlStore) -> None:
+    """A next command claimed inside the commit that made it (deliveries 1), given back
+    unstarted, is delivered next time as a first delivery."""
+    submit(store, "t1", [run_step("c1")])
+    [c] = store.claim("w1", T0, LEASE_MS)
+    res = step(store, "t1", 1, "e2", [run_step("c2")], complete=("c1", c.token), claim_for=("w1", T0 + LEASE_MS))
+    assert res.claimed is not None and res.claimed.deliveries == 1
+    store.release("c2", res.claimed.token, T0, failed=False, started=False)
+    [again] = store.claim("w2", T0, LEASE_MS)
+    assert (again.command_id, again.deliveries) == ("c2", 1)

@@ -41,6 +41,8 @@ MAX_ATTEMPTS = 1_000
 """Largest ``max_attempts`` (loop-backs and command retries) and loop attempt counts."""
 MAX_CHECKS = 100_000
 """Largest ``max_checks`` of a wait step."""
+MAX_DELIVERIES_BOUND = 100
+"""Largest ``retry.max_deliveries`` (and ``statewright worker --max-deliveries``)."""
 MIN_RETRY_MULTIPLIER = 1.0
 MAX_RETRY_MULTIPLIER = 10.0
 """Range of ``retry.multiplier``."""
@@ -79,6 +81,7 @@ __all__ = [
     "MAX_DEFINITION_BYTES",
     "MAX_DEFINITION_DEPTH",
     "MAX_DEFINITION_STRING_CHARS",
+    "MAX_DELIVERIES_BOUND",
     "MAX_DURATION_SECONDS",
     "MAX_INPUT_BYTES",
     "MAX_JSON_DEPTH",

@@ -26,6 +26,7 @@ from statewright.definition.limits import (
     MAX_CHECKS,
     MAX_DEFINITION_BYTES,
     MAX_DEFINITION_DEPTH,
+    MAX_DELIVERIES_BOUND,
     MAX_RETRY_MULTIPLIER,
     MAX_STEPS,
     MAX_VERSION,
@@ -81,6 +82,7 @@ _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
 }
 _RETRY_FIELDS = {
     "max_attempts", "initial_backoff", "max_backoff", "multiplier", "jitter", "non_retryable",
+    "max_deliveries",
 }
 
 SpecValidator = Callable[[Mapping[str, Any]], list[str]]
@@ -358,6 +360,12 @@ def _parse_retry(value: object, where: str, problems: _Problems) -> RetryPolicy:
     if not isinstance(nr, list) or not all(isinstance(x, str) for x in nr):
         problems.add(where, "retry.non_retryable must be a list of error class names")
         nr = []
+    deliveries = value.get("max_deliveries")
+    if deliveries is not None and (isinstance(deliveries, bool) or not isinstance(deliveries, int)
+                                   or not 1 <= deliveries <= MAX_DELIVERIES_BOUND):
+        problems.add(where, f"retry.max_deliveries must be a whole number from 1 to {MAX_DELIVERIES_BOUND}, "
+                     f"got {_short(deliveries)}")
+        deliveries = None
     return RetryPolicy(
         max_attempts=n,
         initial_backoff_seconds=initial if initial is not None else 1.0,
@@ -365,6 +373,7 @@ def _parse_retry(value: object, where: str, problems: _Problems) -> RetryPolicy:
         multiplier=float(mult),
         jitter=jitter,
         non_retryable=tuple(nr),
+        max_deliveries=deliveries,
     )
 
 

@@ -50,7 +50,10 @@ COMPLETE = Route(RouteKind.COMPLETE)
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Retries of one *command* on transient errors, apart from step failures."""
+    """Retries of one *command* on transient errors, apart from step failures.
+    ``max_deliveries``: starts of the command that may end without an outcome (each
+    worker that ran it died) before it fails with ``worker_died``; None: the worker's
+    own bound (``--max-deliveries``)."""
 
     max_attempts: int = 3
     initial_backoff_seconds: float = 1.0
@@ -58,6 +61,7 @@ class RetryPolicy:
     multiplier: float = 2.0
     jitter: bool = True
     non_retryable: tuple[str, ...] = ()
+    max_deliveries: int | None = None
 
     def backoff_seconds(self, failures: int, unit_random: float) -> float:
         """Delay before the next try after ``failures`` failures; ``unit_random`` in [0, 1)."""

@@ -21,6 +21,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from statewright._errors import InputError
+from statewright._json_limits import loads_json_object, read_regular_file
 from statewright.loop._process import kill_group, run_argv
 from statewright.loop.sources import WorkItem
 
@@ -70,8 +72,10 @@ class CommandPassRunner:
     ``STATEWRIGHT_BRIEF``, ``STATEWRIGHT_IDEMPOTENCY_KEY`` and
     ``STATEWRIGHT_RESULT_FILE``. Exit 0 is a returned pass; its stdout is the note.
     It may write JSON ``{"tokens": N, "money_usd": X, "artifacts": [...],
-    "receipts": [...]}`` to the result file. A non-zero exit, a timeout or a
-    failed launch is "no result".
+    "receipts": [...]}`` to the result file (a regular file of plain JSON within the
+    input bounds of ``statewright._json_limits``, costs from 0 up, lists of texts). A
+    non-zero exit, a timeout, a failed launch or a result file that breaks those rules
+    is "no result", with the reason as its cause.
     """
 
     def __init__(
@@ -139,7 +143,9 @@ class CommandPassRunner:
         if done.exit_code != 0:
             cause = f"the worker exited with status {done.exit_code}"
             return PassResult(PassStatus.NO_RESULT, note, cause=cause)
-        extra = _read_result(result_file)
+        extra, problem = _read_result(result_file)
+        if problem:
+            return PassResult(PassStatus.NO_RESULT, note, cause=problem)
         return PassResult(
             PassStatus.RETURNED,
             note,
@@ -219,12 +225,31 @@ def _field(cost: object, name: str) -> object:
     return getattr(cost, name, 0)
 
 
-def _read_result(path: Path) -> Mapping[str, Any]:
+def _read_result(path: Path) -> tuple[Mapping[str, Any], str]:
+    """The worker's result file ({} when it wrote none) and, when it cannot be taken, why.
+    The worker controls the file: it is read bounded, without following a link or
+    blocking, and parsed by the bounded JSON loader."""
+    if not os.path.lexists(path):
+        return {}, ""
+    what = "the pass's result file ($STATEWRIGHT_RESULT_FILE)"
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        value = loads_json_object(read_regular_file(path, what, follow_links=False), what)
+    except InputError as exc:
+        return {}, str(exc)
+    for name in ("tokens", "money_usd"):
+        figure = value.get(name, 0)
+        if isinstance(figure, bool) or not isinstance(figure, int | float) or figure < 0:
+            return {}, f"{what}: {name} must be a number from 0 up, got {_shown(figure)}"
+    for name in ("artifacts", "receipts"):
+        texts = value.get(name) or []
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return {}, f"{what}: {name} must be a list of texts, got {_shown(texts)}"
+    return value, ""
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _int(value: object) -> int:

@@ -73,30 +73,34 @@ def screen(event: Event) -> Event:
     return replace(event, verdict=verdict, artifacts=artifacts, cost=cost, **texts)
 
 
-def failed_instead(event: Event, detail: str) -> Event | None:
-    """The smallest report of the same attempt (or check) failing with ``handling_error``:
-    no verdict, no artifacts, no note. None for an event that reports no step's work."""
-    detail = _text(f"{detail}; the outcome was not recorded", MAX_DETAIL_CHARS)
+def failed_instead(event: Event, detail: str, reason: Reason = Reason.HANDLING_ERROR) -> Event | None:
+    """The smallest report of the same attempt (or check) failing with ``reason``
+    (``handling_error``: the outcome was made, and not recorded): no verdict, no artifacts,
+    no note. None for an event that reports no step's work."""
+    if reason is Reason.HANDLING_ERROR:
+        detail = f"{detail}; the outcome was not recorded"
+    detail = _text(detail, MAX_DETAIL_CHARS)
     if isinstance(event, AttemptReported):
         return AttemptReported(
             event_id=event.event_id, at_ms=event.at_ms, command_id=event.command_id, step=event.step,
             attempt=event.attempt, actor=_text(event.actor, MAX_REASON_CHARS), ok=False,
-            error=Reason.HANDLING_ERROR.value, detail=detail, output=detail,
+            error=reason.value, detail=detail, output=detail,
         )
     if isinstance(event, CheckReported):
         return CheckReported(
             event_id=event.event_id, at_ms=event.at_ms, command_id=event.command_id, step=event.step,
             attempt=event.attempt, check_number=event.check_number, passed=False, detail=detail,
-            error=Reason.HANDLING_ERROR.value,
+            error=reason.value,
         )
     return None
 
 
 def failed_command(
-    command_type: str, command_id: str, body: Mapping[str, Any], at_ms: int, actor: str, detail: str
+    command_type: str, command_id: str, body: Mapping[str, Any], at_ms: int, actor: str, detail: str,
+    reason: Reason = Reason.HANDLING_ERROR,
 ) -> Event:
     """``failed_instead`` for a command whose outcome was never made: its attempt (or, for
-    a RunCheck, its check) failing with ``handling_error``."""
+    a RunCheck, its check) failing with ``reason``."""
     common: dict[str, Any] = {
         "event_id": f"{command_id}:result", "at_ms": at_ms, "command_id": command_id,
         "step": str(body.get("step", "")), "attempt": _whole(body.get("attempt")),
@@ -105,7 +109,7 @@ def failed_command(
         CheckReported(**common, check_number=_whole(body.get("check_number")))
         if command_type == "RunCheck" else AttemptReported(**common, actor=actor)
     )
-    failed = failed_instead(event, detail)
+    failed = failed_instead(event, detail, reason)
     return event if failed is None else failed
 
 

@@ -8,7 +8,10 @@ exception while handling one command fails that command's attempt (``handling_er
 instead of the worker; an outcome the store refuses with anything but a store error is
 recorded as that failure, alone, while the rest of its group commits. Only when even that
 failure cannot be recorded does the worker stop: it releases its leases and ``run`` raises
-WorkerStoppedError."""
+WorkerStoppedError. A step that ends the worker's process leaves no outcome to fail: once a
+command was started ``max_deliveries`` times by workers that all died before reporting, the
+next one fails it (``worker_died``) instead of running it; a claim given back before it was
+started does not count as a delivery."""
 
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ PREFETCH_SECONDS = 0.005  # how much work (by the average step's duration) a wor
 _WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
 WORKSPACE_RECHECK_SECONDS = 1.0  # how long a remembered workspace is trusted to still exist
 UNHANDLED_DELAY_SECONDS = 300.0  # a command no failure could be recorded for waits this long
+MAX_DELIVERIES = 5  # starts without an outcome after which a command is failed, not run again
 
 
 @dataclass
@@ -89,6 +93,7 @@ class Worker:
         concurrency: int = 1,
         idle_poll_seconds: float = IDLE_POLL_SECONDS,
         batch: int = DEFAULT_BATCH,
+        max_deliveries: int = MAX_DELIVERIES,
         rng: random.Random | None = None,
     ) -> None:
         self.engine = engine
@@ -99,6 +104,7 @@ class Worker:
         self.concurrency = max(1, concurrency)
         self.idle_poll_seconds = idle_poll_seconds
         self.batch = max(1, batch)
+        self.max_deliveries = max(1, max_deliveries)
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
         self.stopping = threading.Event()
@@ -370,8 +376,9 @@ class Worker:
                 self._unhold(claim.command_id, claim.token)
 
     def _hand_back(self, claim: Claim) -> None:
+        """Give back a claim that was never started: its delivery does not count."""
         self._chained.pop(claim.command_id, None)
-        self.store.release(claim.command_id, claim.token, self.clock.now_ms(), failed=False)
+        self.store.release(claim.command_id, claim.token, self.clock.now_ms(), failed=False, started=False)
 
     def _unhold(self, command_id: str, token: int) -> None:
         with self._held_lock:
@@ -400,6 +407,9 @@ class Worker:
         except (TaskNotFoundError, KeyError):
             self.store.ack(claim.command_id, claim.token)
             return None
+        lost = claim.deliveries - 1 - claim.failures  # earlier starts that reported nothing
+        if lost >= (step.retry.max_deliveries or self.max_deliveries):
+            return self._reduce(claim, state, step, self._never_reported(claim, lost))
         crash_point("before_effect")
         event: Event | None = self._approval_void(claim, state, step, result_id)
         if event is None:
@@ -432,6 +442,22 @@ class Worker:
                 raise
             log.warning("task %s: command %s: %s", claim.task_id, claim.command_id, why)
             return self.engine.reduce(Report(claim.task_id, failed, state, complete))
+
+    def _never_reported(self, claim: Claim, lost: int) -> Event:
+        """A command every worker that started it died with (the step ended the process,
+        it was killed, it ran out of memory): not performed again, its attempt (or check)
+        fails with ``worker_died`` and routes like any failure."""
+        from statewright.executors.base import Reason
+        from statewright.runtime import screen
+
+        times = "once" if lost == 1 else f"{lost} times"
+        detail = (f"delivered {times}; each worker that ran it stopped before reporting "
+                  "(killed, out of memory, or the step ended the process)")
+        log.warning("task %s: command %s %s; it fails with %s", claim.task_id, claim.command_id, detail,
+                    Reason.WORKER_DIED.value)
+        return screen.failed_command(claim.type, claim.command_id, claim.body,
+                                     self.clock.now_ms(), f"worker:{self.worker_id}", detail,
+                                     reason=Reason.WORKER_DIED)
 
     def _handling_failed(self, claim: Claim, exc: Exception) -> Report | None:
         """An exception while handling ``claim`` (outside its executor): the attempt fails
@@ -613,52 +639,15 @@ class Worker:
         return resolved
 
     def _execute(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event:
-        from statewright import executors
+        from statewright.runtime import perform
 
-        now = self.clock.now_ms
-        body = claim.body
-        attempt = int(body.get("attempt", 1))
+        attempt = int(claim.body.get("attempt", 1))
         if step.kind is StepKind.AI:
             space = workspaces.for_ai_attempt(self.engine.workspace_root, state, step, attempt)
         else:
             space = workspaces.for_check(state, step)
         ctx = self._context(claim, state, step, space)
-        if claim.type == "RunCheck":
-            res = executors.run_check(step.check or {}, ctx)
-            return CheckReported(
-                event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
-                attempt=ctx.attempt, check_number=int(body.get("check_number", 1)),
-                passed=res.passed, detail=res.detail or (res.reason or ""), output=res.output,
-            )
-        if step.kind is StepKind.AI:
-            brief = body.get("brief") or {}
-            ares = executors.run_agent(step.agent or {}, brief, step.output_schema, ctx)
-            kind = str((step.agent or {}).get("type", "agent"))
-            artifacts = dict(ares.artifacts)
-            error, detail = ares.error, ares.detail
-            if error == "no_verdict" and kind != "openai":
-                error = "invalid_verdict"  # the reducer grants one repair turn, then fails it
-            if space is not None and space.per_attempt:
-                artifacts.update(workspace=str(space.path), base_commit=space.base_commit)
-                touched = workspaces.protected_touched(space)
-                if touched:
-                    error = "protected_path_modified"
-                    detail = "the attempt changed protected paths: " + ", ".join(touched)
-            return AttemptReported(
-                event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
-                attempt=ctx.attempt, actor=f"agent:{kind}", ok=error is None,
-                verdict=dict(ares.verdict) if ares.verdict is not None else None,
-                error=error, detail=detail, output=detail,
-                artifacts=artifacts, cost=ares.cost.to_dict(), note=ares.note,
-            )
-        cres = executors.run_code(step.run or {}, ctx)
-        return AttemptReported(
-            event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
-            attempt=ctx.attempt, actor=f"code:{step.id}", ok=cres.ok,
-            error=None if cres.ok else (cres.reason or "failed"), output=cres.output,
-            detail="" if cres.ok else _last_line(cres.output), artifacts=dict(cres.artifacts),
-            cost=cres.cost.to_dict(),
-        )
+        return perform.run(claim, step, ctx, space, result_id, self.clock.now_ms)
 
     def _approval_void(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event | None:
         """Authorisation is checked again when approved work is about to run: a step after
@@ -754,11 +743,16 @@ class Worker:
         return len(old)
 
     def _release_all(self) -> None:
+        """Release every lease still held: a command still waiting in the ready queue was
+        never started (its delivery does not count); any other was (its outcome was lost
+        with the committer)."""
+        with self._cv:
+            unstarted = {c.command_id for c in self._ready}
         with self._held_lock:
             held = list(self._held.items())
         try:
             for cid, token in held:
-                self.store.release(cid, token, self.clock.now_ms(), failed=False)
+                self.store.release(cid, token, self.clock.now_ms(), failed=False, started=cid not in unstarted)
         except StoreError:
             return  # the store is gone; the leases expire on their own
 
@@ -775,12 +769,3 @@ def _stopped(what: str, exc: BaseException) -> WorkerStoppedError:
     msg = (f"worker stopped: {what} ({describe(exc)}); its leases were released, so other "
            "workers may take its commands; check the database and run the worker again")
     return WorkerStoppedError(msg)
-
-
-def _last_line(text: str) -> str:
-    """The last line the command itself printed (the executor's own ``[statewright: ...]``
-    marker says less than the line before it, unless it is all there is)."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    own = [ln for ln in lines if not ln.startswith("[statewright:")]
-    pick = own or lines
-    return pick[-1][:200] if pick else ""

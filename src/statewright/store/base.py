@@ -29,7 +29,10 @@ class StoredTask:
 
 @dataclass(frozen=True)
 class Claim:
-    """A command held under a lease. ``token`` is the fencing token of this claim."""
+    """A command held under a lease. ``token`` is the fencing token of this claim;
+    ``deliveries`` counts the times it was started, this one included (a give-back before
+    starting takes its delivery back); ``failures`` the deliveries that reported a failure
+    and were released to be tried again."""
 
     command_id: str
     task_id: str
@@ -210,7 +213,14 @@ class Store(Protocol):
 
     def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool: ...
 
-    def release(self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "") -> None: ...
+    def release(
+        self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "",
+        started: bool = True,
+    ) -> None:
+        """Free the lease of ``token`` (an older token changes nothing); the command is due
+        again at ``available_at_ms``. ``failed`` counts a failure; ``started=False`` (the
+        command was never performed) takes its delivery back."""
+        ...
 
     def ack(self, command_id: str, token: int) -> None: ...
 

@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
 from statewright.store.base import AppendRequest, AppendResult, Claim, NewCommand, StoreUnavailableError
-from statewright.store.sql import SqlStore, _Encoded
+from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
     import psycopg
@@ -428,18 +428,19 @@ class PostgresStore(SqlStore):
             sql = self._fast_sql[shape] = _one_statement_append(*shape)
         return sql, params, AppendResult(version=version, claimed=claimed), h
 
-    def release(self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "") -> None:
+    def release(
+        self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "",
+        started: bool = True,
+    ) -> None:
         """The shared release (the update, then NOTIFY, in one transaction) as one statement:
         one round trip instead of BEGIN, UPDATE, NOTIFY, COMMIT."""
         if getattr(self._local, "cur", None) is not None:
-            super().release(command_id, token, available_at_ms, failed=failed, error=error)
+            super().release(command_id, token, available_at_ms, failed=failed, error=error, started=started)
             return
         with self._stmt() as cur:
             cur.execute(
-                "WITH r AS (UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL,"
-                " available_at_ms = %s, failures = failures + %s, last_error = %s"
-                " WHERE command_id = %s AND token = %s) SELECT pg_notify(%s, current_schema())",
-                (available_at_ms, 1 if failed else 0, error[:2000], command_id, token, CHANNEL),
+                f"WITH r AS ({self._sql(_RELEASE_SQL)}) SELECT pg_notify(%s, current_schema())",
+                (*_release_params(command_id, token, available_at_ms, failed, error, started), CHANNEL),
             )
 
     def next_due_ms(self) -> int | None:

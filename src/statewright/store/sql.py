@@ -528,14 +528,12 @@ class SqlStore(PeopleSql, ABC):
             )
             return bool(r.rowcount == 1)
 
-    def release(self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "") -> None:
+    def release(
+        self, command_id: str, token: int, available_at_ms: int, *, failed: bool, error: str = "",
+        started: bool = True,
+    ) -> None:
         with self._tx() as cur:
-            self._x(
-                cur,
-                "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
-                " failures = failures + ?, last_error = ? WHERE command_id = ? AND token = ?",
-                (available_at_ms, 1 if failed else 0, error[:2000], command_id, token),
-            )
+            self._x(cur, _RELEASE_SQL, _release_params(command_id, token, available_at_ms, failed, error, started))
             self._work_added_txn(cur)
 
     def ack(self, command_id: str, token: int) -> None:
@@ -595,6 +593,24 @@ class _Encoded:
             canonical_json(req.event), _compact_json(req.state),
             tuple("" if c.timer else canonical_json(c.body) for c in req.commands),
         )
+
+
+# A release frees the lease. ``failures`` counts the deliveries that ended in a reported
+# failure (a transient error, a command no failure could be recorded for); a command given
+# back before it was started (it waited for a busy executor, or its worker stopped first)
+# takes its delivery back, so ``deliveries`` counts only the times it was started.
+_RELEASE_SQL = (
+    "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+    " failures = failures + ?, last_error = ?,"
+    " deliveries = CASE WHEN deliveries > 0 THEN deliveries - ? ELSE 0 END"
+    " WHERE command_id = ? AND token = ?"
+)
+
+
+def _release_params(
+    command_id: str, token: int, available_at_ms: int, failed: bool, error: str, started: bool
+) -> tuple[Any, ...]:
+    return (available_at_ms, 1 if failed else 0, error[:2000], 0 if started else 1, command_id, token)
 
 
 def _claim(r: Any) -> Claim:
