@@ -78,7 +78,8 @@ def run_loop(path: Path, db: Path, clock: FakeClock | None = None, **kwargs: Any
     """One in-process 'loop run' with an injected clock."""
     definition = load_loop(path)
     with LoopStore.open(db) as store:
-        runner = LoopRunner(definition, store, clock=clock or FakeClock(), env=clean_env(), **kwargs)
+        kwargs.setdefault("env", clean_env())
+        runner = LoopRunner(definition, store, clock=clock or FakeClock(), **kwargs)
         return runner.run()
 
 

@@ -1,7 +1,7 @@
 """What a command run by the loop sees of the runner, and what the loop keeps out of its record.
 
     env = command_env(spec, environ, {"STATEWRIGHT_RUN_ID": ...})   # minimal + declared + ours
-    problems = missing_secrets(definition, environ)                  # refused before a run opens
+    require_secrets(definition, environ)                             # before a run opens
     redactor = loop_redactor(definition, environ, store_path)        # every event, item, error
 
 The loop runs commands of three kinds: the pass worker (the agent itself), checks and goal
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from statewright._errors import InputError
 from statewright.executors._isolation import Redactor, secrets_in, step_env
 from statewright.executors.base import step_base_env
 from statewright.loop.definition import CommandSpec, LoopDefinition
@@ -54,6 +55,13 @@ def missing_secrets(definition: LoopDefinition, environ: Mapping[str, str]) -> l
         for name in spec.secrets
         if name not in environ
     ]
+
+
+def require_secrets(definition: LoopDefinition, environ: Mapping[str, str]) -> None:
+    """Raise InputError (one line) when ``environ`` lacks a secret the loop file declares."""
+    missing = missing_secrets(definition, environ)
+    if missing:
+        raise InputError(f"{definition.path}: {'; '.join(missing)}")
 
 
 def loop_redactor(definition: LoopDefinition, environ: Mapping[str, str], extra: Iterable[str] = ()) -> Redactor:

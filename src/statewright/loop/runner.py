@@ -36,7 +36,7 @@ from pathlib import Path
 from types import FrameType
 
 from statewright._errors import InputError
-from statewright.loop._isolation import loop_redactor, missing_secrets
+from statewright.loop._isolation import loop_redactor, require_secrets
 from statewright.loop.definition import LoopDefinition
 from statewright.loop.errors import LoopInvariantError, RunHeldError, SourceError
 from statewright.loop.events import (
@@ -123,9 +123,7 @@ class LoopRunner:
     # ---------------------------------------------------------------- one process
 
     def run(self) -> RunOutcome:
-        missing = missing_secrets(self.definition, self.env)
-        if missing:
-            raise InputError(f"{self.definition.path}: {'; '.join(missing)}")
+        require_secrets(self.definition, self.env)
         with _loop_lock(self.store.path, self.definition.name), self._signals():
             run, first = self._open_or_resume()
             self.store.set_owner(run.run_id, os.getpid())
@@ -166,7 +164,8 @@ class LoopRunner:
             stop = None if isinstance(event, ProcessStarted) else self._stop_reason(run.run_id)
             if stop is not None and not state.status.is_terminal:
                 event = KillSwitch(stop, self.clock())
-            step = transition(state, self.redactor.record(event))
+            event = self.redactor.record(event)
+            step = transition(state, event)
             if step.line is not None:
                 self.store.append(
                     run.run_id,
