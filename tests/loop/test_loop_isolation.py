@@ -23,7 +23,7 @@ from statewright.loop.model import LoopStatus
 from statewright.loop.store import LoopStore
 from tally import tally
 
-from .helpers import PY, SCRIPTS, clean_env, cli, command, run_loop, token_file, write_loop
+from .helpers import PY, SCRIPTS, FakeClock, clean_env, cli, command, run_loop, token_file, write_loop
 
 S = LoopStatus
 # What the runner holds that no command of the loop may see.
@@ -270,3 +270,38 @@ def test_a_declared_secret_the_runner_lacks_refuses_the_run(tmp_path: Path, db: 
     assert done.stderr.count("\n") == 1, done.stderr
     assert "workflow declares secret DEPLOY_TOKEN, which this process's environment lacks" in done.stderr
     assert not db.exists()
+
+
+def test_an_approval_binds_when_a_secret_is_part_of_its_fingerprint(tmp_path: Path, db: Path) -> None:
+    """Redaction never rewrites the fingerprint an approval binds to: with a runner secret
+    that happens to be a piece of it, the approved run still carries on to DONE."""
+    clock = FakeClock()
+    path = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "maintainer"})
+    paused = run_loop(path, db, clock)
+    with LoopStore.open(db) as store:
+        (pending,) = store.pending_approvals(paused.run_id)
+        store.decide_approval(paused.run_id, fingerprint=pending.fingerprint, who="ann", role="maintainer",
+                              approve=True, reason="", at_ms=clock())
+    piece = next(pending.fingerprint[i:i + 12] for i in range(0, 52)
+                 if not pending.fingerprint[i:i + 12].isdigit())
+    done = run_loop(path, db, clock, env={**clean_env(), "DEPLOY_TOKEN": piece})
+    assert done.status is S.DONE, done
+
+
+def test_the_readme_loop_snippet_loads() -> None:
+    """The README's declarations for loop commands are a valid part of a loop file."""
+    import re
+
+    import yaml
+
+    from statewright.loop.definition import parse_loop
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### What the outer loop's commands see"):]
+    snippet = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert snippet is not None
+    data = yaml.safe_load(snippet.group(1))
+    data |= {"loop": "readme", "goal": {"oracles": [{"command": ["true"]}]}, "budgets": {"passes": 1}}
+    d = parse_loop(data)
+    assert d.source.command is not None and d.source.command.secrets == ("GH_TOKEN",)
+    assert d.source.command.argv[-1] == "number,title"

@@ -25,6 +25,7 @@ state, pass record or brief holds one; so are the items a source lists.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -164,7 +165,7 @@ class LoopRunner:
             stop = None if isinstance(event, ProcessStarted) else self._stop_reason(run.run_id)
             if stop is not None and not state.status.is_terminal:
                 event = KillSwitch(stop, self.clock())
-            event = self.redactor.record(event)
+            event = self._redacted(event)
             step = transition(state, event)
             if step.line is not None:
                 self.store.append(
@@ -188,6 +189,14 @@ class LoopRunner:
                 event = TriggerArrived(self.trigger, self.clock())
                 continue
             event = self._perform(run, state, step.commands)
+
+    def _redacted(self, event: Event) -> Event:
+        """``event`` with known secrets redacted; an approval's fingerprint is a hash that
+        binds it to what was shown and is kept as it is."""
+        out: Event = self.redactor.record(event)
+        if isinstance(out, ApprovalGranted | ApprovalDenied) and isinstance(event, ApprovalGranted | ApprovalDenied):
+            return dataclasses.replace(out, fingerprint=event.fingerprint)
+        return out
 
     # ---------------------------------------------------------------- commands
 
