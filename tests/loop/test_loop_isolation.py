@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sqlite3
 import subprocess
@@ -16,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from statewright.loop.definition import load_loop
+from statewright.loop.definition import load_loop, parse_loop
 from statewright.loop.errors import LoopDefinitionError
 from statewright.loop.model import LoopStatus
 from statewright.loop.store import LoopStore
@@ -290,12 +292,6 @@ def test_an_approval_binds_when_a_secret_is_part_of_its_fingerprint(tmp_path: Pa
 
 def test_the_readme_loop_snippet_loads() -> None:
     """The README's declarations for loop commands are a valid part of a loop file."""
-    import re
-
-    import yaml
-
-    from statewright.loop.definition import parse_loop
-
     text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     section = text[text.index("### What the outer loop's commands see"):]
     snippet = re.search(r"```yaml\n(.*?)```", section, re.S)
