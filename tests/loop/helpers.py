@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -77,7 +78,8 @@ def run_loop(path: Path, db: Path, clock: FakeClock | None = None, **kwargs: Any
     """One in-process 'loop run' with an injected clock."""
     definition = load_loop(path)
     with LoopStore.open(db) as store:
-        runner = LoopRunner(definition, store, clock=clock or FakeClock(), env=clean_env(), **kwargs)
+        kwargs.setdefault("env", clean_env())
+        runner = LoopRunner(definition, store, clock=clock or FakeClock(), **kwargs)
         return runner.run()
 
 
@@ -86,10 +88,13 @@ def record(db: Path, run_id: str) -> list[StoredLine]:
         return store.lines(run_id)
 
 
-def cli(root: Path, db: Path, *args: str, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    root: Path, db: Path, *args: str, crash_at: str | None = None, extra_env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run 'python -m statewright.loop ...' as a real process (for SIGKILL tests)."""
     env = clean_env()
     env["STATEWRIGHT_DB"] = str(db)
+    env.update(extra_env or {})
     if crash_at is not None:
         env[CRASH_ENV] = crash_at
     return subprocess.run(
@@ -101,6 +106,24 @@ def cli(root: Path, db: Path, *args: str, crash_at: str | None = None) -> subpro
         timeout=120,
         check=False,
     )
+
+
+def gone(pid: int, timeout_seconds: float = 30) -> bool:
+    """Whether process ``pid`` has ended (waits on its pidfd for the exit, never polls)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_seconds)
+        return ready == [fd]
+    finally:
+        os.close(fd)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` is running now (its pidfd is not readable yet)."""
+    return not gone(pid, 0)
 
 
 def launches(root: Path) -> list[tuple[str, int]]:

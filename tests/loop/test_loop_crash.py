@@ -7,10 +7,10 @@ after the run row exists). The restart must follow the resume rules.
 
 from __future__ import annotations
 
-import os
 import re
-import select
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ import pytest
 from statewright.loop.model import LineKind, LoopStatus
 from statewright.loop.store import LoopStore
 
-from .helpers import cli, launches, record, table, token_file, write_loop
+from .helpers import alive, cli, command, gone, launches, record, table, token_file, write_loop
 
 S = LoopStatus
 KILLED = -signal.SIGKILL
@@ -84,26 +84,45 @@ def test_crash_in_running_records_no_result_and_never_relaunches(tmp_path: Path,
     assert lines[-1].next_state is S.DONE
 
 
-def test_crash_while_the_worker_runs_stops_the_orphan(tmp_path: Path, db: Path) -> None:
-    """The worker SIGKILLs its loop process and blocks; the restart kills the orphaned worker
-    (StopWorker), records 'no result' and does not launch that attempt again."""
+def test_a_sigkilled_loop_leaves_no_worker_running(tmp_path: Path, db: Path) -> None:
+    """The worker starts a child, SIGKILLs its loop process and blocks: the worker and its
+    child die with the loop (before any restart); the restart records 'no result' and does
+    not launch that attempt again."""
     root = tmp_path / "l"
-    write_loop(root, [{"id": "88", "kill_parent": "KILL"}], attempts_per_item=1)
+    write_loop(root, [{"id": "88", "kill_parent": "KILL", "spawn": True}], attempts_per_item=1)
     assert _run(root, db) == KILLED
     (line,) = (root / "launches.log").read_text().splitlines()
     worker_pid = int(line.split()[2])
-    pidfd = os.pidfd_open(worker_pid)
-    try:
-        ready, _, _ = select.select([pidfd], [], [], 0)
-        assert ready == [], "the orphaned worker should still be alive before the restart"
-        assert _run(root, db) == 1  # attempts_per_item 1: the item parks -> ESCALATED
-        ready, _, _ = select.select([pidfd], [], [], 30)  # wakes when the worker dies
-        assert ready == [pidfd]
-    finally:
-        os.close(pidfd)
+    (child_pid,) = (int(x) for x in (root / "children.log").read_text().split())
+    assert gone(worker_pid), "the pass worker outlived its SIGKILLed loop"
+    assert gone(child_pid), "the pass worker's child outlived the SIGKILLed loop"
+    assert _run(root, db) == 1  # attempts_per_item 1: the item parks -> ESCALATED
     assert launches(root) == [("88", 1)]
     assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
     assert record(db, _only_run(db))[-1].next_state is S.ESCALATED
+
+
+def test_the_restart_stops_a_worker_the_supervisor_did_not(tmp_path: Path, db: Path) -> None:
+    """Where no parent-death signal stops it (a worker that left its supervisor's reach), the
+    pid file lets the next start kill a worker of the crashed attempt (StopWorker)."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "88"}], attempts_per_item=1)
+    orphan = subprocess.Popen([sys.executable, "-c", "import select; select.select([], [], [])"],
+                              start_new_session=True)
+    try:
+        state_dir = db.parent / "loop-workers"
+        state_dir.mkdir(parents=True)
+        (state_dir / "loop-run-1-item-88-attempt-1.pid").write_text(str(orphan.pid))
+        assert _run(root, db, crash_at="RUNNING") == KILLED  # dies before it launches
+        assert alive(orphan.pid)
+        assert _run(root, db) == 1
+        assert orphan.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if orphan.poll() is None:
+            orphan.kill()
+            orphan.wait()
+    assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
+    assert launches(root) == []
 
 
 def test_checking_crashing_twice_fails_the_check(tmp_path: Path, db: Path) -> None:
@@ -198,10 +217,12 @@ def test_sigterm_writes_a_clean_stop_line(tmp_path: Path, db: Path) -> None:
 
 
 def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path) -> None:
-    """'statewright loop stop' from inside a running pass stops the run cleanly."""
+    """'statewright loop stop' from inside a running pass stops the run cleanly. The worker
+    inherits no database: the loop file declares where it is (``env: {LOOP_DB: ...}``)."""
     root = tmp_path / "l"
-    stop = [os.sys.executable, "-m", "statewright.loop", "stop", "--db", str(db)]  # type: ignore[attr-defined]
-    write_loop(root, [{"id": "88", "run": stop}])
+    stop = [sys.executable, "-m", "statewright.loop", "stop", "--db", "$LOOP_DB"]
+    worker = {"command": command("worker.py"), "timeout": "60s", "env": {"LOOP_DB": str(db)}}
+    write_loop(root, [{"id": "88", "run": stop}], workflow=worker)
     assert _run(root, db) == 0
     lines = record(db, _only_run(db))
     assert lines[-1].kind is LineKind.CLEAN_STOP and lines[-1].state is S.RUNNING

@@ -7,18 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from statewright.loop._process import run_argv
 from statewright.loop.definition import CommandSpec, SourceKind, SourceSpec
 from statewright.loop.errors import SourceError
 from statewright.loop.model import CheckOutcome, CheckResult
 from statewright.loop.oracles import run_check
-from statewright.loop.sources import find_items
+from statewright.loop.sources import MAX_SOURCE_OUTPUT_CHARS, find_items
 
 from .helpers import PY, clean_env
 
 
 def _ids(spec: SourceSpec, cwd: Path) -> list[str]:
-    return [i.id for i in find_items(spec, cwd=cwd, env=clean_env())]
+    return [i.id for i in find_items(spec, cwd=cwd, environ=clean_env())]
 
 
 def test_jsonl(tmp_path: Path) -> None:
@@ -77,7 +76,7 @@ def test_command_that_fails(tmp_path: Path) -> None:
     code = "import sys; sys.stderr.write('rate limited'); sys.exit(4)"
     spec = SourceSpec(SourceKind.COMMAND, command=CommandSpec("s", (PY, "-c", code), 30))
     with pytest.raises(SourceError, match="exit status 4: rate limited"):
-        find_items(spec, cwd=tmp_path, env=clean_env())
+        find_items(spec, cwd=tmp_path, environ=clean_env())
 
 
 def test_directory(tmp_path: Path) -> None:
@@ -95,12 +94,21 @@ def test_directory(tmp_path: Path) -> None:
         find_items(SourceSpec(SourceKind.DIRECTORY, path=tmp_path / "none"), cwd=tmp_path)
 
 
-def test_a_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
-    """A command that outlives its timeout is killed with its process group (no waiting:
-    the command blocks forever and the timeout is zero)."""
+def test_a_source_command_past_its_timeout_is_killed(tmp_path: Path) -> None:
+    """A source command that outlives its timeout is killed with its process group and the
+    source is down (no waiting: the command blocks forever and the timeout is zero)."""
     code = "import select; select.select([], [], [])"
-    done = run_argv((PY, "-c", code), cwd=tmp_path, env=clean_env(), timeout_seconds=0)
-    assert done.timed_out and done.exit_code is None
+    spec = SourceSpec(SourceKind.COMMAND, command=CommandSpec("s", (PY, "-c", code), 0))
+    with pytest.raises(SourceError, match="timed out after 0s"):
+        find_items(spec, cwd=tmp_path, environ=clean_env())
+
+
+def test_a_source_printing_too_much_is_down(tmp_path: Path) -> None:
+    """A listing longer than the source limit is refused whole, never parsed cut."""
+    code = f"print('[' + ' ' * {MAX_SOURCE_OUTPUT_CHARS} + ']')"
+    spec = SourceSpec(SourceKind.COMMAND, command=CommandSpec("s", (PY, "-c", code), 30))
+    with pytest.raises(SourceError, match="printed more than 1,000,000 characters"):
+        find_items(spec, cwd=tmp_path, environ=clean_env())
 
 
 def test_check_outcomes(tmp_path: Path) -> None:
@@ -108,7 +116,7 @@ def test_check_outcomes(tmp_path: Path) -> None:
     env = clean_env()
 
     def check(argv: tuple[str, ...], timeout: float = 30) -> CheckResult:
-        return run_check(CommandSpec("c", argv, timeout), cwd=tmp_path, env=env)
+        return run_check(CommandSpec("c", argv, timeout), cwd=tmp_path, environ=env)
 
     assert check((PY, "-c", "print('ok')")).outcome is CheckOutcome.PASS
     failed = check((PY, "-c", "print('1 failed'); raise SystemExit(1)"))

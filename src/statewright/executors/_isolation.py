@@ -138,7 +138,8 @@ class Redactor:
         return text
 
     def value(self, value: Any) -> Any:
-        """``value`` with every string in it redacted (dicts, lists and tuples walked)."""
+        """``value`` with every string in it redacted (dicts, lists, tuples and dataclasses
+        walked)."""
         if not self._forms:
             return value
         if isinstance(value, str):
@@ -147,6 +148,8 @@ class Redactor:
             return {self.value(k): self.value(v) for k, v in value.items()}
         if isinstance(value, list | tuple):
             return type(value)(self.value(v) for v in value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return self.record(value)
         return value
 
     def record(self, record: Any) -> Any:

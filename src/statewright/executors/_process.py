@@ -69,18 +69,24 @@ def run_process(
     env: Mapping[str, str],
     timeout_seconds: float,
     stdin_text: str | None = None,
+    on_start: Callable[[int], None] | None = None,
+    merge_stderr: bool = False,
+    output_limit_chars: int = OUTPUT_LIMIT_CHARS,
 ) -> ProcessOutcome:
     """Run ``argv`` (never through a shell) and wait at most ``timeout_seconds``.
 
     The program is looked up on the step env's PATH, or the worker's PATH when the step
     env has none. A program that does not exist raises PermanentError. Members of the
-    process group still alive when the command ends are killed with it.
+    process group still alive when the command ends are killed with it. ``on_start`` is
+    given the group's id (its leader's pid) once it runs; ``merge_stderr`` interleaves
+    stderr into stdout as the command writes them; each stream keeps its last
+    ``output_limit_chars`` characters.
     """
     executable = _find_executable(argv[0], cwd, env)
     private = Path(tempfile.mkdtemp(prefix="statewright-step-"))
     try:
         return _run(executable, argv, cwd, _with_private_dirs(env, private), timeout_seconds,
-                    stdin_text)
+                    stdin_text, on_start, merge_stderr, output_limit_chars)
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
@@ -102,6 +108,9 @@ def _run(
     env: dict[str, str],
     timeout_seconds: float,
     stdin_text: str | None,
+    on_start: Callable[[int], None] | None = None,
+    merge_stderr: bool = False,
+    output_limit_chars: int = OUTPUT_LIMIT_CHARS,
 ) -> ProcessOutcome:
     started = time.monotonic()
     preexec = _die_with_parent()
@@ -115,7 +124,7 @@ def _run(
             env=env,
             stdin=subprocess.PIPE if stdin_text is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             start_new_session=True,
             preexec_fn=preexec,
         )
@@ -125,6 +134,8 @@ def _run(
     data = stdin_text.encode() if stdin_text is not None else None
     timed_out = False
     try:
+        if on_start is not None:
+            on_start(proc.pid)
         out, err = proc.communicate(input=data, timeout=timeout_seconds)
     except subprocess.TimeoutExpired:
         timed_out = True
@@ -136,8 +147,8 @@ def _run(
             proc.wait()
     return ProcessOutcome(
         returncode=None if timed_out else proc.returncode,
-        stdout=cut_output(out.decode("utf-8", "replace")),
-        stderr=cut_output(err.decode("utf-8", "replace")),
+        stdout=cut_output(out.decode("utf-8", "replace"), output_limit_chars),
+        stderr=cut_output((err or b"").decode("utf-8", "replace"), output_limit_chars),
         timed_out=timed_out,
         seconds=time.monotonic() - started,
     )

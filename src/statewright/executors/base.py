@@ -46,10 +46,12 @@ class Cost:
 STEP_BASE_VARS = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
-def step_base_env() -> dict[str, str]:
-    """The worker's PATH, LANG, LC_ALL and TZ (those it has): all a step gets unasked.
-    HOME and TMPDIR are added per process (``_process.run_process``)."""
-    env = {name: os.environ[name] for name in STEP_BASE_VARS if name in os.environ}
+def step_base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The worker's PATH, LANG, LC_ALL and TZ (those it has; ``environ`` defaults to this
+    process's): all a step gets unasked. HOME and TMPDIR are added per process
+    (``_process.run_process``)."""
+    source = os.environ if environ is None else environ
+    env = {name: source[name] for name in STEP_BASE_VARS if name in source}
     env.setdefault("PATH", os.defpath)
     return env
 

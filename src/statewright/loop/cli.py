@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from statewright._errors import InputError, StatewrightError
+from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
 from statewright.loop.model import LoopStatus
 from statewright.loop.runner import LoopRunner, loop_is_running
@@ -112,6 +113,7 @@ def loop() -> None:
 def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
     """Start a run of the loop FILE, or resume its unfinished run."""
     definition = load_loop(file)
+    require_secrets(definition, os.environ)  # refused before anything is written
     with _open(db, create=True) as store:
         before = store.latest_run(definition.name)
         if (

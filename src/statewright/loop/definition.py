@@ -3,7 +3,8 @@
     loop: nightly-fixes                    # name: letters, digits, . _ -
     source: {jsonl: backlog.jsonl}         # or {command: [argv...]} or {directory: items/}
     workflow: workflows/fix.yaml           # the task engine runs it, one task per pass
-    # workflow: {command: [python, worker.py], timeout: 10m}   # or a command per item
+    # workflow: {command: [python, worker.py], timeout: 10m,   # or a command per item
+    #            env: {REGION: eu-west-1}, secrets: [GH_TOKEN]}
     check:                                 # oracles per item, after the pass
       - {name: suite, command: [python, checks/suite.py], timeout: 60s,
          assets: [checks/]}                # files the worker must not write
@@ -22,6 +23,10 @@ A check's or oracle's ``assets`` (and every argv entry naming an existing file) 
 fingerprinted when a run opens; a check whose assets changed since then errors (a
 fail), because CHECKING must use assets the worker cannot write.
 
+Every command the loop runs (a command source, a command worker, checks, oracles) gets a
+minimal environment plus what it declares: ``env:`` values and ``secrets:`` names taken
+from the runner's environment, validated as a step's are (``definition._env``).
+
 Relative paths are resolved against the loop file's directory, and commands run
 there. Durations are ``90s``, ``10m``, ``2h``, ``2d`` (a bare number means seconds).
 Every problem found is reported at once, each naming the file and the field. The file is
@@ -34,13 +39,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 
 import yaml
 
 from statewright._errors import DefinitionError
+from statewright.definition._env import parse_step_env
 from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.limits import (
@@ -88,12 +94,15 @@ class SourceKind(StrEnum):
 
 @dataclass(frozen=True)
 class CommandSpec:
-    """A command to run: argv (no shell), a timeout, and a name for the record."""
+    """A command to run: argv (no shell), a timeout, a name for the record, and the
+    variables it declares (``env`` values, ``secrets`` names from the runner's environment)."""
 
     name: str
     argv: tuple[str, ...]
     timeout_seconds: float
     assets: tuple[Path, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,11 @@ class LoopDefinition:
 
     def oracle(self, name: str) -> CommandSpec | None:
         return next((o for o in self.goal.oracles if o.name == name), None)
+
+    def commands(self) -> tuple[CommandSpec, ...]:
+        """Every command the loop runs itself: source, worker, checks, goal oracles."""
+        own = (self.source.command, self.worker.command)
+        return (*(c for c in own if c is not None), *self.checks, *self.goal.oracles)
 
 
 def load_loop(path: str | Path) -> LoopDefinition:
@@ -294,7 +308,7 @@ class _Validator:
 
     def source_spec(self, value: object) -> SourceSpec | None:
         kinds = {k.value for k in SourceKind}
-        m = self.mapping("source", value, kinds | {"timeout"})
+        m = self.mapping("source", value, kinds | {"timeout", "env", "secrets"})
         if m is None:
             return None
         given = [k for k in m if k in kinds]
@@ -305,11 +319,13 @@ class _Validator:
         if kind is SourceKind.COMMAND:
             timeout = self.duration("source.timeout", m.get("timeout", "60s"))
             argv = self.argv("source.command", m["command"])
+            env, secrets = self.declared("source", m)
             if argv is None:
                 return None
-            return SourceSpec(kind, command=CommandSpec("source", argv, timeout))
-        if "timeout" in m:
-            self.bad("source.timeout", "only a command source takes a timeout")
+            return SourceSpec(kind, command=CommandSpec("source", argv, timeout, env=env, secrets=secrets))
+        for key, what in (("timeout", "a timeout"), ("env", "env"), ("secrets", "secrets")):
+            if key in m:
+                self.bad(f"source.{key}", f"only a command source takes {what}")
         path = self.path(f"source.{kind.value}", m[kind.value])
         return None if path is None else SourceSpec(kind, path=path)
 
@@ -317,7 +333,7 @@ class _Validator:
         if isinstance(value, str):
             path = self.path("workflow", value)
             return None if path is None else WorkerSpec(workflow_path=path)
-        m = self.mapping("workflow", value, {"command", "timeout"})
+        m = self.mapping("workflow", value, {"command", "timeout", "env", "secrets"})
         if m is None:
             return None
         if "command" not in m:
@@ -325,7 +341,10 @@ class _Validator:
             return None
         timeout = self.duration("workflow.timeout", m.get("timeout", _DEFAULT_WORKER_TIMEOUT_SECONDS))
         argv = self.argv("workflow.command", m["command"])
-        return None if argv is None else WorkerSpec(command=CommandSpec("worker", argv, timeout))
+        env, secrets = self.declared("workflow", m)
+        if argv is None:
+            return None
+        return WorkerSpec(command=CommandSpec("worker", argv, timeout, env=env, secrets=secrets))
 
     def commands(self, field: str, value: object, prefix: str) -> tuple[CommandSpec, ...]:
         if not isinstance(value, list) or not value:
@@ -334,7 +353,7 @@ class _Validator:
         out: list[CommandSpec] = []
         for i, entry in enumerate(value):
             where = f"{field}[{i}]"
-            m = self.mapping(where, entry, {"name", "command", "timeout", "assets"})
+            m = self.mapping(where, entry, {"name", "command", "timeout", "assets", "env", "secrets"})
             if m is None:
                 continue
             name = m.get("name", f"{prefix}{i + 1}")
@@ -347,8 +366,9 @@ class _Validator:
             argv = self.argv(f"{where}.command", m["command"])
             timeout = self.duration(f"{where}.timeout", m.get("timeout", _DEFAULT_CHECK_TIMEOUT_SECONDS))
             assets = self.assets(f"{where}.assets", m.get("assets", []))
+            env, secrets = self.declared(where, m)
             if argv is not None:
-                out.append(CommandSpec(name, argv, timeout, assets))
+                out.append(CommandSpec(name, argv, timeout, assets, env, secrets))
         names = [c.name for c in out]
         for name in sorted({n for n in names if names.count(n) > 1}):
             self.bad(field, f"the name {name!r} is used twice; names must be unique")
@@ -406,6 +426,13 @@ class _Validator:
             self.bad("kill_switch.file", "required: the path whose existence stops the run")
             return None
         return self.path("kill_switch.file", m["file"])
+
+    def declared(self, field: str, m: Mapping[str, object]) -> tuple[dict[str, str], tuple[str, ...]]:
+        """The ``env`` values and ``secrets`` names a command declares, checked as a step's."""
+        env, secrets, problems = parse_step_env(m)
+        for problem in problems:
+            self.bad(field, problem)
+        return env, secrets
 
     # -- scalars
 

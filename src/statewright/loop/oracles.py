@@ -7,6 +7,10 @@ CHECKING must use assets the worker cannot write. When a run opens, the runner
 fingerprints every check's and oracle's assets (its ``assets`` list plus each argv
 entry naming an existing file); before a check runs, an asset that changed since
 then turns the check into an error naming the file.
+
+A check runs what the worker wrote (a test suite imports its code), so it gets what any
+command of the loop gets: a minimal environment plus what it declares, never the
+runner's (``loop._isolation``). Its output (stdout and stderr as written) keeps its end.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from statewright.loop._process import run_argv
+from statewright._errors import PermanentError
+from statewright.executors._process import run_process
+from statewright.loop._isolation import command_env
 from statewright.loop.definition import CommandSpec
 from statewright.loop.model import CheckOutcome, CheckResult
 
@@ -24,10 +30,14 @@ def run_check(
     spec: CommandSpec,
     *,
     cwd: Path,
-    env: Mapping[str, str],
+    environ: Mapping[str, str],
+    variables: Mapping[str, str] | None = None,
     protected: Mapping[str, str] | None = None,
 ) -> CheckResult:
-    """Run one check or oracle; never raises for the command's own trouble."""
+    """Run one check or oracle; never raises for the command's own trouble.
+
+    It runs with the minimal base taken from ``environ`` (the runner's environment), what
+    ``spec`` declares, and the loop's ``variables``."""
     if protected is not None:
         changed = changed_assets(protected, [spec], cwd)
         if changed:
@@ -36,14 +46,17 @@ def run_check(
                 " the worker must not write what checks it. Restore it, or start a new run"
             )
             return CheckResult(spec.name, CheckOutcome.ERROR, msg)
-    done = run_argv(spec.argv, cwd=cwd, env=env, timeout_seconds=spec.timeout_seconds)
+    try:
+        env = command_env(spec, environ, variables)
+        done = run_process(spec.argv, cwd=cwd, env=env, timeout_seconds=spec.timeout_seconds, merge_stderr=True)
+    except PermanentError as exc:
+        return CheckResult(spec.name, CheckOutcome.ERROR, str(exc))
     if done.timed_out:
-        return CheckResult(spec.name, CheckOutcome.TIMEOUT, _join(done.output, done.error))
-    if done.exit_code is None:
-        return CheckResult(spec.name, CheckOutcome.ERROR, done.error)
-    if done.exit_code == 0:
-        return CheckResult(spec.name, CheckOutcome.PASS, done.output)
-    return CheckResult(spec.name, CheckOutcome.FAIL, _join(done.output, f"exit status {done.exit_code}"))
+        why = f"timed out after {spec.timeout_seconds:g}s"
+        return CheckResult(spec.name, CheckOutcome.TIMEOUT, _join(done.stdout, why))
+    if done.returncode == 0:
+        return CheckResult(spec.name, CheckOutcome.PASS, done.stdout)
+    return CheckResult(spec.name, CheckOutcome.FAIL, _join(done.stdout, f"exit status {done.returncode}"))
 
 
 def asset_paths(spec: CommandSpec, cwd: Path) -> tuple[Path, ...]:

@@ -15,18 +15,21 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from statewright._errors import InputError
+from statewright._errors import InputError, PermanentError
 from statewright._json_limits import loads_json_object, read_regular_file
-from statewright.loop._process import kill_group, run_argv
+from statewright.executors._process import run_process
+from statewright.loop._isolation import command_env
+from statewright.loop.definition import CommandSpec
 from statewright.loop.sources import WorkItem
-
-_NOTE_CHARS = 20_000
 
 
 class PassStatus(StrEnum):
@@ -65,33 +68,36 @@ def pass_key(item: WorkItem, attempt: int) -> str:
 
 
 class CommandPassRunner:
-    """Run ``argv`` once per pass, in ``cwd``, with the brief on stdin.
+    """Run the loop's worker command once per pass, in ``cwd``, with the brief on stdin.
 
-    The command sees ``STATEWRIGHT_RUN_ID``, ``STATEWRIGHT_ITEM_ID``,
-    ``STATEWRIGHT_ITEM`` (the item as JSON), ``STATEWRIGHT_ATTEMPT``,
-    ``STATEWRIGHT_BRIEF``, ``STATEWRIGHT_IDEMPOTENCY_KEY`` and
-    ``STATEWRIGHT_RESULT_FILE``. Exit 0 is a returned pass; its stdout is the note.
-    It may write JSON ``{"tokens": N, "money_usd": X, "artifacts": [...],
-    "receipts": [...]}`` to the result file (a regular file of plain JSON within the
-    input bounds of ``statewright._json_limits``, costs from 0 up, lists of texts). A
-    non-zero exit, a timeout, a failed launch or a result file that breaks those rules
-    is "no result", with the reason as its cause.
+    The command gets a minimal environment, never the runner's (``loop._isolation``):
+    the base a task step gets, what ``spec`` declares, and ``STATEWRIGHT_RUN_ID``,
+    ``STATEWRIGHT_ITEM_ID``, ``STATEWRIGHT_ITEM`` (the item as JSON),
+    ``STATEWRIGHT_ATTEMPT``, ``STATEWRIGHT_BRIEF``, ``STATEWRIGHT_IDEMPOTENCY_KEY`` and
+    ``STATEWRIGHT_RESULT_FILE``. Exit 0 is a returned pass; its output is the note. It may
+    write JSON ``{"tokens": N, "money_usd": X, "artifacts": [...], "receipts": [...]}`` to
+    the result file (in a directory made for the pass, not next to the database; a regular
+    file of plain JSON within the input bounds of ``statewright._json_limits``, costs from 0
+    up, lists of texts). A non-zero exit, a timeout, a failed launch or a result file that
+    breaks those rules is "no result", with the reason as its cause.
+
+    The command runs under the step supervisor (``executors._process``): it dies with the
+    runner. Where there is no parent-death signal, a pid file in ``state_dir`` lets the
+    next start stop a worker a crashed runner left (``stop_pass``).
     """
 
     def __init__(
         self,
-        argv: tuple[str, ...],
+        spec: CommandSpec,
         *,
         cwd: Path,
         state_dir: Path,
-        timeout_seconds: float = 3600.0,
-        env: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.argv = tuple(argv)
+        self.spec = spec
         self.cwd = cwd
         self.state_dir = state_dir
-        self.timeout_seconds = timeout_seconds
-        self.env = dict(os.environ if env is None else env)
+        self.environ = dict(os.environ if environ is None else environ)
         self._pid: int | None = None
         self._interrupted = False
 
@@ -102,18 +108,8 @@ class CommandPassRunner:
     def run_pass(self, item: WorkItem, brief: str, attempt: int) -> PassResult:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         pid_file = self._file(item, attempt, "pid")
-        result_file = self._file(item, attempt, "result.json")
-        result_file.unlink(missing_ok=True)
-        env = {
-            **self.env,
-            "STATEWRIGHT_RUN_ID": item.run_id,
-            "STATEWRIGHT_ITEM_ID": item.id,
-            "STATEWRIGHT_ITEM": json.dumps(dict(item.data), sort_keys=True, default=str),
-            "STATEWRIGHT_ATTEMPT": str(attempt),
-            "STATEWRIGHT_BRIEF": brief,
-            "STATEWRIGHT_IDEMPOTENCY_KEY": pass_key(item, attempt),
-            "STATEWRIGHT_RESULT_FILE": str(result_file),
-        }
+        scratch = Path(tempfile.mkdtemp(prefix="statewright-pass-"))
+        result_file = scratch / "result.json"
         self._interrupted = False
 
         def started(pid: int) -> None:
@@ -121,29 +117,40 @@ class CommandPassRunner:
             pid_file.write_text(str(pid), encoding="utf-8")
 
         try:
-            done = run_argv(
-                self.argv,
+            env = command_env(self.spec, self.environ, {
+                "STATEWRIGHT_RUN_ID": item.run_id,
+                "STATEWRIGHT_ITEM_ID": item.id,
+                "STATEWRIGHT_ITEM": json.dumps(dict(item.data), sort_keys=True, default=str),
+                "STATEWRIGHT_ATTEMPT": str(attempt),
+                "STATEWRIGHT_BRIEF": brief,
+                "STATEWRIGHT_IDEMPOTENCY_KEY": pass_key(item, attempt),
+                "STATEWRIGHT_RESULT_FILE": str(result_file),
+            })
+            done = run_process(
+                self.spec.argv,
                 cwd=self.cwd,
                 env=env,
-                timeout_seconds=self.timeout_seconds,
+                timeout_seconds=self.spec.timeout_seconds,
                 stdin_text=brief,
                 on_start=started,
+                merge_stderr=True,
             )
+            extra, problem = _read_result(result_file)
+        except PermanentError as exc:
+            return PassResult(PassStatus.NO_RESULT, cause=f"launch failed: {exc}")
         finally:
             self._pid = None
             pid_file.unlink(missing_ok=True)
-        note = done.output.strip()[:_NOTE_CHARS]
+            shutil.rmtree(scratch, ignore_errors=True)
+        note = done.stdout.strip()
         if self._interrupted:
             return PassResult(PassStatus.NO_RESULT, note, cause="stopped by the kill switch")
         if done.timed_out:
-            cause = f"cap fired: the worker ran past {self.timeout_seconds:g}s"
+            cause = f"cap fired: the worker ran past {self.spec.timeout_seconds:g}s"
             return PassResult(PassStatus.NO_RESULT, note, cause=cause)
-        if done.exit_code is None:
-            return PassResult(PassStatus.NO_RESULT, note, cause=f"launch failed: {done.error}")
-        if done.exit_code != 0:
-            cause = f"the worker exited with status {done.exit_code}"
+        if done.returncode != 0:
+            cause = f"the worker exited with status {done.returncode}"
             return PassResult(PassStatus.NO_RESULT, note, cause=cause)
-        extra, problem = _read_result(result_file)
         if problem:
             return PassResult(PassStatus.NO_RESULT, note, cause=problem)
         return PassResult(
@@ -162,7 +169,7 @@ class CommandPassRunner:
             pid = int(pid_file.read_text(encoding="utf-8").strip())
         except (OSError, ValueError):
             return False
-        killed = kill_group(pid)
+        killed = _kill_group(pid)
         pid_file.unlink(missing_ok=True)
         return killed
 
@@ -170,7 +177,7 @@ class CommandPassRunner:
         pid = self._pid
         if pid is not None:
             self._interrupted = True
-            kill_group(pid)
+            _kill_group(pid)
 
 
 class EnginePassRunner:
@@ -216,6 +223,15 @@ class EnginePassRunner:
 
     def interrupt(self) -> None:
         return None
+
+
+def _kill_group(pid: int) -> bool:
+    """SIGKILL the process group led by ``pid``. True if something was there to kill."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _field(cost: object, name: str) -> object:

@@ -14,11 +14,18 @@ reducer's ``resume()`` counts the restart. The kill switch (the loop file's
 every move and writes a clean-stop line; the run resumes from there on the next start.
 A source that cannot be read raises SourceError and writes nothing: a crash, counted
 on the next start like any other.
+
+Every command the run starts (source, worker, checks, oracles) gets a minimal environment
+plus what the loop file declares for it, never this process's (``loop._isolation``); a
+declared secret this process lacks refuses the run before anything is written. Every event
+is redacted before the reducer sees it (known secrets become ``[redacted]``), so no line,
+state, pass record or brief holds one; so are the items a source lists.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -30,8 +37,9 @@ from pathlib import Path
 from types import FrameType
 
 from statewright._errors import InputError
+from statewright.loop._isolation import loop_redactor, require_secrets
 from statewright.loop.definition import LoopDefinition
-from statewright.loop.errors import LoopInvariantError, RunHeldError
+from statewright.loop.errors import LoopInvariantError, RunHeldError, SourceError
 from statewright.loop.events import (
     AppendRecord,
     ApprovalDenied,
@@ -110,11 +118,13 @@ class LoopRunner:
         self.crash_at = crash_at if crash_at is not None else self.env.get(CRASH_ENV) or None
         self.install_signal_handlers = install_signal_handlers
         self.pass_runner = pass_runner or default_pass_runner(definition, store.path, self.env)
+        self.redactor = loop_redactor(definition, self.env, [store.path])
         self._signal: str | None = None
 
     # ---------------------------------------------------------------- one process
 
     def run(self) -> RunOutcome:
+        require_secrets(self.definition, self.env)
         with _loop_lock(self.store.path, self.definition.name), self._signals():
             run, first = self._open_or_resume()
             self.store.set_owner(run.run_id, os.getpid())
@@ -155,6 +165,7 @@ class LoopRunner:
             stop = None if isinstance(event, ProcessStarted) else self._stop_reason(run.run_id)
             if stop is not None and not state.status.is_terminal:
                 event = KillSwitch(stop, self.clock())
+            event = self._redacted(event)
             step = transition(state, event)
             if step.line is not None:
                 self.store.append(
@@ -179,6 +190,14 @@ class LoopRunner:
                 continue
             event = self._perform(run, state, step.commands)
 
+    def _redacted(self, event: Event) -> Event:
+        """``event`` with known secrets redacted; an approval's fingerprint is a hash that
+        binds it to what was shown and is kept as it is."""
+        out: Event = self.redactor.record(event)
+        if isinstance(out, ApprovalGranted | ApprovalDenied) and isinstance(event, ApprovalGranted | ApprovalDenied):
+            return dataclasses.replace(out, fingerprint=event.fingerprint)
+        return out
+
     # ---------------------------------------------------------------- commands
 
     def _perform(self, run: RunRow, state: LoopState, commands: tuple[Command, ...]) -> Event:
@@ -199,9 +218,13 @@ class LoopRunner:
     def _perform_one(self, run: RunRow, state: LoopState, command: Command) -> Event:
         d = self.definition
         if isinstance(command, FindItems):
-            items = find_items(d.source, cwd=d.base_dir, env=self.env)
-            self.store.remember_items(d.name, {i.id: i.data for i in items}, self.clock())
-            return ItemsFound(tuple(i.id for i in items), self.clock())
+            try:
+                items = find_items(d.source, cwd=d.base_dir, environ=self.env, variables=self._variables(run))
+            except SourceError as exc:
+                raise SourceError(self.redactor.text(str(exc))) from None
+            payloads = self.redactor.value({i.id: dict(i.data) for i in items})
+            self.store.remember_items(d.name, payloads, self.clock())
+            return ItemsFound(tuple(payloads), self.clock())
         if isinstance(command, BuildBrief):
             data = self.store.item_payload(d.name, command.item) or {"id": command.item}
             needs = data.get("needs_person")
@@ -259,20 +282,22 @@ class LoopRunner:
             msg = f"the loop file no longer defines check {name!r}; restore it or start a new run"
             return CheckResult(name, CheckOutcome.ERROR, msg)
         data = self.store.item_payload(self.definition.name, item_id) or {"id": item_id}
-        env = {
-            **self._base_env(run),
+        variables = {
+            **self._variables(run),
             "STATEWRIGHT_ITEM_ID": item_id,
             "STATEWRIGHT_ITEM": json.dumps(dict(data), sort_keys=True, default=str),
             "STATEWRIGHT_ATTEMPT": str(attempt),
         }
-        return run_check(spec, cwd=self.definition.base_dir, env=env, protected=run.assets)
+        d = self.definition
+        return run_check(spec, cwd=d.base_dir, environ=self.env, variables=variables, protected=run.assets)
 
     def _oracle(self, run: RunRow, name: str) -> CheckResult:
         spec = self.definition.oracle(name)
         if spec is None:
             msg = f"the loop file no longer defines goal oracle {name!r}; restore it"
             return CheckResult(name, CheckOutcome.ERROR, msg)
-        return run_check(spec, cwd=self.definition.base_dir, env=self._base_env(run), protected=run.assets)
+        d = self.definition
+        return run_check(spec, cwd=d.base_dir, environ=self.env, variables=self._variables(run), protected=run.assets)
 
     def _gate(self, run: RunRow, command: RequestApproval) -> Event:
         row = self.store.request_approval(run.run_id, command, self.clock())
@@ -288,8 +313,9 @@ class LoopRunner:
             return GateTimedOut(now)
         return GateSleep(now)
 
-    def _base_env(self, run: RunRow) -> dict[str, str]:
-        return {**self.env, "STATEWRIGHT_LOOP": self.definition.name, "STATEWRIGHT_RUN_ID": run.run_id}
+    def _variables(self, run: RunRow) -> dict[str, str]:
+        """What every check, oracle and source command is told: the loop and the run."""
+        return {"STATEWRIGHT_LOOP": self.definition.name, "STATEWRIGHT_RUN_ID": run.run_id}
 
     # ---------------------------------------------------------------- stops and crashes
 
@@ -341,18 +367,13 @@ def compose_brief(command: BuildBrief, data: Mapping[str, object], attempts_per_
     return "\n".join(parts)
 
 
-def default_pass_runner(definition: LoopDefinition, db_path: str, env: Mapping[str, str]) -> PassRunner:
-    """A CommandPassRunner for ``workflow: {command: ...}``, else the task engine."""
+def default_pass_runner(definition: LoopDefinition, db_path: str, environ: Mapping[str, str]) -> PassRunner:
+    """A CommandPassRunner for ``workflow: {command: ...}``, else the task engine.
+    ``environ`` is the runner's environment: the worker gets only its minimal part."""
     worker = definition.worker
     if worker.command is not None:
         state_dir = Path(db_path).parent / "loop-workers"
-        return CommandPassRunner(
-            worker.command.argv,
-            cwd=definition.base_dir,
-            state_dir=state_dir,
-            timeout_seconds=worker.command.timeout_seconds,
-            env=env,
-        )
+        return CommandPassRunner(worker.command, cwd=definition.base_dir, state_dir=state_dir, environ=environ)
     if worker.workflow_path is None:
         raise InputError(f"{definition.path}: workflow: give a workflow path or a command")
     return EnginePassRunner(db_path, worker.workflow_path)

@@ -6,6 +6,7 @@ is written, the next start counts as a restart in FINDING).
 
 * ``{jsonl: PATH}``: one JSON object per non-blank line.
 * ``{command: [argv...]}``: stdout is a JSON list of objects, or one object per line.
+  The command gets a minimal environment plus what it declares (``loop._isolation``).
 * ``{directory: PATH}``: one file per item, in name order (hidden files skipped).
   ``.json``/``.yaml``/``.yml`` files hold an object (``id`` defaults to the file's
   stem); any other file becomes ``{"id": stem, "text": contents}``.
@@ -22,12 +23,15 @@ from typing import Any
 
 import yaml
 
-from statewright._errors import InputError
+from statewright._errors import InputError, PermanentError
 from statewright._json_limits import check_json_value, loads_json
 from statewright.definition._yaml import load_yaml, yaml_problem
-from statewright.loop._process import run_argv
+from statewright.executors._process import run_process
+from statewright.loop._isolation import command_env
 from statewright.loop.definition import SourceKind, SourceSpec
 from statewright.loop.errors import SourceError
+
+MAX_SOURCE_OUTPUT_CHARS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -39,13 +43,23 @@ class WorkItem:
     run_id: str = ""
 
 
-def find_items(spec: SourceSpec, *, cwd: Path, env: Mapping[str, str] | None = None) -> tuple[WorkItem, ...]:
-    """Read the source. Raise SourceError naming the source and what is wrong."""
+def find_items(
+    spec: SourceSpec,
+    *,
+    cwd: Path,
+    environ: Mapping[str, str] | None = None,
+    variables: Mapping[str, str] | None = None,
+) -> tuple[WorkItem, ...]:
+    """Read the source. Raise SourceError naming the source and what is wrong.
+
+    A command source runs with the minimal base taken from ``environ`` (the runner's
+    environment; default this process's), what it declares, and ``variables``."""
     if spec.kind is SourceKind.JSONL:
         return _from_jsonl(_need_path(spec))
     if spec.kind is SourceKind.DIRECTORY:
         return _from_directory(_need_path(spec))
-    return _from_command(spec, cwd=cwd, env=dict(os.environ if env is None else env))
+    return _from_command(spec, cwd=cwd, environ=os.environ if environ is None else environ,
+                         variables=variables or {})
 
 
 def _need_path(spec: SourceSpec) -> Path:
@@ -74,17 +88,26 @@ def _from_jsonl(path: Path) -> tuple[WorkItem, ...]:
     return _unique(items, f"source jsonl {path}")
 
 
-def _from_command(spec: SourceSpec, *, cwd: Path, env: Mapping[str, str]) -> tuple[WorkItem, ...]:
+def _from_command(
+    spec: SourceSpec, *, cwd: Path, environ: Mapping[str, str], variables: Mapping[str, str]
+) -> tuple[WorkItem, ...]:
     command = spec.command
     if command is None:
         raise SourceError("source command: no command given")
     where = f"source command {' '.join(command.argv)}"
-    done = run_argv(command.argv, cwd=cwd, env=env, timeout_seconds=command.timeout_seconds, merge_stderr=False)
-    if done.exit_code != 0:
-        why = done.error or f"exit status {done.exit_code}"
-        tail = (done.stderr or done.output).strip()[-500:]
+    try:
+        env = command_env(command, environ, variables)
+        done = run_process(command.argv, cwd=cwd, env=env, timeout_seconds=command.timeout_seconds,
+                           output_limit_chars=MAX_SOURCE_OUTPUT_CHARS + 1)
+    except PermanentError as exc:
+        raise SourceError(f"{where}: {exc}") from None
+    if done.timed_out or done.returncode != 0:
+        why = f"timed out after {command.timeout_seconds:g}s" if done.timed_out else f"exit status {done.returncode}"
+        tail = (done.stderr or done.stdout).strip()[-500:]
         raise SourceError(f"{where}: {why}" + (f": {tail}" if tail else ""))
-    out = done.output.strip()
+    out = done.stdout.strip()
+    if len(done.stdout) > MAX_SOURCE_OUTPUT_CHARS:
+        raise SourceError(f"{where}: printed more than {MAX_SOURCE_OUTPUT_CHARS:,} characters; list fewer items")
     if not out:
         return ()
     try:

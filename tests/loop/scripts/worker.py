@@ -3,9 +3,11 @@
 fix_on_attempt: N (default 1) or null   writes fixed-<id> from attempt N on
 exit: CODE                              exits with CODE (a "no result" pass)
 touch: PATH                             creates PATH (e.g. the kill-switch file)
-run: [argv...]                          runs a command first (e.g. 'loop stop')
+run: [argv...]                          runs a command first (e.g. 'loop stop'); $NAME in an
+                                        argument is the value of a variable it was given
 tamper: PATH                            appends to PATH (a check asset)
 kill_parent: KILL | TERM                signals the loop process, then blocks
+spawn: true                             first starts a child that blocks (pid in children.log)
 tokens / money                          the cost it reports
 It always claims success on stdout: the loop must not believe it.
 """
@@ -18,12 +20,14 @@ import signal
 import subprocess
 import sys
 
+from _proc import loop_pid
+
 item = json.loads(os.environ["STATEWRIGHT_ITEM"])
 attempt = int(os.environ["STATEWRIGHT_ATTEMPT"])
 with open("launches.log", "a", encoding="utf-8") as log:
     log.write(f"{item['id']} {attempt} {os.getpid()}\n")
 if item.get("run"):
-    subprocess.run(item["run"], check=False)
+    subprocess.run([os.path.expandvars(a) for a in item["run"]], check=False)
 if item.get("touch"):
     pathlib.Path(item["touch"]).write_text("stop", encoding="utf-8")
 if item.get("tamper"):
@@ -46,7 +50,11 @@ if result_file:
             },
             f,
         )
+if item.get("spawn"):
+    child = subprocess.Popen([sys.executable, "-c", "import select; select.select([], [], [])"])
+    with open("children.log", "a", encoding="utf-8") as log:
+        log.write(f"{child.pid}\n")
 if item.get("kill_parent"):
-    os.kill(os.getppid(), getattr(signal, "SIG" + item["kill_parent"]))
+    os.kill(loop_pid(), getattr(signal, "SIG" + item["kill_parent"]))
     select.select([], [], [])  # block until killed; never sleeps on a clock
 print("Done. All tests pass.")
