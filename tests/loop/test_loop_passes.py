@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from statewright.loop.definition import CommandSpec
 from statewright.loop.passes import CommandPassRunner, PassResult, PassStatus
 from statewright.loop.sources import WorkItem
 
@@ -31,8 +32,8 @@ HOSTILE: dict[str, tuple[str | bytes | None, str, str]] = {
 
 
 def run_pass(tmp_path: Path, command: str) -> PassResult:
-    runner = CommandPassRunner(("sh", "-c", command), cwd=tmp_path, state_dir=tmp_path / "state",
-                               timeout_seconds=30)
+    spec = CommandSpec("worker", ("sh", "-c", command), timeout_seconds=30)
+    runner = CommandPassRunner(spec, cwd=tmp_path, state_dir=tmp_path / "state")
     return runner.run_pass(WorkItem("i1", {}, "r1"), "brief", 1)
 
 
