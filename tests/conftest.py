@@ -1,2 +1,46 @@
 """Shared pytest setup. Test helpers live in ``tests/strategies.py``; this directory is on
-``sys.path`` because pytest imports this conftest from it (rootdir-based import mode)."""
+``sys.path`` because pytest imports this conftest from it (rootdir-based import mode).
+
+Every test starts without the statewright variables an operator's shell may hold (a
+database, a token, a chain key, a crash point). Tests that run on every store backend take
+``store_url`` (or ``backend``): a SQLite file, then a fresh PostgreSQL schema."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store.backends import fresh_pg_schema, skip_unreachable_postgres
+
+_OPERATOR_ENV = (
+    "STATEWRIGHT_DB", "STATEWRIGHT_USERS", "STATEWRIGHT_TOKEN", "STATEWRIGHT_CHAIN_KEY",
+    "STATEWRIGHT_CRASH_AT", "STATEWRIGHT_LOOP_CRASH_AT",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_unreachable_postgres(items, Path(__file__).parent)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in _OPERATOR_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A place for a fresh database: a SQLite file, or a new PostgreSQL schema."""
+    if backend == "sqlite":
+        (tmp_path / "db").mkdir()
+        yield str(tmp_path / "db" / "state.db")
+        return
+    with fresh_pg_schema() as (url, _name):
+        yield url

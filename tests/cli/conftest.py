@@ -55,12 +55,6 @@ steps:
 """
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("STATEWRIGHT_DB", "STATEWRIGHT_USERS", "STATEWRIGHT_CRASH_AT"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "state.db"

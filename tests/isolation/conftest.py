@@ -14,37 +14,10 @@ import pytest
 
 from statewright.runtime.engine import Engine
 from statewright.store import open_store
-from store.backends import fresh_pg_schema, skip_unreachable_postgres
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR) not in sys.path:  # makes ``fakes`` importable however pytest was started
     sys.path.insert(0, str(TESTS_DIR))
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip_unreachable_postgres(items, Path(__file__).parent)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("STATEWRIGHT_DB", "STATEWRIGHT_USERS", "STATEWRIGHT_CRASH_AT", "STATEWRIGHT_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A fresh database: a SQLite file, or a new PostgreSQL schema."""
-    if backend == "sqlite":
-        (tmp_path / "db").mkdir()
-        yield str(tmp_path / "db" / "state.db")
-        return
-    with fresh_pg_schema() as (url, _name):
-        yield url
 
 
 @pytest.fixture

@@ -11,31 +11,6 @@ import pytest
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.store import open_store
-from store.backends import fresh_pg_schema, skip_unreachable_postgres
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    skip_unreachable_postgres(items, Path(__file__).parent)
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("STATEWRIGHT_DB", "STATEWRIGHT_USERS", "STATEWRIGHT_CRASH_AT"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        yield str(tmp_path / "state.db")
-        return
-    with fresh_pg_schema("poison") as (url, _name):
-        yield url
 
 
 @pytest.fixture

@@ -16,12 +16,6 @@ from statewright.store import open_store
 from .support import EFFECT_SCRIPT
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("STATEWRIGHT_DB", "STATEWRIGHT_USERS", "STATEWRIGHT_CRASH_AT"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
