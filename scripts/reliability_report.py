@@ -130,7 +130,11 @@ def render(records: list[dict[str, Any]], *, when: str, machine: str, commit: st
         *_crash(records), "",
         *_yes_no(records, "tamper", "detected", "Tampering with the history",
                  "Rows edited, deleted, swapped or rewritten behind the store's back; `verify` must report"
-                 " each.", "detected"), "",
+                 " each. What no chain can show is listed as not detected, by design (README, 'Verifying"
+                 " the history'): without `STATEWRIGHT_CHAIN_KEY`, a rewrite recomputed with statewright's"
+                 " own code verifies; with or without it, a log's last entries cut off with its tables"
+                 " rolled back to match need a record kept elsewhere. Each recompute case has a keyed twin"
+                 " that is detected.", "detected"), "",
         *_yes_no(records, "bypass", "refused", "Approval bypass attempts",
                  "Attempts to approve, reject, retry or cancel without the right person, token, role or"
                  " hash.", "refused"), "",
