@@ -15,6 +15,8 @@ builtin types, or says why there is none:
 surrogate is written as its escape (``\\ud800``), which people can still read.
 
 Problem messages read after "the verdict is" ("nested deeper than 64 levels (at /a/b)").
+Depth and integer bounds are the ones task input is held to (``_json_limits``): what a step
+hands back may be as deep and as large in its integers as what a task is given, no more.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-MAX_JSON_DEPTH = 64  # levels of nesting a verdict may have
+from statewright._json_limits import MAX_JSON_DEPTH, MAX_JSON_INT
+
+__all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_INT", "JsonProblem", "clean_text", "loads_plain", "plain_json"]
+
 MAX_JSON_BYTES = 1_000_000  # a verdict's size written as JSON (UTF-8 bytes)
-MAX_JSON_INT = 2**63 - 1  # integers beyond 64 bits are refused (not every JSON reader keeps them)
 
 
 @dataclass(frozen=True)

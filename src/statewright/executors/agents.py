@@ -17,12 +17,10 @@ produce and a turn that ran cleanly succeeds with ``verdict=None``.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import json
 import math
 import os
 import shutil
-import stat
 import tempfile
 import time
 import traceback
@@ -30,7 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import ExecutorError
+from .._errors import ExecutorError, InputError
+from .._json_limits import read_regular_file
 from .._jsonsafe import MAX_JSON_BYTES, MAX_JSON_INT
 from ._process import cut_output, run_process
 from ._spec import (
@@ -222,33 +221,18 @@ def run_command_agent(
 
 def _read_verdict_file(path: Path) -> tuple[str | None, tuple[Reason, str]]:
     """The verdict file's text, or None and why there is none to read. The agent controls
-    the path: it is opened without following a symbolic link and without blocking (a FIFO
-    would block ``open``), and only a regular file is read, at most MAX_VERDICT_BYTES."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
+    the path: it is read as any outside file is (``read_regular_file``: no link followed, no
+    blocking on a FIFO, a regular file only), at most MAX_VERDICT_BYTES."""
+    if not os.path.lexists(path):
         return None, (Reason.NO_VERDICT, "the agent wrote no verdict file at $STATEWRIGHT_VERDICT (stdout is not read)")
-    except OSError as exc:
-        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-        return None, (Reason.NO_VERDICT, f"the verdict file at $STATEWRIGHT_VERDICT cannot be read: {why}")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, (Reason.NO_VERDICT, "$STATEWRIGHT_VERDICT is not a regular file")
-        chunks, size = [], 0
-        while size <= MAX_VERDICT_BYTES:
-            chunk = os.read(fd, MAX_VERDICT_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        return None, (Reason.NO_VERDICT, f"the verdict file at $STATEWRIGHT_VERDICT cannot be read: {exc.strerror}")
-    finally:
-        os.close(fd)
-    if size > MAX_VERDICT_BYTES:
+        data = read_regular_file(path, "the verdict file at $STATEWRIGHT_VERDICT", MAX_VERDICT_BYTES,
+                                 follow_links=False)
+    except InputError as exc:
+        return None, (Reason.NO_VERDICT, str(exc))
+    if len(data) > MAX_VERDICT_BYTES:
         return None, (Reason.OUTPUT_TOO_LARGE, f"the verdict file is larger than {MAX_VERDICT_BYTES} bytes")
     try:
-        return b"".join(chunks).decode("utf-8"), (Reason.NO_VERDICT, "")
+        return data.decode("utf-8"), (Reason.NO_VERDICT, "")
     except UnicodeDecodeError:
         return None, (Reason.NO_VERDICT, "the verdict file is not UTF-8 text")
