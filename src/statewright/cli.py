@@ -207,6 +207,11 @@ def _print_show(engine: Any, task_id: str) -> None:
         click.echo(f"halted at {st.halt.step}: {st.halt.reason} {st.halt.detail}".rstrip())
     for line in history_lines(st):
         click.echo("  " + line)
+    if st.results:
+        click.echo("results:")
+    for step_id, result in st.results.items():
+        text = json.dumps(result, ensure_ascii=False, sort_keys=True)
+        click.echo(f"  {step_id}: {text if len(text) <= 100 else text[:99] + '…'}")
 
 
 @cli.command()

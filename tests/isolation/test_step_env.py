@@ -27,6 +27,7 @@ CONTROL_PLANE = ("STATEWRIGHT_DB", "DATABASE_URL", "STATEWRIGHT_USERS", "STATEWR
 STEP_VARS = {"STATEWRIGHT_TASK_ID", "STATEWRIGHT_STEP", "STATEWRIGHT_ATTEMPT",
              "STATEWRIGHT_IDEMPOTENCY_KEY", "STATEWRIGHT_WORKSPACE", "STATEWRIGHT_DELIVERIES"}
 AGENT_VARS = {"STATEWRIGHT_BRIEF", "STATEWRIGHT_VERDICT"}
+CODE_VARS = {"STATEWRIGHT_STATE", "STATEWRIGHT_OUTPUT"}
 # What the worker passes on when it has them, and what a shell adds by itself.
 BASE = {"PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TZ", "PWD"}
 
@@ -73,7 +74,7 @@ def test_steps_see_only_the_minimal_environment_and_what_they_declare(
     assert st.status is TaskStatus.COMPLETED, [(a.step, a.reason, a.detail) for a in st.attempts]
     code_env, agent_env, has_secret = st.attempts
     seen = _names(code_env.artifacts["stdout"])
-    assert seen - BASE == STEP_VARS | {"REGION", "DEPLOY_TOKEN"}
+    assert seen - BASE == STEP_VARS | CODE_VARS | {"REGION", "DEPLOY_TOKEN"}
     assert _names(agent_env.note) - BASE == STEP_VARS | AGENT_VARS
     for name in CONTROL_PLANE:
         assert name not in seen | _names(agent_env.note)

@@ -21,7 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+
+def _nothing() -> Mapping[str, Any]:
+    return MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,8 @@ class ExecContext:
     ``env`` holds only what the step declared (its ``env:`` values and the values of its
     ``secrets:``), never the worker's own environment; ``deliveries`` counts how often the
     command was handed to a worker (more than 1: an earlier delivery may have started the
-    work under the same idempotency key).
+    work under the same idempotency key). ``input`` is the task's input and ``results`` the
+    results of the steps that have run (``results["STEP"]``), both read-only copies.
     """
 
     task_id: str
@@ -74,6 +80,8 @@ class ExecContext:
     timeout_seconds: float | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     deliveries: int = 1
+    input: Mapping[str, Any] = field(default_factory=_nothing)
+    results: Mapping[str, Mapping[str, Any]] = field(default_factory=_nothing)
 
     @property
     def redelivered(self) -> bool:
@@ -117,13 +125,15 @@ class AgentResult:
 
 @dataclass(frozen=True)
 class CodeResult:
-    """A deterministic step's outcome; ``output`` is kept (cut) for loop-back briefs."""
+    """A deterministic step's outcome; ``output`` is kept (cut) for loop-back briefs;
+    ``result`` is the step's output object, kept in the task's state."""
 
     ok: bool
     output: str = ""
     artifacts: Mapping[str, str] = field(default_factory=dict)
     reason: str | None = None
     cost: Cost = Cost()
+    result: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -7,24 +7,40 @@ A command runs in ``ctx.workspace`` with ``ctx.base_env()``; its output is stdou
 stderr, cut to the last ``OUTPUT_LIMIT_CHARS`` characters. A timeout kills the command's
 whole process group (reason ``timeout``); a non-zero exit is ``exit_status``.
 
-A callable returns ``True``/``False`` or ``{"ok": bool, "output"?: str,
-"artifacts"?: {name: str}}``; a false one is reason ``failed``. Anything else is
+A callable returns ``True``/``False`` or ``{"ok": bool, "output"?: str | object,
+"artifacts"?: {name: str}}``; a false one is reason ``failed``. An ``output`` that is a
+mapping is the step's result (``ok`` may then be left out: it is true); one that is a
+string is text, as before. Anything else is
 ``bad_return``; raising is ``exception`` with the traceback as output, except that a
 TransientError or PermanentError propagates to the worker's retry policy (a throttled
 API is a command to retry, not a failed step). An in-process call cannot be
 interrupted: the resolved timeout is passed as ``ctx.timeout_seconds`` for the callable
 to honour.
+
+Data flows through the task: a callable reads ``ctx.input`` and ``ctx.results``; a command
+reads the JSON file named by ``STATEWRIGHT_STATE`` (``{"input": ..., "results": {...}}``)
+and may write its result, a JSON object, to the file named by ``STATEWRIGHT_OUTPUT``. Both
+live in a directory made for the attempt and removed after it. The output file is read
+without following a link or blocking on a FIFO, at most ``MAX_OUTPUT_FILE_BYTES``; one that
+is not a JSON object fails the attempt (``invalid_output``), one too large
+``output_too_large``. The worker screens the result again before it is recorded.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import shutil
+import tempfile
 import time
 import traceback
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from .._errors import ExecutorError
+from .._errors import ExecutorError, InputError
+from .._json_limits import loads_json_object, read_regular_file
 from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
@@ -40,6 +56,9 @@ from .base import CodeResult, Cost, ExecContext, Reason
 #: once per attempt (the spec is kept alive here, so an id is never reused for another one).
 _CHECKED: dict[int, Mapping[str, Any]] = {}
 _CHECKED_LIMIT = 4096
+
+#: Bytes of the file a command step writes its result to (``STATEWRIGHT_OUTPUT``).
+MAX_OUTPUT_FILE_BYTES = 256 * 1024
 
 
 def _check_once(spec: Mapping[str, Any], ctx: ExecContext) -> None:
@@ -59,9 +78,20 @@ def run_code(spec: Mapping[str, Any], ctx: ExecContext) -> CodeResult:
         if ctx.timeout_seconds != timeout:
             ctx = dataclasses.replace(ctx, timeout_seconds=timeout)
         return _run_callable(spec["callable"], ctx)
-    outcome = run_process(
-        command_argv(spec), cwd=ctx.workspace, env=ctx.base_env(), timeout_seconds=timeout
-    )
+    exchange = Path(tempfile.mkdtemp(prefix="statewright-data-"))
+    try:
+        return _run_command(spec, ctx, timeout, exchange)
+    finally:
+        shutil.rmtree(exchange, ignore_errors=True)
+
+
+def _run_command(spec: Mapping[str, Any], ctx: ExecContext, timeout: float, exchange: Path) -> CodeResult:
+    state_path, output_path = exchange / "state.json", exchange / "output.json"
+    state = {"input": ctx.input, "results": ctx.results}
+    state_path.write_text(json.dumps(state, default=dict, ensure_ascii=False), encoding="utf-8")
+    state_path.chmod(0o400)
+    env = {**ctx.base_env(), "STATEWRIGHT_STATE": str(state_path), "STATEWRIGHT_OUTPUT": str(output_path)}
+    outcome = run_process(command_argv(spec), cwd=ctx.workspace, env=env, timeout_seconds=timeout)
     output = cut_output(_joined(outcome.stdout, outcome.stderr))
     cost = Cost(seconds=outcome.seconds)
     artifacts = {"stdout": outcome.stdout, "stderr": outcome.stderr}
@@ -71,7 +101,19 @@ def run_code(spec: Mapping[str, Any], ctx: ExecContext) -> CodeResult:
     if outcome.returncode != 0:
         output = _joined(output, f"[statewright: exit status {outcome.returncode}]")
         return CodeResult(False, output, artifacts, Reason.EXIT_STATUS, cost)
-    return CodeResult(True, output, artifacts, None, cost)
+    if not os.path.lexists(output_path):
+        return CodeResult(True, output, artifacts, None, cost)
+    what = "the step's output file (STATEWRIGHT_OUTPUT)"
+    try:
+        data = read_regular_file(output_path, what, MAX_OUTPUT_FILE_BYTES, follow_links=False)
+        if len(data) > MAX_OUTPUT_FILE_BYTES:
+            why = f"{what} is over {MAX_OUTPUT_FILE_BYTES:,} bytes"
+            return CodeResult(False, _joined(output, f"[statewright: {why}]"), artifacts,
+                              Reason.OUTPUT_TOO_LARGE, cost)
+        result = loads_json_object(data, what, max_bytes=MAX_OUTPUT_FILE_BYTES)
+    except InputError as exc:
+        return CodeResult(False, _joined(output, f"[statewright: {exc}]"), artifacts, Reason.INVALID_OUTPUT, cost)
+    return CodeResult(True, output, artifacts, None, cost, result)
 
 
 def _run_callable(ref: str, ctx: ExecContext) -> CodeResult:
@@ -94,20 +136,24 @@ def _run_callable(ref: str, ctx: ExecContext) -> CodeResult:
     problem = _dict_problem(returned)
     if problem is not None:
         return CodeResult(False, f"code callable {ref!r} {problem}", {}, Reason.BAD_RETURN, cost)
-    ok = returned["ok"]
-    output = cut_output(returned.get("output", ""))
+    ok = returned.get("ok", True)
+    given = returned.get("output", "")
+    result = given if isinstance(given, Mapping) else None
+    output = "" if result is not None else cut_output(given)
     reason = None if ok else Reason.FAILED
-    return CodeResult(ok, output, dict(returned.get("artifacts", {})), reason, cost)
+    return CodeResult(ok, output, dict(returned.get("artifacts", {})), reason, cost, result)
 
 
 def _dict_problem(returned: dict[Any, Any]) -> str | None:
     unknown = sorted(str(k) for k in returned if k not in {"ok", "output", "artifacts"})
     if unknown:
         return f"returned unknown key(s) {', '.join(unknown)}; allowed: artifacts, ok, output"
-    if not isinstance(returned.get("ok"), bool):
+    output = returned.get("output", "")
+    ok_given = "ok" in returned or not isinstance(output, Mapping)
+    if ok_given and not isinstance(returned.get("ok"), bool):
         return f"must return 'ok' as a bool; got {type(returned.get('ok')).__name__}"
-    if not isinstance(returned.get("output", ""), str):
-        return "must return 'output' as a string"
+    if not isinstance(output, str | Mapping):
+        return "must return 'output' as a string (text) or a mapping (the step's result)"
     artifacts = returned.get("artifacts", {})
     if not isinstance(artifacts, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in artifacts.items()

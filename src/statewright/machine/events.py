@@ -38,7 +38,9 @@ class TaskSubmitted(Event):
 class AttemptReported(Event):
     """An ai or code step's command finished. ``error`` is a reason code when the executor
     produced no usable result (``timeout``, ``exit_status``, ``no_verdict``,
-    ``retries_exhausted``, ...). The note is kept, never read as a verdict."""
+    ``retries_exhausted``, ...). The note is kept, never read as a verdict. ``result`` is a
+    code step's output (a JSON object), kept in the task's state as ``results[step]``; events
+    written before it existed load with None."""
 
     type: ClassVar[str] = "AttemptReported"
     command_id: str = ""
@@ -53,6 +55,7 @@ class AttemptReported(Event):
     artifacts: Mapping[str, str] = field(default_factory=dict)
     cost: Mapping[str, float] = field(default_factory=dict)
     note: str = ""
+    result: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,7 @@ class TaskState:
     status: TaskStatus = TaskStatus.NEW
     version: int = 0
     input: Mapping[str, Any] = field(default_factory=dict)
+    results: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     step_index: int = 0
     current: Current | None = None
     attempts: tuple[Attempt, ...] = ()
@@ -168,6 +169,7 @@ class TaskState:
             status=TaskStatus(data["status"]),
             version=int(data["version"]),
             input=data.get("input", {}),
+            results=data.get("results", {}),
             step_index=int(data.get("step_index", 0)),
             current=Current(**cur) if cur else None,
             attempts=tuple(

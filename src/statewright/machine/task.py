@@ -187,6 +187,7 @@ def _finish(
     output: str = "",
     cost: Mapping[str, float] | None = None,
     note: str = "",
+    result: Mapping[str, Any] | None = None,
 ) -> Result:
     cur = _current(state)
     wf = state.workflow
@@ -201,8 +202,14 @@ def _finish(
         checks=cur.checks, key=cur.key,
     )
 
+    # The step's result: a code step's output, an ai step's verdict. The latest attempt's
+    # replaces an earlier one (a loop-back); the attempts keep the history.
+    value = result if result is not None else (verdict if step.kind is StepKind.AI else None)
+    results = state.results if not isinstance(value, Mapping) else {**state.results, step.id: dict(value)}
+
     def record(route: str) -> TaskState:
-        return replace(state, attempts=(*state.attempts, replace(attempt, route=route)), current=None)
+        return replace(state, attempts=(*state.attempts, replace(attempt, route=route)), current=None,
+                       results=results)
 
     if outcome is Outcome.PASSED:
         if step.on_success.kind is RouteKind.COMPLETE:
@@ -317,7 +324,7 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
     common: dict[str, Any] = {
         "actor": ev.actor, "artifacts": ev.artifacts, "output": ev.output,
-        "cost": ev.cost, "note": ev.note,
+        "cost": ev.cost, "note": ev.note, "result": ev.result,
     }
     schema = step.output_schema
     if schema is None and ev.verdict is not None:

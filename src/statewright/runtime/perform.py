@@ -55,7 +55,7 @@ def run(
         attempt=ctx.attempt, actor=f"code:{step.id}", ok=cres.ok,
         error=None if cres.ok else (cres.reason or "failed"), output=cres.output,
         detail="" if cres.ok else _last_line(cres.output), artifacts=dict(cres.artifacts),
-        cost=cres.cost.to_dict(),
+        cost=cres.cost.to_dict(), result=dict(cres.result) if cres.result is not None else None,
     )
 
 

@@ -13,6 +13,8 @@ as it may be recorded, or a failed attempt with a reason code that routes like a
     output      cut to MAX_OUTPUT_CHARS
     detail      cut to MAX_DETAIL_CHARS; a reason code to MAX_REASON_CHARS
     cost        finite numbers, not negative, within 64 bits (else ``invalid_output``)
+    result      a JSON object (else ``invalid_output``), at most MAX_RESULT_BYTES written
+                as JSON (else ``output_too_large``)
 
 Texts are cut keeping their end (where failures are reported), with a marker, as command
 output always was, and a lone surrogate in them is written as its escape. ``failed_instead``
@@ -38,6 +40,7 @@ MAX_REASON_CHARS = 100  # a reason code
 MAX_ARTIFACTS = 32  # artifacts one attempt may record
 MAX_ARTIFACT_NAME_CHARS = 200
 MAX_ARTIFACT_CHARS = 20_000  # each artifact's text
+MAX_RESULT_BYTES = 256 * 1024  # a step's result (its output object) written as JSON
 
 
 def screen(event: Event) -> Event:
@@ -61,16 +64,25 @@ def screen(event: Event) -> Event:
         if unsafe is not None:
             reason = Reason.OUTPUT_TOO_LARGE if unsafe.too_large else Reason.INVALID_VERDICT
             return _failed(event, texts, reason, f"the verdict is {unsafe.message}")
+    result = None
+    if event.result is not None:
+        if not isinstance(event.result, Mapping):
+            why = f"the output must be a JSON object; got {type(event.result).__name__}"
+            return _failed(event, texts, Reason.INVALID_OUTPUT, why)
+        result, unsafe = plain_json(event.result, max_bytes=MAX_RESULT_BYTES)
+        if unsafe is not None:
+            reason = Reason.OUTPUT_TOO_LARGE if unsafe.too_large else Reason.INVALID_OUTPUT
+            return _failed(event, texts, reason, f"the output is {unsafe.message}")
     artifacts, problem = _artifacts(event.artifacts)
     if problem is not None:
         return _failed(event, texts, Reason.OUTPUT_TOO_LARGE, problem)
     cost, problem = _cost(event.cost)
     if problem is not None:
         return _failed(event, {**texts, "artifacts": artifacts}, Reason.INVALID_OUTPUT, problem)
-    if (event.verdict is None and artifacts == event.artifacts and cost == event.cost
+    if (event.verdict is None and event.result is None and artifacts == event.artifacts and cost == event.cost
             and all(texts[name] is getattr(event, name) for name in texts)):
         return event  # nothing to change (a code step's report, usually)
-    return replace(event, verdict=verdict, artifacts=artifacts, cost=cost, **texts)
+    return replace(event, verdict=verdict, result=result, artifacts=artifacts, cost=cost, **texts)
 
 
 def failed_instead(event: Event, detail: str, reason: Reason = Reason.HANDLING_ERROR) -> Event | None:
@@ -121,7 +133,7 @@ def describe(exc: BaseException) -> str:
 
 def _failed(event: AttemptReported, texts: Mapping[str, Any], reason: Reason, why: str) -> Event:
     fields = {"artifacts": {}, **texts, "error": reason.value, "detail": _text(why, MAX_DETAIL_CHARS)}
-    return replace(event, ok=False, verdict=None, cost={}, **fields)
+    return replace(event, ok=False, verdict=None, result=None, cost={}, **fields)
 
 
 def _artifacts(raw: Mapping[str, str]) -> tuple[dict[str, str], str | None]:

@@ -15,6 +15,7 @@ started does not count as a delivery."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import random
@@ -25,6 +26,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from statewright._crash import crash_point
@@ -598,7 +600,8 @@ class Worker:
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
             workspace=resolved, timeout_seconds=step.timeout_seconds,
             env=step_env(step.env, step.secrets, os.environ, step=step.id),
-            deliveries=claim.deliveries,
+            deliveries=claim.deliveries, input=_read_only(state.input),
+            results=MappingProxyType({k: _read_only(v) for k, v in state.results.items()}),
         )
 
     def _redactor_for(self, step: Step) -> Redactor:
@@ -755,6 +758,11 @@ class Worker:
                 self.store.release(cid, token, self.clock.now_ms(), failed=False, started=cid not in unstarted)
         except StoreError:
             return  # the store is gone; the leases expire on their own
+
+
+def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only view of a deep copy: what a step is given can change nothing in the task."""
+    return MappingProxyType(copy.deepcopy(dict(value)) if isinstance(value, Mapping) else {})
 
 
 def _default_worker_id(worker: Worker) -> str:

@@ -1,0 +1,50 @@
+"""Code-step callables for the results tests. What they count lives in the task's workspace."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from statewright.executors import ExecContext
+
+
+def _calls(ctx: ExecContext) -> int:
+    log = ctx.workspace / f"{ctx.step}.calls"
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(ctx.idempotency_key + "\n")
+    return len(log.read_text(encoding="utf-8").split())
+
+
+def analyse(ctx: ExecContext) -> dict[str, Any]:
+    """The result names the run: 1 the first time, 2 after a loop-back."""
+    return {"output": {"iban": "DE89370400440532013000", "run": _calls(ctx), "who": ctx.input.get("supplier")}}
+
+
+def consume(ctx: ExecContext) -> dict[str, Any]:
+    """Writes what it was given to seen.json and tries to change it (it cannot)."""
+    seen = {"input": dict(ctx.input), "results": {k: dict(v) for k, v in ctx.results.items()}}
+    try:
+        ctx.results["analyse"]["run"] = 99  # type: ignore[index]
+        seen["changed"] = True
+    except TypeError:
+        seen["changed"] = False
+    (ctx.workspace / "seen.json").write_text(json.dumps(seen), encoding="utf-8")
+    return {"ok": True, "output": {"saw_run": ctx.results["analyse"]["run"]}}
+
+
+def gate(ctx: ExecContext) -> bool:
+    """Fails the first time (a loop-back), passes after."""
+    return _calls(ctx) > 1
+
+
+def legacy(ctx: ExecContext) -> dict[str, Any]:
+    """The old convention: output is text, not a result."""
+    return {"ok": True, "output": "plain text"}
+
+
+def nan_output(ctx: ExecContext) -> dict[str, Any]:
+    return {"output": {"x": float("nan")}}
+
+
+def huge_output(ctx: ExecContext) -> dict[str, Any]:
+    return {"output": {"x": "y" * 300_000}}
