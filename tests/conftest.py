@@ -3,15 +3,20 @@
 
 Every test starts without the statewright variables an operator's shell may hold (a
 database, a token, a chain key, a crash point). Tests that run on every store backend take
-``store_url`` (or ``backend``): a SQLite file, then a fresh PostgreSQL schema."""
+``store_url`` (or ``backend``): a SQLite file, then a fresh PostgreSQL schema. ``open_engine``
+opens engines on ``store_url`` with what a suite's ``engine_defaults`` gives (a fake clock, a
+workspace root) and closes them after the test."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from statewright.runtime.engine import Engine
+from statewright.store import open_store
 from store.backends import fresh_pg_schema, skip_unreachable_postgres
 
 _OPERATOR_ENV = (
@@ -44,3 +49,25 @@ def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
         return
     with fresh_pg_schema() as (url, _name):
         yield url
+
+
+@pytest.fixture
+def engine_defaults() -> Callable[[], dict[str, Any]]:
+    """The keyword arguments every engine of a suite starts from; a suite overrides this."""
+    return dict
+
+
+@pytest.fixture
+def open_engine(store_url: str, engine_defaults: Callable[[], dict[str, Any]]) -> Iterator[Callable[..., Engine]]:
+    """``open_engine(**kwargs)`` opens an Engine on the test's database, ``kwargs`` over the
+    suite's defaults; every engine opened is closed at teardown (closing twice is harmless)."""
+    engines: list[Engine] = []
+
+    def make(**kwargs: Any) -> Engine:
+        engine = Engine(open_store(store_url), **{**engine_defaults(), **kwargs})
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()

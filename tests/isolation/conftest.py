@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from statewright.runtime.engine import Engine
-from statewright.store import open_store
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(TESTS_DIR) not in sys.path:  # makes ``fakes`` importable however pytest was started
@@ -21,20 +18,9 @@ if str(TESTS_DIR) not in sys.path:  # makes ``fakes`` importable however pytest 
 
 
 @pytest.fixture
-def open_engine(store_url: str, tmp_path: Path) -> Iterator[Callable[..., Engine]]:
-    """``open_engine()``: an Engine on the test's database with workspaces under
-    ``tmp_path/ws-root``; every engine opened is closed after the test."""
-    engines: list[Engine] = []
-
-    def make(**kwargs: Any) -> Engine:
-        kwargs.setdefault("workspace_root", tmp_path / "ws-root")
-        engine = Engine(open_store(store_url), **kwargs)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
+def engine_defaults(tmp_path: Path) -> Callable[[], dict[str, Any]]:
+    """Engines keep their workspaces under ``tmp_path/ws-root``, away from the database."""
+    return lambda: {"workspace_root": tmp_path / "ws-root"}
 
 
 @pytest.fixture

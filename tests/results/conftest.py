@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,25 +10,12 @@ import pytest
 
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
-from statewright.store import open_store
 
 
 @pytest.fixture
-def open_engine(store_url: str, tmp_path: Path) -> Iterator[Callable[..., Engine]]:
-    """``open_engine()`` opens an Engine on the test's database with a fake clock; every
-    engine opened is closed at teardown."""
-    engines: list[Engine] = []
-
-    def make(**kwargs: Any) -> Engine:
-        kwargs.setdefault("clock", FakeClock())
-        kwargs.setdefault("workspace_root", tmp_path / "workspaces")
-        engine = Engine(open_store(store_url), **kwargs)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
+def engine_defaults(tmp_path: Path) -> Callable[[], dict[str, Any]]:
+    """Each engine gets a fake clock of its own, and workspaces under ``tmp_path/workspaces``."""
+    return lambda: {"clock": FakeClock(), "workspace_root": tmp_path / "workspaces"}
 
 
 @pytest.fixture

@@ -3,15 +3,11 @@ closed after the test, and the effect script the crash tests run."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from statewright.runtime.clock import FakeClock
-from statewright.runtime.engine import Engine
-from statewright.store import open_store
 
 from .support import EFFECT_SCRIPT
 
@@ -27,19 +23,9 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def open_engine(db: Path) -> Iterator[Callable[..., Engine]]:
-    """``open_engine(clock=...)`` opens an Engine on the test's database file; every engine
-    opened is closed at teardown (closing twice is harmless)."""
-    engines: list[Engine] = []
-
-    def make(**kwargs: Any) -> Engine:
-        engine = Engine(open_store(db), **kwargs)
-        engines.append(engine)
-        return engine
-
-    yield make
-    for engine in engines:
-        engine.close()
+def store_url(db: Path | str) -> str:
+    """The runtime tests name their database ``db`` (a file, or a URL where a test says so)."""
+    return str(db)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ What is checked, per task id found in the task rows or in the event rows:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,20 @@ def _one_line(text: object) -> str:
     return line if len(line) <= _MAX_PROBLEM_CHARS else line[: _MAX_PROBLEM_CHARS - 3] + "..."
 
 
+def _json_object(text: object, what: str, say: Callable[[str], None],
+                 unparsed: str = "is not JSON ({why})") -> dict[str, Any] | None:
+    """``text`` parsed as a JSON object, or None after saying (one line) why it is not one."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError) as exc:
+        say(f"{what} {unparsed.format(why=_why(exc))}")
+        return None
+    if not isinstance(value, dict):
+        say(f"{what} is not a JSON object (got {type(value).__name__})")
+        return None
+    return value
+
+
 def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
@@ -70,13 +85,8 @@ def _bodies(rows: list[RawEvent], say: _Report) -> list[dict[str, Any]] | None:
     out: list[dict[str, Any]] = []
     for position, row in enumerate(rows, start=1):
         where = f"event version {row.version}" if _int(row.version) is not None else f"event at position {position}"
-        try:
-            body = json.loads(row.body) if isinstance(row.body, str) else None
-        except (ValueError, RecursionError) as exc:
-            say(f"{where}: the body is not JSON ({_why(exc)})")
-            return None
-        if not isinstance(body, dict):
-            say(f"{where}: the body is not a JSON object (got {type(body).__name__})")
+        body = _json_object(row.body, f"{where}: the body", say)
+        if body is None:
             return None
         for column, value in (("type", row.type), ("event_id", row.event_id), ("at_ms", row.at_ms)):
             if body.get(column) != value or type(body.get(column)) is not type(value):
@@ -129,13 +139,8 @@ def _verify(engine: Engine, task_id: str, say: _Report) -> TaskState | None:
     if last_hash != rows[-1].hash:
         say(f"the task row's last hash is not the link of its last event (version {rows[-1].version}): "
             "events were removed or added")
-    try:
-        stored = json.loads(state_text) if isinstance(state_text, str) else None
-    except (ValueError, RecursionError) as exc:
-        say(f"the stored projection is not readable: {_why(exc)}")
-        return None
-    if not isinstance(stored, dict):
-        say(f"the stored projection is not a JSON object (got {type(stored).__name__})")
+    stored = _json_object(state_text, "the stored projection", say, "is not readable: {why}")
+    if stored is None:
         return None
     try:  # from the store, not the engine's memory: the stored row is what is checked
         body = store.get_definition(str(workflow_hash))
