@@ -15,6 +15,7 @@ from statewright.machine.events import (
     EVENT_TYPES,
     ApprovalGranted,
     ApprovalRejected,
+    ArtifactsCaptured,
     AttemptReported,
     CheckReported,
     Event,
@@ -48,6 +49,16 @@ EARLY_WORKFLOW = workflow_from_dict({
     ],
 })
 
+# approve (human, shows draft.txt by content hash) -> publish (code)
+CAPTURE_WORKFLOW = workflow_from_dict({
+    "workflow": "capture",
+    "steps": [
+        {"id": "approve", "kind": "human", "owner": "m", "approvers": {"role": "maintainer"},
+         "artifacts": ["draft.txt"]},
+        {"id": "publish", "kind": "code", "owner": "dev", "run": {"command": ["publish"]}},
+    ],
+})
+
 
 def new() -> Driver:
     return Driver(TABLE_WORKFLOW)
@@ -55,6 +66,12 @@ def new() -> Driver:
 
 def running_ai() -> Driver:
     d = new()
+    d.submit()
+    return d
+
+
+def capturing() -> Driver:
+    d = Driver(CAPTURE_WORKFLOW)
     d.submit()
     return d
 
@@ -107,6 +124,7 @@ FIXTURES: dict[str, tuple[TaskStatus, Callable[[], Driver]]] = {
     "new": (TaskStatus.NEW, new),
     "running_ai": (TaskStatus.RUNNING, running_ai),
     "running_check": (TaskStatus.RUNNING, running_check),
+    "capturing": (TaskStatus.RUNNING, capturing),
     "waiting": (TaskStatus.WAITING, waiting),
     "awaiting_approval": (TaskStatus.AWAITING_APPROVAL, awaiting_approval),
     "completed": (TaskStatus.COMPLETED, completed),
@@ -124,6 +142,10 @@ def natural(d: Driver, event_type: str) -> Event:
         TaskSubmitted.type: {"input": {"issue": 1}},
         AttemptReported.type: {"command_id": cid, "actor": "agent:fixer", "ok": True},
         CheckReported.type: {"command_id": cid, "passed": True},
+        ArtifactsCaptured.type: {
+            "command_id": cid, "step": "approve",
+            "artifacts": {"draft.txt": {"sha256": "ab" * 32, "bytes": 5, "text": "hello"}},
+        },
         TimerFired.type: {"timer_id": cur.timer_id if cur else "t1/ci/1/timer-1"},
         ApprovalGranted.type: {
             "step": "approve", "actor": "alice", "roles": ("maintainer",),
@@ -150,6 +172,7 @@ ILLEGAL = None
 TS, AR, CR, TF = (TaskSubmitted.type, AttemptReported.type, CheckReported.type, TimerFired.type)
 AG, AJ, RT, CX = (ApprovalGranted.type, ApprovalRejected.type, TaskRetried.type,
                   TaskCancelled.type)
+AC = ArtifactsCaptured.type
 
 
 def _cancelled_check(d: Driver) -> None:
@@ -214,6 +237,15 @@ TABLE: dict[tuple[str, str], Legal | None] = {
     ("halted", RT): Legal(TaskStatus.RUNNING, (("RunStep", "implement", 2),),
                           lambda d: (d.state.epoch, d.state.halt) == (1, None)),
     ("halted", CX): CANCEL,
+
+    ("capturing", AC): Legal(
+        TaskStatus.AWAITING_APPROVAL, (("RequestApproval", "approve", 1),),
+        lambda d: d.state.current.captured["draft.txt"]["bytes"] == 5,
+    ),
+    **{("capturing", t): ILLEGAL for t in (TS, AR, CR, TF, AG, AJ, RT)},
+    ("capturing", CX): CANCEL,
+    **{(name, AC): ILLEGAL for name in ("new", "running_ai", "running_check", "waiting",
+                                         "awaiting_approval", "halted")},
 }
 
 

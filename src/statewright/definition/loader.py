@@ -50,6 +50,7 @@ from statewright.definition.model import (
     StepKind,
     Workflow,
 )
+from statewright.machine.paths import RefError, parse_ref
 
 REVIEW_SCHEMA: Mapping[str, Any] = {
     "type": "object",
@@ -69,9 +70,9 @@ _COMMON_STEP_FIELDS = {
 }
 _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.AI: {"agent", "instructions", "output_schema", "outcomes", "protected"},
-    StepKind.HUMAN: {"approvers", "separate_from", "expires_after", "instructions"},
+    StepKind.HUMAN: {"approvers", "separate_from", "expires_after", "instructions", "proposal", "artifacts"},
     StepKind.WAIT: {"check", "every", "max_checks"},
-    StepKind.CODE: {"run", "output_schema", "outcomes", "protected"},
+    StepKind.CODE: {"run", "output_schema", "outcomes", "protected", "on_conflict"},
 }
 _PROCESS_FIELDS = {"env", "secrets"}  # kinds that run something: ai, wait, code
 _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
@@ -219,6 +220,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
 
 
 _MAX_LISTED = 20  # structural problems listed at once
+MAX_PROPOSAL_ITEMS = 64  # references in a proposal, artifacts of a human step
 
 
 class _NotPlain(Exception):
@@ -472,6 +474,12 @@ def _parse_step(
     on_success = CONTINUE
     if "on_success" in raw:
         on_success = _parse_route(raw["on_success"], f"{where} on_success", True, problems)
+    on_conflict = None
+    if "on_conflict" in raw:
+        on_conflict = _parse_route(raw["on_conflict"], f"{where} on_conflict", False, problems)
+        if on_conflict.kind is RouteKind.CONTINUE:
+            problems.add(where, "on_conflict: continue would act on a record that changed; "
+                                "use halt or {loop_back: STEP, max_attempts: N}")
     role = None
     separate: tuple[str, ...] = ()
     expires = None
@@ -488,6 +496,7 @@ def _parse_step(
             separate = tuple(sf)
         if "expires_after" in raw:
             expires = _duration(raw["expires_after"], f"{where} expires_after", problems)
+    proposal, artifacts = _parse_proposal(raw, where, problems)
     protected: tuple[str, ...] = ()
     if "protected" in raw:
         pr = raw["protected"]
@@ -524,7 +533,43 @@ def _parse_step(
         protected=protected,
         env=env,
         secrets=secrets,
+        proposal=proposal,
+        artifacts=artifacts,
+        on_conflict=on_conflict,
     )
+
+
+def _parse_proposal(raw: Mapping[str, Any], where: str, problems: _Problems) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A human step's ``proposal:`` (references into the task's state) and ``artifacts:``
+    (workspace files by relative path, or ``diff``: the work against its base commit)."""
+    refs: list[str] = []
+    for item in _text_list(raw, "proposal", where, problems):
+        try:
+            refs.append(parse_ref(item).text)
+        except RefError as exc:
+            problems.add(f"{where} proposal", str(exc))
+    paths: list[str] = []
+    for item in _text_list(raw, "artifacts", where, problems):
+        parts = item.replace("\\", "/").split("/")
+        if item.startswith("/") or ".." in parts or any(p in ("", ".") for p in parts):
+            problems.add(f"{where} artifacts", f"{item!r} must be a plain path inside the task's workspace "
+                                                "(relative, no '..', no empty or '.' parts), or diff")
+            continue
+        paths.append(item)
+    if len(set(paths)) != len(paths):
+        problems.add(f"{where} artifacts", "an artifact is listed twice")
+    return tuple(refs), tuple(paths)
+
+
+def _text_list(raw: Mapping[str, Any], key: str, where: str, problems: _Problems) -> list[str]:
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(x, str) and x for x in value):
+        problems.add(where, f"{key} must be a list of texts")
+        return []
+    if len(value) > MAX_PROPOSAL_ITEMS:
+        problems.add(where, f"{key} lists {len(value)} items; at most {MAX_PROPOSAL_ITEMS}")
+        return []
+    return value
 
 
 def _with_outcome_enum(
@@ -585,6 +630,14 @@ def _check_routes(steps: list[Step], problems: _Problems) -> None:
                 "on_failure: continue on the last step would complete a task whose last step failed; "
                 "use halt or loop_back",
             )
+        if s.on_conflict is not None and s.on_conflict.kind is RouteKind.LOOP_BACK:
+            target = s.on_conflict.target
+            if target not in index or index[target] >= i:
+                problems.add(where, f"on_conflict loop_back target {target!r} is not an earlier step")
+        for ref in s.proposal:
+            step = parse_ref(ref).step
+            if step is not None and (step not in index or index[step] >= i):
+                problems.add(where, f"proposal reference {ref!r} names {step!r}, which is not an earlier step")
         for other in s.separate_from:
             if other not in index:
                 problems.add(where, f"separate_from names {other!r}, which is not a step")

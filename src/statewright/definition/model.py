@@ -97,6 +97,9 @@ class Step:
     protected: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # declared variables for its process
     secrets: tuple[str, ...] = ()  # names taken from the worker's environment when it runs
+    proposal: tuple[str, ...] = ()  # a human step's proposal: references into the task's state
+    artifacts: tuple[str, ...] = ()  # a human step's artifacts: workspace files, or "diff"
+    on_conflict: Route | None = None  # a code step whose effect answered ``conflict``
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,15 @@ class RunCheck(Command):
 
 
 @dataclass(frozen=True)
+class CaptureArtifacts(Command):
+    """Read a human step's declared artifacts and report their content hashes, before the
+    proposal is built and shown."""
+
+    type: ClassVar[str] = "CaptureArtifacts"
+    artifacts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RequestApproval(Command):
     """Notify the approvers that a proposal waits for them."""
 
@@ -70,7 +79,7 @@ class StartTimer(Command):
 
 
 COMMAND_TYPES: Mapping[str, type[Command]] = {
-    cls.type: cls for cls in (RunStep, RunCheck, RequestApproval, StartTimer)
+    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer)
 }
 
 

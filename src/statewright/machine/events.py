@@ -76,6 +76,22 @@ class CheckReported(Event):
 
 
 @dataclass(frozen=True)
+class ArtifactsCaptured(Event):
+    """A human step's declared artifacts were read: ``artifacts`` maps each name to
+    ``{"sha256", "bytes", "text"}`` (``text``: the start of the content for the review, cut
+    when long or binary; ``base``: the commit a ``diff`` is taken against). ``error`` is a
+    reason code when they could not be read (``missing_artifact``, ...)."""
+
+    type: ClassVar[str] = "ArtifactsCaptured"
+    command_id: str = ""
+    step: str = ""
+    attempt: int = 0
+    artifacts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    error: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class TimerFired(Event):
     type: ClassVar[str] = "TimerFired"
     timer_id: str = ""
@@ -126,6 +142,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         TaskSubmitted,
         AttemptReported,
         CheckReported,
+        ArtifactsCaptured,
         TimerFired,
         ApprovalGranted,
         ApprovalRejected,

@@ -72,6 +72,7 @@ class Current:
     proposal_hash: str = ""
     expires_at_ms: int | None = None
     key: str = ""  # the idempotency key of an ai, code or wait step's attempt
+    captured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # a human step's artifacts
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,12 @@ from typing import Any
 from statewright._canonical import canonical_json
 from statewright._errors import ApprovalError, IllegalEventError
 from statewright._names import is_agent_name, person_name_problem
-from statewright.approvals.proposal import proposal_hash
+from statewright.approvals.proposal import artifact_hashes, proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
 from statewright.machine._records import replace
 from statewright.machine.brief import build_brief, cut_output
 from statewright.machine.commands import (
+    CaptureArtifacts,
     Command,
     RequestApproval,
     RunCheck,
@@ -36,6 +37,7 @@ from statewright.machine.commands import (
 from statewright.machine.events import (
     ApprovalGranted,
     ApprovalRejected,
+    ArtifactsCaptured,
     AttemptReported,
     CheckReported,
     Event,
@@ -44,6 +46,7 @@ from statewright.machine.events import (
     TaskSubmitted,
     TimerFired,
 )
+from statewright.machine.paths import MISSING_REFERENCE, RefError
 from statewright.machine.state import (
     Approval,
     Attempt,
@@ -64,7 +67,7 @@ KEY_HASH_DIGITS = 16  # hex digits of the approved proposal hash a key carries
 LEGAL: Mapping[TaskStatus, frozenset[str]] = {
     TaskStatus.NEW: frozenset({TaskSubmitted.type}),
     TaskStatus.RUNNING: frozenset(
-        {AttemptReported.type, CheckReported.type, TaskCancelled.type}
+        {AttemptReported.type, CheckReported.type, ArtifactsCaptured.type, TaskCancelled.type}
     ),
     TaskStatus.WAITING: frozenset({TimerFired.type, TaskCancelled.type}),
     TaskStatus.AWAITING_APPROVAL: frozenset(
@@ -96,6 +99,8 @@ def is_machine_actor(actor: str) -> bool:
 
 
 APPROVAL_REVOKED = "approval_revoked"  # the worker found an approval no longer holds
+ARTIFACT_CHANGED = "artifact_changed"  # an approved artifact reads differently now
+VOIDED_APPROVAL = frozenset({APPROVAL_REVOKED, ARTIFACT_CHANGED})
 
 
 # --- entering steps -----------------------------------------------------------------------
@@ -144,27 +149,46 @@ def _enter(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result
                 check_number=1, idempotency_key=f"{key}/check-1",
             )
         ]
-    h = proposal_hash(state, index)
+    if step.artifacts:  # read them first: the proposal shows them by content hash
+        capture_id = f"{cid}/capture"
+        cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=capture_id)
+        state = replace(state, status=TaskStatus.RUNNING, current=cur)
+        return state, [
+            CaptureArtifacts(command_id=capture_id, task_id=state.task_id, step=step.id, attempt=number,
+                             artifacts=step.artifacts)
+        ]
+    cur = Current(step=step.id, attempt=number, started_at_ms=at_ms)
+    return _await_approval(replace(state, current=cur), step, at_ms)
+
+
+def _await_approval(state: TaskState, step: Step, at_ms: int) -> Result:
+    """Build the human step's proposal, hash it, and ask for the approval (the window, if
+    any, opens now). A declared reference that finds nothing fails the step's attempt with
+    ``missing_reference``, which routes like any failure."""
+    cur = _current(state)
+    cid = f"{state.task_id}/{step.id}/{cur.attempt}"
+    try:
+        h = proposal_hash(state, state.workflow.index_of(step.id))
+    except RefError as exc:
+        return _finish(state, at_ms, Outcome.FAILED, actor="statewright:proposal",
+                       reason=MISSING_REFERENCE, detail=str(exc))
     expires = None
     timer_id = ""
     if step.expires_after_seconds is not None:
         expires = at_ms + int(step.expires_after_seconds * 1000)
         timer_id = f"{cid}/expiry"
-    cur = Current(
-        step=step.id, attempt=number, started_at_ms=at_ms, command_id=f"{cid}/notify",
-        proposal_hash=h, expires_at_ms=expires, timer_id=timer_id,
-    )
+    cur = replace(cur, command_id=f"{cid}/notify", proposal_hash=h, expires_at_ms=expires, timer_id=timer_id)
     state = replace(state, status=TaskStatus.AWAITING_APPROVAL, current=cur)
     cmds: list[Command] = [
         RequestApproval(
-            command_id=f"{cid}/notify", task_id=state.task_id, step=step.id, attempt=number,
+            command_id=f"{cid}/notify", task_id=state.task_id, step=step.id, attempt=cur.attempt,
             proposal_hash=h, role=step.approvers_role or "", expires_at_ms=expires,
         )
     ]
     if expires is not None:
         cmds.append(
             StartTimer(
-                command_id=timer_id, task_id=state.task_id, step=step.id, attempt=number,
+                command_id=timer_id, task_id=state.task_id, step=step.id, attempt=cur.attempt,
                 timer_id=timer_id, due_at_ms=expires, purpose="approval_expiry",
             )
         )
@@ -338,8 +362,8 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
             return _repair(state, step, cur, problem or "invalid verdict")
         return _finish(state, ev.at_ms, Outcome.FAILED, reason="invalid_verdict",
                        detail=problem or "", verdict=None, **common)
-    if ev.error == APPROVAL_REVOKED:
-        return _approval_revoked(state, ev, common)
+    if ev.error in VOIDED_APPROVAL:
+        return _approval_void(state, ev.at_ms, ev.error, ev.detail, common)
     if not ev.ok or ev.error is not None:
         kept = ev.verdict if isinstance(ev.verdict, Mapping) else None
         return _finish(state, ev.at_ms, Outcome.FAILED, reason=ev.error or "failed",
@@ -359,12 +383,11 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
     return _finish(state, ev.at_ms, Outcome.PASSED, verdict=verdict, **common)
 
 
-def _approval_revoked(state: TaskState, ev: AttemptReported, common: dict[str, Any]) -> Result:
-    """The step did not run: an approval it follows no longer holds. The task halts AT the
-    first approved human step before it, whatever the step's route, so an operator's retry
-    asks for new approvals from there."""
-    halted, commands = _finish(state, ev.at_ms, Outcome.HALTED, reason=APPROVAL_REVOKED, detail=ev.detail,
-                               **common)
+def _approval_void(state: TaskState, at_ms: int, reason: str, detail: str, common: dict[str, Any]) -> Result:
+    """The step did not run: an approval it follows no longer holds (``approval_revoked``,
+    ``artifact_changed``). The task halts AT the first approved human step before it,
+    whatever the step's route, so an operator's retry asks for new approvals from there."""
+    halted, commands = _finish(state, at_ms, Outcome.HALTED, reason=reason, detail=detail, **common)
     wf = state.workflow
     gates = [
         s.id for s in wf.steps[: wf.index_of(_current(state).step)]
@@ -397,6 +420,8 @@ def _on_check(state: TaskState, ev: CheckReported) -> Result:
     checks = cur.checks + 1
     state = replace(state, current=replace(cur, checks=checks))
     actor = f"check:{step.id}"
+    if ev.error in VOIDED_APPROVAL:
+        return _approval_void(state, ev.at_ms, str(ev.error), ev.detail, {"actor": actor, "output": ev.output})
     if ev.error is not None:
         return _finish(state, ev.at_ms, Outcome.FAILED, actor=actor, reason=ev.error,
                        detail=ev.detail, output=ev.output)
@@ -420,6 +445,23 @@ def _on_check(state: TaskState, ev: CheckReported) -> Result:
             timer_id=timer_id, due_at_ms=due, purpose="wait_check",
         )
     ]
+
+
+def _on_captured(state: TaskState, ev: ArtifactsCaptured) -> Result:
+    cur = _current(state)
+    step = _step(state)
+    if step.kind is not StepKind.HUMAN or ev.command_id != cur.command_id:
+        msg = f"task {state.task_id}: artifacts report {ev.command_id!r} is not the capture in flight"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    if ev.error is not None:
+        return _finish(state, ev.at_ms, Outcome.FAILED, actor="statewright:capture", reason=ev.error,
+                       detail=ev.detail)
+    missing = [name for name in step.artifacts if name not in ev.artifacts]
+    if missing:
+        msg = f"task {state.task_id}: the artifacts report lacks {', '.join(missing)}"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    captured = {name: dict(ev.artifacts[name]) for name in step.artifacts}
+    return _await_approval(replace(state, current=replace(cur, captured=captured)), step, ev.at_ms)
 
 
 def _on_timer(state: TaskState, ev: TimerFired) -> Result:
@@ -493,8 +535,21 @@ def _on_granted(state: TaskState, ev: ApprovalGranted) -> Result:
     )
     return _finish(
         approved, ev.at_ms, Outcome.PASSED, actor=ev.actor, detail=ev.comment,
-        verdict={"approved": True, "proposal_hash": cur.proposal_hash},
+        verdict=_decision(cur, {"approved": True}), artifacts=_shown_texts(cur),
     )
+
+
+def _decision(cur: Current, verdict: dict[str, Any]) -> dict[str, Any]:
+    """A human step's verdict: the decision, the hash it quoted, and the content hashes of
+    the artifacts it saw (what later steps are checked against before they run)."""
+    verdict["proposal_hash"] = cur.proposal_hash
+    if cur.captured:
+        verdict["artifacts"] = artifact_hashes(cur.captured)
+    return verdict
+
+
+def _shown_texts(cur: Current) -> dict[str, str]:
+    return {name: str(entry.get("text", "")) for name, entry in cur.captured.items()}
 
 
 def _on_rejected(state: TaskState, ev: ApprovalRejected) -> Result:
@@ -504,7 +559,8 @@ def _on_rejected(state: TaskState, ev: ApprovalRejected) -> Result:
     cur = _current(state)
     return _finish(
         state, ev.at_ms, Outcome.FAILED, actor=ev.actor, reason=ev.reason_code, detail=ev.comment,
-        verdict={"approved": False, "proposal_hash": cur.proposal_hash, "reason_code": ev.reason_code},
+        verdict=_decision(cur, {"approved": False, "reason_code": ev.reason_code}),
+        artifacts=_shown_texts(cur),
     )
 
 
@@ -546,6 +602,7 @@ _HANDLERS: Mapping[str, Callable[[TaskState, Any], Result]] = {
     TaskSubmitted.type: _on_submitted,
     AttemptReported.type: _on_attempt,
     CheckReported.type: _on_check,
+    ArtifactsCaptured.type: _on_captured,
     TimerFired.type: _on_timer,
     ApprovalGranted.type: _on_granted,
     ApprovalRejected.type: _on_rejected,

@@ -31,7 +31,7 @@ from statewright._jsonsafe import MAX_JSON_INT, clean_text, plain_json
 from statewright.executors.base import Reason
 from statewright.machine._records import replace
 from statewright.machine.brief import cut_output
-from statewright.machine.events import AttemptReported, CheckReported, Event
+from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event
 
 MAX_NOTE_CHARS = 20_000  # an agent's note (a command agent's stdout is cut to the same)
 MAX_OUTPUT_CHARS = 20_000  # a step's output
@@ -49,6 +49,8 @@ def screen(event: Event) -> Event:
     if isinstance(event, CheckReported):
         return replace(event, detail=_text(event.detail, MAX_DETAIL_CHARS),
                        output=_text(event.output, MAX_OUTPUT_CHARS))
+    if isinstance(event, ArtifactsCaptured):
+        return replace(event, detail=_text(event.detail, MAX_DETAIL_CHARS))
     if not isinstance(event, AttemptReported):
         return event
     texts: dict[str, Any] = {
@@ -104,6 +106,11 @@ def failed_instead(event: Event, detail: str, reason: Reason = Reason.HANDLING_E
             attempt=event.attempt, check_number=event.check_number, passed=False, detail=detail,
             error=reason.value,
         )
+    if isinstance(event, ArtifactsCaptured):
+        return ArtifactsCaptured(
+            event_id=event.event_id, at_ms=event.at_ms, command_id=event.command_id, step=event.step,
+            attempt=event.attempt, error=reason.value, detail=detail,
+        )
     return None
 
 
@@ -117,10 +124,13 @@ def failed_command(
         "event_id": f"{command_id}:result", "at_ms": at_ms, "command_id": command_id,
         "step": str(body.get("step", "")), "attempt": _whole(body.get("attempt")),
     }
-    event: Event = (
-        CheckReported(**common, check_number=_whole(body.get("check_number")))
-        if command_type == "RunCheck" else AttemptReported(**common, actor=actor)
-    )
+    event: Event
+    if command_type == "RunCheck":
+        event = CheckReported(**common, check_number=_whole(body.get("check_number")))
+    elif command_type == "CaptureArtifacts":
+        event = ArtifactsCaptured(**common)
+    else:
+        event = AttemptReported(**common, actor=actor)
     failed = failed_instead(event, detail, reason)
     return event if failed is None else failed
 

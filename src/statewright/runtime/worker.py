@@ -41,10 +41,10 @@ from statewright._errors import (
     WorkerStoppedError,
 )
 from statewright.definition.model import Step, StepKind
-from statewright.machine.events import AttemptReported, CheckReported, Event, TimerFired
+from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
-from statewright.machine.task import APPROVAL_REVOKED
-from statewright.runtime import workspaces
+from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
+from statewright.runtime import artifacts, workspaces
 from statewright.runtime.clock import SystemClock
 from statewright.runtime.engine import Applied, Engine, Report
 from statewright.runtime.users import approval_problem
@@ -413,7 +413,10 @@ class Worker:
         if lost >= (step.retry.max_deliveries or self.max_deliveries):
             return self._reduce(claim, state, step, self._never_reported(claim, lost))
         crash_point("before_effect")
-        event: Event | None = self._approval_void(claim, state, step, result_id)
+        event: Event | None = (
+            self._capture(claim, state, step, result_id) if claim.type == "CaptureArtifacts"
+            else self._approval_void(claim, state, step, result_id)
+        )
         if event is None:
             try:
                 event = self._execute(claim, state, step, result_id)
@@ -585,16 +588,7 @@ class Worker:
         from statewright.executors._isolation import step_env
         from statewright.executors.base import ExecContext
 
-        if space is not None:
-            resolved = space.path
-        else:
-            ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
-            if ws:
-                resolved = self._workspace((str(ws),), Path(str(ws)))
-            else:  # under the root, resolved once: a task's own directory needs no realpath
-                root = self._workspace((self.engine.workspace_root,), self.engine.workspace_root)
-                resolved = self._workspace((self.engine.workspace_root, state.task_id), root / state.task_id,
-                                           resolve=False)
+        resolved = space.path if space is not None else self._task_dir(state)
         return ExecContext(
             task_id=state.task_id, step=step.id, attempt=int(claim.body.get("attempt", 1)),
             idempotency_key=str(claim.body.get("idempotency_key", claim.command_id)),
@@ -603,6 +597,15 @@ class Worker:
             deliveries=claim.deliveries, input=_read_only(state.input),
             results=MappingProxyType({k: _read_only(v) for k, v in state.results.items()}),
         )
+
+    def _task_dir(self, state: TaskState) -> Path:
+        """The task's ``workspace`` directory, or its own directory under the root."""
+        ws = state.input.get("workspace") if isinstance(state.input, Mapping) else None
+        if ws:
+            return self._workspace((str(ws),), Path(str(ws)))
+        # under the root, resolved once: a task's own directory needs no realpath
+        root = self._workspace((self.engine.workspace_root,), self.engine.workspace_root)
+        return self._workspace((self.engine.workspace_root, state.task_id), root / state.task_id, resolve=False)
 
     def _redactor_for(self, step: Step) -> Redactor:
         """The worker's redactor, knowing also this step's declared secrets and API key."""
@@ -653,20 +656,53 @@ class Worker:
         return perform.run(claim, step, ctx, space, result_id, self.clock.now_ms)
 
     def _approval_void(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event | None:
-        """Authorisation is checked again when approved work is about to run: a step after
-        an approval whose approver was removed, lost the role or had the token revoked is
-        not performed; it is reported as ``approval_revoked`` (the task halts)."""
-        if claim.type != "RunStep" or not state.approvals:
+        """Approvals are checked again when approved work is about to run. A step after an
+        approval whose approver was removed, lost the role or had the token revoked is not
+        performed: it is reported as ``approval_revoked``; one after an approved artifact
+        changed, as ``artifact_changed``. Either way the task halts at the approval."""
+        if claim.type not in ("RunStep", "RunCheck") or not state.approvals:
             return None
-        why = approval_problem(self.store, state, step.id)
+        reason, why = APPROVAL_REVOKED, None
+        if claim.type == "RunStep":
+            why = approval_problem(self.store, state, step.id)
+        if why is None:
+            approved = artifacts.approved_artifacts(state, step.id)
+            changed = artifacts.changes(self._work_dir(state, step), approved, state.input) if approved else []
+            reason, why = ARTIFACT_CHANGED, "; ".join(changed) or None
         if why is None:
             return None
         log.warning("task %s: %s", claim.task_id, why)
+        body, now = claim.body, self.clock.now_ms()
+        if claim.type == "RunCheck":
+            return CheckReported(
+                event_id=result_id, at_ms=now, command_id=claim.command_id, step=step.id,
+                attempt=int(body.get("attempt", 1)), check_number=int(body.get("check_number", 1)),
+                passed=False, error=reason, detail=why,
+            )
         return AttemptReported(
-            event_id=result_id, at_ms=self.clock.now_ms(), command_id=claim.command_id, step=step.id,
-            attempt=int(claim.body.get("attempt", 1)), actor=f"worker:{self.worker_id}", ok=False,
-            error=APPROVAL_REVOKED, detail=why,
+            event_id=result_id, at_ms=now, command_id=claim.command_id, step=step.id,
+            attempt=int(body.get("attempt", 1)), actor=f"worker:{self.worker_id}", ok=False,
+            error=reason, detail=why,
         )
+
+    def _capture(self, claim: Claim, state: TaskState, step: Step, result_id: str) -> Event:
+        """Read a human step's declared artifacts for its proposal."""
+        body = claim.body
+        common: dict[str, Any] = {
+            "event_id": result_id, "command_id": claim.command_id, "step": step.id,
+            "attempt": int(body.get("attempt", 1)),
+        }
+        try:
+            found = artifacts.capture(self._work_dir(state, step), step.artifacts, state.input)
+        except artifacts.ArtifactError as exc:
+            return ArtifactsCaptured(**common, at_ms=self.clock.now_ms(), error=exc.reason, detail=str(exc))
+        return ArtifactsCaptured(**common, at_ms=self.clock.now_ms(), artifacts=found)
+
+    def _work_dir(self, state: TaskState, step: Step) -> Path:
+        """Where the task's work is: the worktree of its latest passed ai attempt (a task
+        with a ``repo``), else its workspace directory."""
+        space = workspaces.for_check(state, step)
+        return space.path if space is not None else self._task_dir(state)
 
     def _on_error(self, claim: Claim, step: Step, exc: BaseException, result_id: str) -> Event | None:
         policy = step.retry
