@@ -13,14 +13,17 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_python_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The example completes its task after the approval and prints its history."""
+    """The example completes its task after the approval and prints its history. Its first
+    block is the module of steps, written where it says; the second is the script."""
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Python") :]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
+    section = text[text.index("## Python") : text.index("## Reliability")]
+    steps, script = re.findall(r"```python\n(.*?)```", section, re.S)
+    name = steps.splitlines()[0].removeprefix("# ").strip()
+    (tmp_path / name).write_text(steps, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    exec(compile(code.group(1), "README.md", "exec"), {})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    exec(compile(script, "README.md", "exec"), {})
     out = capsys.readouterr().out.split()
     assert out[0] == "completed"
     assert out[1:] == ["TaskSubmitted", "AttemptReported", "ApprovalGranted", "AttemptReported"]
-    assert (tmp_path / "published.txt").read_text() == "hello\n"
+    assert (tmp_path / "published.txt").read_text() == "Release 1.4 ships on Friday.\n"

@@ -27,6 +27,6 @@ subprocess.run(["git", "checkout", "-q", "-B", "work"], check=True)
 subprocess.run(["git", "commit", "-q", "-am", f"fix add (attempt {brief['attempt']})"], check=True)
 sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
 Path(os.environ["STATEWRIGHT_VERDICT"]).write_text(
-    json.dumps({"summary": summary, "commit": sha.stdout.strip()})
+    json.dumps({"summary": summary, "branch": "work", "commit": sha.stdout.strip()})
 )
 print("Done. All tests pass.")

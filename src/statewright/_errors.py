@@ -134,3 +134,16 @@ class TransientError(ExecutorError):
 
 class PermanentError(ExecutorError):
     """A failure that retrying cannot fix."""
+
+
+class ConflictError(PermanentError):
+    """An effect's target refused the write: the record changed since the proposal was built
+    (the expected version the step sent is not the record's). Not retried: the step fails
+    with ``conflict``, and the workflow's ``on_conflict`` route takes the task back to
+    analysis or review for a new proposal and a new approval."""
+
+    def __init__(self, msg: str) -> None:
+        super().__init__(msg, reason=CONFLICT)
+
+
+CONFLICT = "conflict"

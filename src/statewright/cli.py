@@ -212,6 +212,14 @@ def _print_show(engine: Any, task_id: str) -> None:
     for step_id, result in st.results.items():
         text = json.dumps(result, ensure_ascii=False, sort_keys=True)
         click.echo(f"  {step_id}: {text if len(text) <= 100 else text[:99] + '…'}")
+    _print_proposal(st)
+
+
+def _print_proposal(st: Any) -> None:
+    from statewright.runtime.history import proposal_lines
+
+    for line in proposal_lines(st):
+        click.echo(line)
 
 
 @cli.command()
@@ -224,7 +232,9 @@ def show(task_id: str, db: str, as_json: bool) -> None:
     engine = _engine(db)
     if as_json:
         st = engine.state(task_id)
-        click.echo(json.dumps({"state": st.to_dict(),
+        from statewright.runtime.history import proposal_view
+
+        click.echo(json.dumps({"state": st.to_dict(), "review": proposal_view(st),
                                "events": [e.to_dict() for e in engine.events(task_id)]},
                               indent=2, default=str))
         return
@@ -256,8 +266,6 @@ def _stdin_is_tty() -> bool:
 
 def _reviewed_hash(engine: Any, task_id: str) -> str:
     """At a terminal: show the proposal, ask, and return the hash of what was shown."""
-    from statewright.approvals.proposal import build_proposal
-
     if not _stdin_is_tty():
         raise InputError(
             f"approve needs --hash HASH, the proposal you reviewed ('statewright show {task_id} --json' "
@@ -267,8 +275,7 @@ def _reviewed_hash(engine: Any, task_id: str) -> str:
     if st.current is None or st.status.value != "awaiting_approval":
         raise InputError(f"task {task_id} is {st.status.value}, not awaiting approval")
     shown = st.current.proposal_hash
-    proposal = build_proposal(st, st.workflow.index_of(st.current.step))
-    click.echo(json.dumps(proposal, indent=2, sort_keys=True, default=str))
+    _print_proposal(st)
     click.echo(f"\ntask {task_id} waits at {st.current.step!r}; proposal hash {shown}")
     if not click.confirm("approve this proposal?", default=False):
         raise InputError("not approved: the proposal was not confirmed")

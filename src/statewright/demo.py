@@ -18,7 +18,7 @@ import yaml
 from statewright.definition.loader import workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.runtime.engine import Engine
-from statewright.runtime.history import history_lines
+from statewright.runtime.history import history_lines, proposal_lines
 from statewright.store import open_store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -89,7 +89,7 @@ def run_demo(workdir: str | None = None) -> int:
     engine.users.add(admin, "alice", ["maintainer"])
     alice = engine.users.issue_token(admin, "alice")
     say("an admin added alice (role maintainer) and issued her a token")
-    tid = engine.submit(wf, {"workspace": str(repo), "bug": "add() gives the wrong sum"})
+    tid = engine.submit(wf, {"workspace": str(repo), "bug": "add() gives the wrong sum", "base_ref": "main"})
     say(f"submitted task {tid}; working until it ends or parks at a human step...")
     view = engine.run_task(tid)
     if view.status != "awaiting_approval" or view.state.current is None:
@@ -97,7 +97,10 @@ def run_demo(workdir: str | None = None) -> int:
         _print(engine, tid)
         return 1
     h = view.state.current.proposal_hash
-    say(f"\nthe task waits at '{view.state.current.step}' for a maintainer. The proposal shown has hash\n  {h}")
+    say(f"\nthe task waits at '{view.state.current.step}' for a maintainer, who reviews this proposal:")
+    for line in proposal_lines(engine.state(tid)):
+        say("  " + line)
+    say(f"its hash is what an approval quotes:\n  {h}")
     (repo / "ci-green").write_text("ok\n")  # the CI the wait step watches reports green
     cmd = [sys.executable, "-m", "statewright", "approve", tid, "--as", "alice", "--hash", h,
            "--db", str(db)]

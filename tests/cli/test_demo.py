@@ -19,9 +19,13 @@ def test_the_demo_loops_back_is_approved_by_alice_and_completes(tmp_path: Path) 
 
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    shown = re.search(r"The proposal shown has hash\n  ([0-9a-f]{64})\n", out)
+    shown = re.search(r"its hash is what an approval quotes:\n  ([0-9a-f]{64})\n", out)
     assert shown is not None, out
     proposal = shown.group(1)
+    review = out[: shown.start()]
+    assert f"proposal at approve (hash {proposal}):" in review
+    assert '"results.implement.summary": "add() now returns a + b' in review
+    assert "| -    return a - b\n    | +    return a + b" in review  # the diff the hash covers
     history = out[out.index("history of "):]
     assert re.search(r"FAIL test +code +#1 .*exit_status", history)
     assert "<- loop_back to implement" in history

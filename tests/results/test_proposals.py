@@ -200,3 +200,24 @@ def test_the_diff_of_the_work_is_shown_and_a_later_commit_voids_the_approval(
     after = engine.state(tid)
     assert (after.status, after.halt.reason) == (TaskStatus.HALTED, "artifact_changed")
     assert not merged.exists()
+
+
+def test_show_prints_the_proposal_and_the_artifact_text_the_hash_covers(
+    engine: Engine, tmp_path: Path, store_url: str
+) -> None:
+    from click.testing import CliRunner
+
+    from statewright.cli import cli
+
+    tid = _start(engine, _publish_note(tmp_path / "out.txt"), tmp_path / "ws")
+    shown = engine.state(tid).current.proposal_hash
+    out = CliRunner().invoke(cli, ["show", tid, "--db", store_url])
+    assert out.exit_code == 0, out.output
+    assert f"proposal at approve (hash {shown}):" in out.output
+    assert "artifact draft.txt:\n  | Release 1.4 ships on Friday." in out.output
+    as_json = CliRunner().invoke(cli, ["show", tid, "--db", store_url, "--json"])
+    import json
+
+    review = json.loads(as_json.output)["review"]
+    assert review["proposal_hash"] == shown
+    assert review["artifact_texts"] == {"draft.txt": "Release 1.4 ships on Friday."}

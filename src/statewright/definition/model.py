@@ -132,6 +132,8 @@ class Workflow:
                 routes.append(f"fail: {s.on_failure.describe()}")
             if s.on_success != CONTINUE:
                 routes.append(f"ok: {s.on_success.describe()}")
+            if s.on_conflict is not None:
+                routes.append(f"conflict: {s.on_conflict.describe()}")
             if s.outcomes:
                 routes.append(
                     "outcomes: " + ", ".join(f"{k}={v.value}" for k, v in s.outcomes.items())

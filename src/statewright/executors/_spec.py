@@ -140,9 +140,15 @@ def validate_code_spec(spec: object) -> list[str]:
     """Problems with a code step's ``run:`` mapping (empty list when it is fine)."""
     if not isinstance(spec, Mapping):
         return [f"run must be a mapping with 'command' or 'callable'; got {_show(spec)}"]
-    problems = _unknown_keys("run", spec, {"command", "callable", "timeout"})
+    problems = _unknown_keys("run", spec, {"command", "callable", "timeout", "conflict_exit"})
     problems += _timeout_problems("run", spec)
     problems += _one_of("run", spec, ("command", "callable"))
+    if "conflict_exit" in spec:
+        status = spec["conflict_exit"]
+        if "command" not in spec:
+            problems.append("run 'conflict_exit' applies to a 'command' (a callable raises ConflictError)")
+        elif isinstance(status, bool) or not isinstance(status, int) or not 1 <= status <= 255:
+            problems.append(f"run 'conflict_exit' must be an exit status from 1 to 255; got {_show(status)}")
     if "command" in spec:
         problems += _command_problems("run", spec)
     if "callable" in spec:

@@ -174,4 +174,5 @@ class Reason(StrEnum):
     OUTPUT_TOO_LARGE = "output_too_large"  # a verdict or the report is over its size limit
     INVALID_OUTPUT = "invalid_output"  # output other than the verdict that cannot be stored
     HANDLING_ERROR = "handling_error"  # recording the outcome failed; the attempt failed instead
+    CONFLICT = "conflict"  # the effect's target refused: its record changed since the proposal
     WORKER_DIED = "worker_died"  # every worker that started the command died before reporting

@@ -5,7 +5,9 @@
 
 A command runs in ``ctx.workspace`` with ``ctx.base_env()``; its output is stdout then
 stderr, cut to the last ``OUTPUT_LIMIT_CHARS`` characters. A timeout kills the command's
-whole process group (reason ``timeout``); a non-zero exit is ``exit_status``.
+whole process group (reason ``timeout``); a non-zero exit is ``exit_status``, except the
+status the spec names as ``conflict_exit``: ``conflict`` (the effect's target refused the
+write because its record changed since the proposal; a callable raises ConflictError).
 
 A callable returns ``True``/``False`` or ``{"ok": bool, "output"?: str | object,
 "artifacts"?: {name: str}}``; a false one is reason ``failed``. An ``output`` that is a
@@ -100,7 +102,8 @@ def _run_command(spec: Mapping[str, Any], ctx: ExecContext, timeout: float, exch
         return CodeResult(False, output, artifacts, Reason.TIMEOUT, cost)
     if outcome.returncode != 0:
         output = _joined(output, f"[statewright: exit status {outcome.returncode}]")
-        return CodeResult(False, output, artifacts, Reason.EXIT_STATUS, cost)
+        conflict = outcome.returncode == spec.get("conflict_exit")
+        return CodeResult(False, output, artifacts, Reason.CONFLICT if conflict else Reason.EXIT_STATUS, cost)
     if not os.path.lexists(output_path):
         return CodeResult(True, output, artifacts, None, cost)
     what = "the step's output file (STATEWRIGHT_OUTPUT)"

@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from statewright._canonical import canonical_json
-from statewright._errors import ApprovalError, IllegalEventError
+from statewright._errors import CONFLICT, ApprovalError, IllegalEventError
 from statewright._names import is_agent_name, person_name_problem
 from statewright.approvals.proposal import artifact_hashes, proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
@@ -247,7 +247,9 @@ def _finish(
             halt=HaltInfo(step=step.id, reason=reason or "policy_halt", detail=detail),
         )
         return halted, []
-    route = step.on_failure
+    # A conflict (the effect's record changed since the proposal was built) takes the
+    # step's on_conflict route: back to analysis or review, for a new approval.
+    route = step.on_conflict if reason == CONFLICT and step.on_conflict is not None else step.on_failure
     if route.kind is RouteKind.CONTINUE:
         return _enter(record("continue (advisory)"), index + 1, at_ms)
     if route.kind is RouteKind.LOOP_BACK and route.target is not None:
@@ -350,7 +352,9 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         "actor": ev.actor, "artifacts": ev.artifacts, "output": ev.output,
         "cost": ev.cost, "note": ev.note, "result": ev.result,
     }
-    schema = step.output_schema
+    # An ai step's verdict is held to its output_schema (one repair turn); a code step
+    # reports no verdict: its result is held to the schema below, once it succeeded.
+    schema = step.output_schema if step.kind is StepKind.AI else None
     if schema is None and ev.verdict is not None:
         schema = _ANY_OBJECT  # without a schema a verdict is optional, but still an object
     if ev.error == "invalid_verdict" or (
@@ -369,6 +373,13 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         return _finish(state, ev.at_ms, Outcome.FAILED, reason=ev.error or "failed",
                        detail=ev.detail, verdict=kept, **common)
     verdict = ev.verdict
+    if step.kind is StepKind.CODE and step.output_schema is not None:
+        result = ev.result if ev.result is not None else {}
+        problem = verdict_error(step.output_schema, result)
+        if problem is not None:
+            return _finish(state, ev.at_ms, Outcome.FAILED, reason="invalid_output",
+                           detail=f"the output does not match output_schema: {problem}", **{**common, "result": None})
+        verdict = result  # routes by its outcome, as a verdict does
     if verdict is not None and step.outcomes:
         name = str(verdict.get("outcome"))
         mapped = step.outcomes.get(name)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from statewright.machine.state import Outcome, TaskState
+from statewright.approvals.proposal import build_proposal
+from statewright.machine.state import Outcome, TaskState, TaskStatus
 
 
 def _short(text: str, n: int = 70) -> str:
@@ -65,3 +67,32 @@ def summary(state: TaskState) -> dict[str, Any]:
     if state.current and state.current.proposal_hash:
         d["proposal_hash"] = state.current.proposal_hash
     return d
+
+
+def proposal_view(state: TaskState) -> dict[str, Any] | None:
+    """What the approver of the step a task waits at decides on: the proposal its hash
+    covers, and the text of each declared artifact (covered by the sha256 shown with it).
+    None when the task waits for no approval."""
+    cur = state.current
+    if cur is None or state.status is not TaskStatus.AWAITING_APPROVAL:
+        return None
+    return {
+        "step": cur.step,
+        "proposal_hash": cur.proposal_hash,
+        "proposal": build_proposal(state, state.workflow.index_of(cur.step)),
+        "artifact_texts": {name: entry.get("text", "") for name, entry in cur.captured.items()},
+    }
+
+
+def proposal_lines(state: TaskState) -> list[str]:
+    """The proposal a task waits on, to read: its JSON, then each artifact's text."""
+    view = proposal_view(state)
+    if view is None:
+        return []
+    lines = [f"proposal at {view['step']} (hash {view['proposal_hash']}):"]
+    text = json.dumps(view["proposal"], indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    lines += ["  " + line for line in text.splitlines()]
+    for name, body in view["artifact_texts"].items():
+        lines.append(f"artifact {name}:")
+        lines += ["  | " + line for line in str(body).splitlines() or [""]]
+    return lines
