@@ -138,7 +138,7 @@ BAD_WORKFLOWS: dict[str, tuple[str, str]] = {
                                       'run: {command: [sh]}}\n', "'owner' must be a team or person"),
     "approver role with a trailing newline": (
         'workflow: w\nsteps:\n  - {id: a, kind: human, owner: o, approvers: {role: "r\\n"}}\n',
-        "approvers must be {role: ROLE}",
+        "approvers must be {role: ROLE",
     ),
     "outcome name with a newline": (
         _step(', output_schema: {type: object, properties: {outcome: {type: string}}}, outcomes: {"done\\n": pass}'),

@@ -31,3 +31,51 @@ def role_problem(role: str) -> str | None:
     if _ROLE.fullmatch(role) is None:
         return f"role {role!r} must be 1 to 64 letters, digits, _ . - (starting with a letter or digit)"
     return None
+
+
+# --- scoped roles ---------------------------------------------------------------------------
+# A person's role may be scoped: ``finance:region=eu`` (or ``finance:region=eu,entity=de01``)
+# holds ``finance`` only for tasks whose scope has every one of those values. An unscoped
+# ``finance`` holds it for every task.
+
+_SCOPE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
+_SCOPE_VALUE = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
+
+
+def split_role(role: str) -> tuple[str, dict[str, str]] | None:
+    """``(name, scope)`` of a (possibly scoped) role, or None when it is not well formed."""
+    name, sep, rest = role.partition(":")
+    if _ROLE.fullmatch(name) is None:
+        return None
+    if not sep:
+        return name, {}
+    scope: dict[str, str] = {}
+    for pair in rest.split(","):
+        key, eq, value = pair.partition("=")
+        if not eq or _SCOPE_KEY.fullmatch(key) is None or _SCOPE_VALUE.fullmatch(value) is None or key in scope:
+            return None
+        scope[key] = value
+    return name, scope
+
+
+def scoped_role_problem(role: str) -> str | None:
+    """None when ``role`` may be granted to a person (plain or scoped)."""
+    if split_role(role) is None:
+        return (f"role {role!r} must be a name of 1 to 64 letters, digits, _ . - (starting with a letter or "
+                "digit), optionally scoped as NAME:KEY=VALUE[,KEY=VALUE] (finance:region=eu)")
+    return None
+
+
+def holds_role(role: str, scope: dict[str, str], roles: tuple[str, ...] | list[str]) -> bool:
+    """Whether one of ``roles`` grants ``role`` for a task of ``scope``."""
+    for held in roles:
+        parts = split_role(held)
+        if parts is None or parts[0] != role:
+            continue
+        if all(scope.get(k) == v for k, v in parts[1].items()):
+            return True
+    return False
+
+
+def scope_text(scope: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(scope.items()))

@@ -305,7 +305,9 @@ def approve(task_id: str, as_name: str | None, proposal_hash: str | None, commen
 @cli.command()
 @click.argument("task_id")
 @_as_option
-@click.option("--reason", required=True, help="A reason code, e.g. insufficient_evidence.")
+@click.option("--reason", required=True,
+              help="A reason code the step takes (default set: insufficient_evidence, incorrect_extraction, "
+                   "policy_denial, suspected_fraud, other).")
 @click.option("--comment", default="")
 @_token_option
 @_db_option
@@ -344,6 +346,29 @@ def cancel(task_id: str, as_name: str | None, reason: str, token_file: str | Non
     engine = _engine(db)
     st = engine.cancel(task_id, _principal(engine, token_file, as_name), reason)
     click.echo(f"cancelled; task {task_id} is {st.status.value}")
+
+
+@cli.command()
+@click.argument("task_id")
+@_as_option
+@click.option("--file", "path", required=True, type=click.Path(dir_okay=False),
+              help="A JSON object: the evidence (a document's id and kind, a callback's record, ...).")
+@click.option("--note", default="", help="What the evidence is, in a few words.")
+@_token_option
+@_db_option
+@_guard
+def evidence(task_id: str, as_name: str | None, path: str, note: str, token_file: str | None, db: str) -> None:
+    """Supply evidence to a task (audited; needs the operator role). A proposal waiting for
+    approval is built again with it, so an approval of the old one is refused."""
+    from statewright._json_limits import loads_json_object, read_regular_file
+
+    data = loads_json_object(read_regular_file(path, f"--file {path}"), f"--file {path}")
+    engine = _engine(db)
+    who = _principal(engine, token_file, as_name)
+    st = engine.add_evidence(task_id, who, data, note)
+    waits = st.status.value == "awaiting_approval"
+    again = " (its proposal was built again: review it before approving)" if waits else ""
+    click.echo(f"evidence added to task {task_id} by {who.name}; it is {st.status.value}{again}")
 
 
 @cli.group()

@@ -126,7 +126,7 @@ def test_names_are_matched_whole(name: str) -> None:
         "'workflow' must be a name": {"workflow": name, "steps": [step]},
         "'id' must be a name": {"workflow": "w", "steps": [{**step, "id": name}]},
         "'owner'": {"workflow": "w", "steps": [{**step, "owner": name or "\n"}]},
-        "approvers must be {role: ROLE}": {"workflow": "w", "steps": [{**step, "approvers": {"role": name}}]},
+        "approvers must be {role: ROLE": {"workflow": "w", "steps": [{**step, "approvers": {"role": name}}]},
         "outcome name": {"workflow": "w", "steps": [step, outcome]},
     }.items():
         with pytest.raises(DefinitionError, match=re.escape("a NUL character" if "\x00" in name else says)):

@@ -62,7 +62,7 @@ def deleter(sid: str, key: str) -> Edit:
 # (case id, edit, where the message points, the rule it states)
 CASES: list[tuple[str, Edit, str, str]] = [
     ("unknown top-level field", lambda d: d.__setitem__("owner", "me"),
-     "unknown field 'owner'", "allowed: description, input_schema, steps, version, workflow"),
+     "unknown field 'owner'", "allowed: description, input_schema, reject_codes, steps, version, workflow"),
     ("unknown step field", setter("review", "max_retries", 2),
      "step 'review'", "unknown field 'max_retries' for a ai step"),
     ("a field of another kind", setter("implement", "max_checks", 3),
@@ -133,7 +133,7 @@ CASES: list[tuple[str, Edit, str, str]] = [
     ("a bad duration", setter("ci", "every", "5 minutes"),
      "step 'ci' every", "expected a duration like 90s, 10m, 2h or 2d, got '5 minutes'"),
     ("approvers without a role", setter("approve", "approvers", ["alice"]),
-     "step 'approve'", "approvers must be {role: ROLE}"),
+     "step 'approve'", "approvers must be {role: ROLE"),
     ("a human step without approvers", deleter("approve", "approvers"),
      "step 'approve'", "a human step needs 'approvers'"),
     ("an ai step without an agent", deleter("implement", "agent"),

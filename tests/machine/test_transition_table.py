@@ -19,6 +19,7 @@ from statewright.machine.events import (
     AttemptReported,
     CheckReported,
     Event,
+    EvidenceAdded,
     TaskCancelled,
     TaskRetried,
     TaskSubmitted,
@@ -156,6 +157,7 @@ def natural(d: Driver, event_type: str) -> Event:
             "proposal_hash": cur.proposal_hash if cur else "0" * 64, "reason_code": "wrong_fix",
         },
         TaskRetried.type: {"actor": "olga", "reason": "runner was down"},
+        EvidenceAdded.type: {"actor": "olga", "evidence": {"id": "callback-2"}, "note": "the callback"},
         TaskCancelled.type: {"actor": "olga", "reason": "duplicate"},
     }[event_type]
     return d.make(EVENT_TYPES[event_type], **fields)
@@ -172,7 +174,16 @@ ILLEGAL = None
 TS, AR, CR, TF = (TaskSubmitted.type, AttemptReported.type, CheckReported.type, TimerFired.type)
 AG, AJ, RT, CX = (ApprovalGranted.type, ApprovalRejected.type, TaskRetried.type,
                   TaskCancelled.type)
-AC = ArtifactsCaptured.type
+AC, EV = ArtifactsCaptured.type, EvidenceAdded.type
+
+
+def _evidence_kept(d: Driver) -> None:
+    assert [(e.actor, e.evidence) for e in d.state.evidence] == [("olga", {"id": "callback-2"})]
+
+
+def _proposed_again(d: Driver) -> None:
+    _evidence_kept(d)
+    assert d.last[0].proposal_hash == d.state.current.proposal_hash
 
 
 def _cancelled_check(d: Driver) -> None:
@@ -244,6 +255,14 @@ TABLE: dict[tuple[str, str], Legal | None] = {
     ),
     **{("capturing", t): ILLEGAL for t in (TS, AR, CR, TF, AG, AJ, RT)},
     ("capturing", CX): CANCEL,
+    ("capturing", EV): Legal(TaskStatus.RUNNING, (), _evidence_kept),
+    ("new", EV): ILLEGAL,
+    ("running_ai", EV): Legal(TaskStatus.RUNNING, (), _evidence_kept),
+    ("running_check", EV): Legal(TaskStatus.RUNNING, (), _evidence_kept),
+    ("waiting", EV): Legal(TaskStatus.WAITING, (), _evidence_kept),
+    ("awaiting_approval", EV): Legal(TaskStatus.AWAITING_APPROVAL, (("RequestApproval", "approve", 1),),
+                                     _proposed_again),
+    ("halted", EV): Legal(TaskStatus.HALTED, (), _evidence_kept),
     **{(name, AC): ILLEGAL for name in ("new", "running_ai", "running_check", "waiting",
                                          "awaiting_approval", "halted")},
 }

@@ -41,6 +41,10 @@ def build_proposal(state: TaskState, step_index: int) -> dict[str, Any]:
         out["steps"] = _latest_attempts(state, step_index)
     if step.artifacts:
         out["artifacts"] = artifact_hashes(captured_artifacts(state, step.id))
+    if state.evidence:  # evidence supplied later changes the proposal, and so its hash
+        out["evidence"] = [
+            {"actor": e.actor, "at_ms": e.at_ms, "evidence": e.evidence, "note": e.note} for e in state.evidence
+        ]
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from statewright._canonical import canonical_json, sha256_hex
 from statewright._errors import DefinitionError
 from statewright._json_limits import iter_json_problems, json_path
+from statewright._names import split_role
 from statewright.definition._env import parse_step_env
 from statewright.definition._schemas import schema_problems
 from statewright.definition._yaml import load_yaml, yaml_problem
@@ -41,6 +42,7 @@ from statewright.definition.limits import (
 from statewright.definition.model import (
     COMPLETE,
     CONTINUE,
+    DEFAULT_REJECT_CODES,
     HALT,
     OutcomeRoute,
     RetryPolicy,
@@ -64,13 +66,14 @@ REVIEW_SCHEMA: Mapping[str, Any] = {
 }
 BUILTIN_SCHEMAS: Mapping[str, Mapping[str, Any]] = {"review": REVIEW_SCHEMA}
 
-_TOP_FIELDS = {"workflow", "version", "description", "input_schema", "steps"}
+_TOP_FIELDS = {"workflow", "version", "description", "input_schema", "steps", "reject_codes"}
 _COMMON_STEP_FIELDS = {
     "id", "kind", "owner", "description", "on_failure", "on_success", "timeout", "retry",
 }
 _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.AI: {"agent", "instructions", "output_schema", "outcomes", "protected"},
-    StepKind.HUMAN: {"approvers", "separate_from", "expires_after", "instructions", "proposal", "artifacts"},
+    StepKind.HUMAN: {"approvers", "separate_from", "expires_after", "instructions", "proposal", "artifacts",
+                      "reject_codes"},
     StepKind.WAIT: {"check", "every", "max_checks"},
     StepKind.CODE: {"run", "output_schema", "outcomes", "protected", "on_conflict"},
 }
@@ -178,6 +181,9 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
     if not isinstance(description, str):
         problems.add("", "'description' must be text")
         description = ""
+    reject_codes: tuple[str, ...] = DEFAULT_REJECT_CODES
+    if "reject_codes" in data:
+        reject_codes = _parse_reject_codes(data["reject_codes"], "reject_codes", problems) or reject_codes
     input_schema = data.get("input_schema")
     if input_schema is not None:
         input_schema = _check_schema(input_schema, "input_schema", problems)
@@ -212,6 +218,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         steps=tuple(steps),
         description=description,
         input_schema=input_schema,
+        reject_codes=reject_codes,
         # A file that leaves out 'version' means version 1 and hashes like one that says so.
         content_hash=sha256_hex({**data, "version": version}),
         source=source,
@@ -481,14 +488,20 @@ def _parse_step(
             problems.add(where, "on_conflict: continue would act on a record that changed; "
                                 "use halt or {loop_back: STEP, max_attempts: N}")
     role = None
+    scope: dict[str, str] = {}
+    reject_codes: tuple[str, ...] = ()
     separate: tuple[str, ...] = ()
     expires = None
     if kind is StepKind.HUMAN:
         ap = raw.get("approvers")
-        if isinstance(ap, Mapping) and set(ap) == {"role"} and is_name(ap["role"]):
+        if isinstance(ap, Mapping) and set(ap) <= {"role", "scope"} and is_name(ap.get("role")):
             role = ap["role"]
+            scope = _parse_scope(ap.get("scope", {}), where, problems)
         elif "approvers" in raw:
-            problems.add(where, f"approvers must be {{role: ROLE}}, the role a name of {NAME_RULE}")
+            problems.add(where, f"approvers must be {{role: ROLE[, scope: {{KEY: REFERENCE}}]}}, the role a name "
+                                f"of {NAME_RULE}")
+        if "reject_codes" in raw:
+            reject_codes = _parse_reject_codes(raw["reject_codes"], f"{where} reject_codes", problems)
         sf = raw.get("separate_from", [])
         if not isinstance(sf, list) or not all(isinstance(x, str) for x in sf):
             problems.add(where, "separate_from must be a list of earlier step ids")
@@ -527,6 +540,8 @@ def _parse_step(
         on_failure=on_failure,
         on_success=on_success,
         approvers_role=role,
+        approvers_scope=scope,
+        reject_codes=reject_codes,
         separate_from=separate,
         expires_after_seconds=expires,
         retry=retry,
@@ -537,6 +552,33 @@ def _parse_step(
         artifacts=artifacts,
         on_conflict=on_conflict,
     )
+
+
+def _parse_scope(value: object, where: str, problems: _Problems) -> dict[str, str]:
+    """``approvers: {scope: {region: input.region}}``: each scope key takes its value from the
+    task's state when the approval is given."""
+    if not isinstance(value, Mapping):
+        problems.add(where, "approvers scope must map scope keys to references such as input.region")
+        return {}
+    out: dict[str, str] = {}
+    for key, ref in value.items():
+        if split_role(f"r:{key}=x") is None:
+            problems.add(where, f"approvers scope key {_short(key)} must be a name of letters, digits and _")
+            continue
+        try:
+            out[str(key)] = parse_ref(ref).text
+        except RefError as exc:
+            problems.add(f"{where} approvers scope", str(exc))
+    return out
+
+
+def _parse_reject_codes(value: object, where: str, problems: _Problems) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(is_name(c) for c in value):
+        problems.add(where, f"reject_codes must be a non-empty list of names of {NAME_RULE}")
+        return ()
+    if len(set(value)) != len(value):
+        problems.add(where, "a reject code is listed twice")
+    return tuple(value)
 
 
 def _parse_proposal(raw: Mapping[str, Any], where: str, problems: _Problems) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -634,10 +676,10 @@ def _check_routes(steps: list[Step], problems: _Problems) -> None:
             target = s.on_conflict.target
             if target not in index or index[target] >= i:
                 problems.add(where, f"on_conflict loop_back target {target!r} is not an earlier step")
-        for ref in s.proposal:
+        for ref in (*s.proposal, *s.approvers_scope.values()):
             step = parse_ref(ref).step
             if step is not None and (step not in index or index[step] >= i):
-                problems.add(where, f"proposal reference {ref!r} names {step!r}, which is not an earlier step")
+                problems.add(where, f"reference {ref!r} names {step!r}, which is not an earlier step")
         for other in s.separate_from:
             if other not in index:
                 problems.add(where, f"separate_from names {other!r}, which is not a step")

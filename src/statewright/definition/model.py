@@ -91,6 +91,8 @@ class Step:
     on_failure: Route = HALT
     on_success: Route = CONTINUE
     approvers_role: str | None = None
+    approvers_scope: Mapping[str, str] = field(default_factory=dict)  # scope key -> reference (input.region)
+    reject_codes: tuple[str, ...] = ()  # a human step's own set; empty: the workflow's
     separate_from: tuple[str, ...] = ()
     expires_after_seconds: float | None = None
     retry: RetryPolicy = RetryPolicy()
@@ -102,6 +104,12 @@ class Step:
     on_conflict: Route | None = None  # a code step whose effect answered ``conflict``
 
 
+#: The reasons a rejection may give when a workflow declares none (seed 002's rejection codes).
+DEFAULT_REJECT_CODES: tuple[str, ...] = (
+    "insufficient_evidence", "incorrect_extraction", "policy_denial", "suspected_fraud", "other",
+)
+
+
 @dataclass(frozen=True)
 class Workflow:
     name: str
@@ -109,6 +117,7 @@ class Workflow:
     steps: tuple[Step, ...]
     description: str = ""
     input_schema: Mapping[str, Any] | None = None
+    reject_codes: tuple[str, ...] = DEFAULT_REJECT_CODES
     content_hash: str = ""
     source: str = "<definition>"
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -122,6 +131,10 @@ class Workflow:
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index_of(step_id)]
+
+    def reject_codes_of(self, step: Step) -> tuple[str, ...]:
+        """The reason codes a rejection at ``step`` may give."""
+        return step.reject_codes or self.reject_codes
 
     def describe(self) -> str:
         """One readable line of steps with their routes."""

@@ -75,6 +75,8 @@ def build_brief(
         "prior_attempts": prior,
         "output_schema": dict(step.output_schema) if step.output_schema is not None else None,
     }
+    if state.evidence:  # what people supplied to the task since it started
+        brief["evidence"] = [{"actor": e.actor, "evidence": dict(e.evidence), "note": e.note} for e in state.evidence]
     if repair_error is not None:
         brief["repair"] = {
             "error": repair_error,

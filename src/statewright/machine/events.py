@@ -121,6 +121,20 @@ class ApprovalRejected(Event):
 
 
 @dataclass(frozen=True)
+class EvidenceAdded(Event):
+    """A person supplied evidence to the task (a JSON object), with a note of what it is. A
+    proposal waiting for approval is built again with it, so an approval of the old one is
+    refused."""
+
+    type: ClassVar[str] = "EvidenceAdded"
+    actor: str = ""
+    roles: tuple[str, ...] = ()
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+    token_id: str = ""
+
+
+@dataclass(frozen=True)
 class TaskRetried(Event):
     """An operator re-runs the halted step, with a recorded reason."""
 
@@ -146,6 +160,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         TimerFired,
         ApprovalGranted,
         ApprovalRejected,
+        EvidenceAdded,
         TaskRetried,
         TaskCancelled,
     )

@@ -107,6 +107,16 @@ class OperatorAction:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """Evidence a person supplied to the task, in the order given."""
+
+    actor: str
+    at_ms: int
+    evidence: Mapping[str, Any]
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class HaltInfo:
     step: str
     reason: str
@@ -127,6 +137,7 @@ class TaskState:
     loop_backs: tuple[LoopBack, ...] = ()
     approvals: tuple[Approval, ...] = ()
     operator_actions: tuple[OperatorAction, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
     halt: HaltInfo | None = None
     epoch: int = 0
     created_at_ms: int = 0
@@ -182,6 +193,7 @@ class TaskState:
             ),
             approvals=tuple(Approval(**a) for a in data.get("approvals", [])),
             operator_actions=tuple(OperatorAction(**o) for o in data.get("operator_actions", [])),
+            evidence=tuple(Evidence(**e) for e in data.get("evidence", [])),
             halt=HaltInfo(**halt) if halt else None,
             epoch=int(data.get("epoch", 0)),
             created_at_ms=int(data.get("created_at_ms", 0)),

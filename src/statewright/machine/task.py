@@ -21,7 +21,7 @@ from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._errors import CONFLICT, ApprovalError, IllegalEventError
-from statewright._names import is_agent_name, person_name_problem
+from statewright._names import holds_role, is_agent_name, person_name_problem, scope_text
 from statewright.approvals.proposal import artifact_hashes, proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
 from statewright.machine._records import replace
@@ -41,16 +41,18 @@ from statewright.machine.events import (
     AttemptReported,
     CheckReported,
     Event,
+    EvidenceAdded,
     TaskCancelled,
     TaskRetried,
     TaskSubmitted,
     TimerFired,
 )
-from statewright.machine.paths import MISSING_REFERENCE, RefError
+from statewright.machine.paths import MISSING_REFERENCE, RefError, parse_ref, resolve
 from statewright.machine.state import (
     Approval,
     Attempt,
     Current,
+    Evidence,
     HaltInfo,
     LoopBack,
     OperatorAction,
@@ -67,13 +69,15 @@ KEY_HASH_DIGITS = 16  # hex digits of the approved proposal hash a key carries
 LEGAL: Mapping[TaskStatus, frozenset[str]] = {
     TaskStatus.NEW: frozenset({TaskSubmitted.type}),
     TaskStatus.RUNNING: frozenset(
-        {AttemptReported.type, CheckReported.type, ArtifactsCaptured.type, TaskCancelled.type}
+        {AttemptReported.type, CheckReported.type, ArtifactsCaptured.type, EvidenceAdded.type,
+         TaskCancelled.type}
     ),
-    TaskStatus.WAITING: frozenset({TimerFired.type, TaskCancelled.type}),
+    TaskStatus.WAITING: frozenset({TimerFired.type, EvidenceAdded.type, TaskCancelled.type}),
     TaskStatus.AWAITING_APPROVAL: frozenset(
-        {ApprovalGranted.type, ApprovalRejected.type, TimerFired.type, TaskCancelled.type}
+        {ApprovalGranted.type, ApprovalRejected.type, TimerFired.type, EvidenceAdded.type,
+         TaskCancelled.type}
     ),
-    TaskStatus.HALTED: frozenset({TaskRetried.type, TaskCancelled.type}),
+    TaskStatus.HALTED: frozenset({TaskRetried.type, EvidenceAdded.type, TaskCancelled.type}),
     TaskStatus.COMPLETED: frozenset(),
     TaskStatus.COMPLETED_EARLY: frozenset(),
     TaskStatus.CANCELLED: frozenset(),
@@ -514,11 +518,17 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
     if problem is not None:
         raise ApprovalError(f"{where}: {problem}")
     role = step.approvers_role or ""
-    if role and role not in ev.roles:
-        raise ApprovalError(
-            f"{where}: {ev.actor!r} lacks the role {role!r} needed to {verb} "
-            f"(has: {', '.join(ev.roles) or 'none'})"
-        )
+    if role:
+        try:
+            scope = approver_scope(state, step)
+        except RefError as exc:
+            raise ApprovalError(f"{where}: the approvers' scope cannot be read ({exc})") from None
+        if not holds_role(role, scope, ev.roles):
+            needed = f"{role}:{scope_text(scope)}" if scope else role
+            raise ApprovalError(
+                f"{where}: {ev.actor!r} lacks the role {needed!r} needed to {verb} "
+                f"(has: {', '.join(ev.roles) or 'none'})"
+            )
     for other in step.separate_from:
         if any(a.actor == ev.actor for a in state.attempts_of(other)):
             raise ApprovalError(
@@ -533,6 +543,16 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
             f"{cur.proposal_hash[:12]}...; review the current proposal"
         )
     return step
+
+
+def approver_scope(state: TaskState, step: Step) -> dict[str, str]:
+    """The scope a human step's approvers need, read from the task's state (raises RefError
+    when a reference finds nothing)."""
+    out: dict[str, str] = {}
+    for key, ref in step.approvers_scope.items():
+        value = resolve(parse_ref(ref), state.input, state.results)
+        out[key] = value if isinstance(value, str) else canonical_json(value)
+    return out
 
 
 def _on_granted(state: TaskState, ev: ApprovalGranted) -> Result:
@@ -601,6 +621,38 @@ def _on_retried(state: TaskState, ev: TaskRetried) -> Result:
     return _enter(retried, index, ev.at_ms, key=done[-1].key if done else "")
 
 
+def _on_evidence(state: TaskState, ev: EvidenceAdded) -> Result:
+    """A person adds evidence. While an approval is awaited, the proposal is built again
+    with it: the hash changes, and an approval quoting the old one is refused."""
+    problem = person_name_problem(ev.actor) if ev.actor else "an evidence needs the name of who supplies it"
+    if problem is not None:
+        raise IllegalEventError(f"task {state.task_id}: evidence by {problem}", status=state.status.value,
+                                event_type=ev.type)
+    added = replace(state, evidence=(*state.evidence, Evidence(ev.actor, ev.at_ms, dict(ev.evidence), ev.note)))
+    if state.status is not TaskStatus.AWAITING_APPROVAL:
+        return added, []
+    return _propose_again(added, ev.at_ms)
+
+
+def _propose_again(state: TaskState, at_ms: int) -> Result:
+    """The proposal of the approval in flight, built again (its window stays as it was)."""
+    cur = _current(state)
+    step = _step(state)
+    try:
+        h = proposal_hash(state, state.workflow.index_of(step.id))
+    except RefError as exc:
+        return _finish(state, at_ms, Outcome.FAILED, actor="statewright:proposal",
+                       reason=MISSING_REFERENCE, detail=str(exc))
+    cid = f"{state.task_id}/{step.id}/{cur.attempt}/notify-{len(state.evidence)}"
+    state = replace(state, current=replace(cur, proposal_hash=h, command_id=cid))
+    return state, [
+        RequestApproval(
+            command_id=cid, task_id=state.task_id, step=step.id, attempt=cur.attempt,
+            proposal_hash=h, role=step.approvers_role or "", expires_at_ms=cur.expires_at_ms,
+        )
+    ]
+
+
 def _on_cancelled(state: TaskState, ev: TaskCancelled) -> Result:
     act = _operator(state, ev, "cancel")
     return replace(
@@ -617,6 +669,7 @@ _HANDLERS: Mapping[str, Callable[[TaskState, Any], Result]] = {
     TimerFired.type: _on_timer,
     ApprovalGranted.type: _on_granted,
     ApprovalRejected.type: _on_rejected,
+    EvidenceAdded.type: _on_evidence,
     TaskRetried.type: _on_retried,
     TaskCancelled.type: _on_cancelled,
 }

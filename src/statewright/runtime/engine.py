@@ -18,6 +18,7 @@ from statewright._errors import (
     TaskNotFoundError,
     VersionConflictError,
 )
+from statewright._json_limits import check_json_value
 from statewright._names import OPERATOR_ROLE
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
@@ -27,6 +28,7 @@ from statewright.machine.events import (
     ApprovalGranted,
     ApprovalRejected,
     Event,
+    EvidenceAdded,
     TaskCancelled,
     TaskRetried,
     TaskSubmitted,
@@ -313,6 +315,7 @@ class Engine:
         return self.apply(task_id, ev, state=st).state
 
     def reject(self, task_id: str, by: Principal, *, reason_code: str, comment: str = "") -> TaskState:
+        """Reject the proposal the task waits on, with one of the step's reason codes."""
         who = self.users.check(by, act="reject")
         st = self._awaiting(task_id)
         cur = st.current
@@ -321,6 +324,29 @@ class Engine:
             step=cur.step if cur else "", actor=who.name, roles=who.roles,
             proposal_hash=cur.proposal_hash if cur else "", reason_code=reason_code, comment=comment,
             token_id=who.token_id,
+        )
+        transition(st, ev)  # who may reject is the reducer's to say, before the code is looked at
+        codes = st.workflow.reject_codes_of(st.workflow.step(cur.step)) if cur else ()
+        if reason_code not in codes:
+            raise InputError(f"reason code {reason_code!r} is not one this step takes; use one of: {', '.join(codes)}")
+        return self.apply(task_id, ev, state=st).state
+
+    def add_evidence(self, task_id: str, by: Principal, evidence: Mapping[str, Any], note: str = "") -> TaskState:
+        """Supply evidence to a task that has not ended (an operator's act): it is appended to
+        the task's state as an audited event, and a proposal awaiting approval is built
+        again with it."""
+        who = self.users.check(by, role=OPERATOR_ROLE, act="supply evidence")
+        if not isinstance(evidence, Mapping) or not evidence:
+            raise InputError("evidence must be a non-empty JSON object")
+        problem = check_json_value(dict(evidence))
+        if problem is not None:
+            raise InputError(f"evidence refused: {problem}")
+        st = self.state(task_id)
+        if st.terminal:
+            raise InputError(f"task {task_id} is {st.status.value}; evidence goes to a task that has not ended")
+        ev = EvidenceAdded(
+            event_id=f"{task_id}:evidence:{_random_hex(8)}", at_ms=self.clock.now_ms(), actor=who.name,
+            roles=who.roles, evidence=dict(evidence), note=note, token_id=who.token_id,
         )
         return self.apply(task_id, ev, state=st).state
 

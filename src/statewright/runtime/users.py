@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
-from statewright._names import ADMIN_ROLE, is_agent_name, person_name_problem
-from statewright.definition.model import StepKind
+from statewright._names import ADMIN_ROLE, holds_role, is_agent_name, person_name_problem
+from statewright.definition.model import Step, StepKind
+from statewright.machine.paths import RefError
 from statewright.machine.state import Outcome, TaskState
+from statewright.machine.task import approver_scope
 from statewright.runtime.clock import Clock
 from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, TokenRow
 from statewright.store.sql import SqlStore
@@ -223,7 +225,15 @@ def approval_problem(store: SqlStore, state: TaskState, step_id: str) -> str | N
             return (f"{actor!r}, who approved {gate.id!r}, was removed or the token they approved with "
                     f"was revoked; {step_id!r} is not performed")
         role = gate.approvers_role or ""
-        if role and role not in roles:
-            return (f"{actor!r}, who approved {gate.id!r}, no longer holds the role {role!r}; "
+        if role and not _still_scoped(state, gate, role, roles):
+            return (f"{actor!r}, who approved {gate.id!r}, no longer holds the role {role!r} for this task; "
                     f"{step_id!r} is not performed")
     return None
+
+
+def _still_scoped(state: TaskState, gate: Step, role: str, roles: Sequence[str]) -> bool:
+    try:
+        scope = approver_scope(state, gate)
+    except RefError:
+        return False
+    return holds_role(role, scope, tuple(roles))

@@ -27,7 +27,7 @@ from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
-from statewright._names import ADMIN_ROLE, person_name_problem, role_problem
+from statewright._names import ADMIN_ROLE, person_name_problem, scoped_role_problem
 from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, TokenRow
 from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawPeopleRow, check_chain, link_format
 
@@ -150,7 +150,7 @@ class PeopleSql:
     def _change_txn(self, cur: Any, actor: str, c: PeopleChange, at_ms: int) -> PeopleLogEntry:
         subject, roles = c.subject, tuple(sorted(set(c.roles)))
         for problem in [person_name_problem(subject) if c.action is not PeopleAction.REVOKE_TOKEN else None,
-                        *(role_problem(r) for r in roles)]:
+                        *(scoped_role_problem(r) for r in roles)]:
             if problem is not None:
                 raise InputError(problem)
         person = self._person_txn(cur, subject) if subject else None
