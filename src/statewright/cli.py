@@ -171,30 +171,81 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
         click.echo(f"\napprove with: statewright approve {tid} --hash {h}  (your token in STATEWRIGHT_TOKEN)")
 
 
+def _token_option(fn: F) -> F:
+    return click.option(
+        "--token-file", type=click.Path(dir_okay=False),
+        help="A file holding your token (default: env STATEWRIGHT_TOKEN).",
+    )(fn)
+
+
+def _as_option(fn: F) -> F:
+    return click.option("--as", "as_name", help="Your name: refused unless it is your token's person.")(fn)
+
+
 @cli.command()
 @click.option("--status", help="Only tasks in this status.")
 @click.option("--workflow", help="Only tasks of this workflow.")
+@click.option("--waiting-for-me", is_flag=True,
+              help="Only tasks waiting for an approval you may give (needs your token).")
+@_token_option
 @_db_option
 @_json_option
 @_guard
-def tasks(status: str | None, workflow: str | None, db: str, as_json: bool) -> None:
-    """List tasks."""
+def tasks(status: str | None, workflow: str | None, waiting_for_me: bool, token_file: str | None, db: str,
+          as_json: bool) -> None:
+    """List tasks: where each stands, and why a halted one halted."""
     from statewright.machine.state import TaskStatus
 
     if status is not None and status not in {s.value for s in TaskStatus}:
         raise InputError(f"unknown status {status!r}; use one of {', '.join(s.value for s in TaskStatus)}")
     engine = _engine(db)
-    rows = engine.store.list_tasks(status=status, workflow=workflow)
+    if waiting_for_me:
+        who = _principal(engine, token_file)
+        if status not in (None, TaskStatus.AWAITING_APPROVAL.value):
+            raise InputError("--waiting-for-me lists tasks awaiting approval; leave out --status or give that one")
+        rows = engine.store.list_tasks(status=TaskStatus.AWAITING_APPROVAL.value, workflow=workflow)
+        states = engine.states([r.task_id for r in rows])
+        rows = [r for r in rows if r.task_id in states and engine.may_approve(states[r.task_id], who)]
+    else:
+        rows = engine.store.list_tasks(status=status, workflow=workflow)
+    listed = [_task_row(r) for r in rows]
     if as_json:
-        click.echo(json.dumps([
-            {"task_id": r.task_id, "workflow": r.workflow, "status": r.status, "version": r.version,
-             "step": (r.state.get("current") or {}).get("step"), "updated_at_ms": r.updated_at_ms}
-            for r in rows
-        ], indent=2))
+        click.echo(json.dumps(listed, indent=2))
         return
-    for r in rows:
-        step = (r.state.get("current") or {}).get("step") or ""
-        click.echo(f"{r.task_id}  {r.workflow:<20} {r.status:<18} {step}")
+    click.echo(f"{'TASK':<22} {'WORKFLOW':<20} {'STATUS':<18} {'STEP':<18} {'UPDATED':<22} WHY")
+    for t in listed:
+        click.echo(f"{t['task_id']:<22} {t['workflow']:<20} {t['status']:<18} {t['step'] or '-':<18} "
+                   f"{t['updated']:<22} {t['why']}".rstrip())
+
+
+def _task_row(r: Any) -> dict[str, Any]:
+    from statewright._time import when
+
+    halt = r.state.get("halt") or {}
+    step = (r.state.get("current") or {}).get("step") or halt.get("step")
+    why = f"{halt.get('reason', '')}: {halt.get('detail', '')}".rstrip(": ") if r.status == "halted" else ""
+    return {"task_id": r.task_id, "workflow": r.workflow, "status": r.status, "version": r.version,
+            "step": step, "halt_reason": halt.get("reason"), "why": why[:80], "updated_at_ms": r.updated_at_ms,
+            "updated": when(r.updated_at_ms)}
+
+
+@cli.command()
+@click.argument("task_id")
+@_db_option
+@_json_option
+@_guard
+def review(task_id: str, db: str, as_json: bool) -> None:
+    """What an approver decides on: the proposal in full (and the diff), why the task
+    stopped, the evidence, the checks, verdicts and notes, who may approve, the hash and
+    the expiry."""
+    from statewright.runtime.review import review_lines
+
+    data = _engine(db).review(task_id)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        return
+    for line in review_lines(data):
+        click.echo(line)
 
 
 def _print_show(engine: Any, task_id: str) -> None:
@@ -239,17 +290,6 @@ def show(task_id: str, db: str, as_json: bool) -> None:
                               indent=2, default=str))
         return
     _print_show(engine, task_id)
-
-
-def _token_option(fn: F) -> F:
-    return click.option(
-        "--token-file", type=click.Path(dir_okay=False),
-        help="A file holding your token (default: env STATEWRIGHT_TOKEN).",
-    )(fn)
-
-
-def _as_option(fn: F) -> F:
-    return click.option("--as", "as_name", help="Your name: refused unless it is your token's person.")(fn)
 
 
 def _principal(engine: Any, token_file: str | None, as_name: str | None = None) -> Any:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from statewright import ApprovalError, IllegalEventError, TaskStatus, workflow_from_dict
+from statewright._time import when
 from statewright.approvals import build_proposal, proposal_hash
 from statewright.definition import Workflow
 from statewright.machine.commands import RequestApproval, StartTimer
@@ -143,7 +144,7 @@ def test_an_approval_at_or_after_the_deadline_is_refused() -> None:
     deadline = d.state.current.expires_at_ms
     assert deadline is not None
     late = replace(d.grant_event(), at_ms=deadline)
-    refused(d, late, f"the approval window closed at {deadline} ms")
+    refused(d, late, f"the approval window closed at {when(deadline)}")
     d.apply(replace(late, event_id="in-time", at_ms=deadline - 1))
     assert d.state.status is TaskStatus.RUNNING
 

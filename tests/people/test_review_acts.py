@@ -179,7 +179,8 @@ def test_a_scope_taken_away_after_the_approval_stops_the_approved_work(engine: E
     eva = people.add("eva", "finance:region=eu")
     effect = tmp_path / "paid"
     wf = workflow_from_dict({"workflow": "pay", "steps": [
-        {"id": "approve", "kind": "human", "owner": "f", "approvers": {"role": "finance", "scope": {"region": "input.region"}}},
+        {"id": "approve", "kind": "human", "owner": "f",
+         "approvers": {"role": "finance", "scope": {"region": "input.region"}}},
         {"id": "pay", "kind": "code", "owner": "ops", "run": {"command": ["touch", str(effect)]}},
     ]}, "<pay>")
     tid = _waiting(engine, wf, {"region": "eu"})
@@ -201,3 +202,55 @@ def test_a_malformed_scoped_role_is_refused_with_one_line(engine: Engine, role: 
     with pytest.raises(InputError, match="optionally scoped as NAME:KEY=VALUE"):
         engine.users.add(people.admin, "zed", [role])
     assert raw_sql(store_url, "SELECT COUNT(*) FROM sw_user_log") == before
+
+
+# --- the review and the task list -------------------------------------------------------------
+
+
+def test_review_shows_what_an_approver_decides_on(engine: Engine, store_url: str, tmp_path: Path) -> None:
+    people = People(engine, tmp_path)
+    people.add("eva", "finance:region=eu")
+    people.add("uma", "finance:region=us")
+    people.add("gus", "finance")
+    olga = people.add("olga", "operator")
+    wf = workflow_from_dict({"workflow": "payment", "steps": [
+        {"id": "prepare", "kind": "code", "owner": "ops", "run": {"callable": "results.res_steps:analyse"}},
+        {"id": "approve", "kind": "human", "owner": "finance", "expires_after": "1d",
+         "approvers": {"role": "finance", "scope": {"region": "input.region"}},
+         "proposal": ["input.supplier", "results.prepare.iban"]},
+    ]}, "<payment>")
+    tid = _waiting(engine, wf, {"region": "eu", "supplier": "S-4", "evidence": [{"id": "doc-1"}]})
+    engine.add_evidence(tid, olga, {"id": "callback-3"}, "called back")
+    data = engine.review(tid)
+    assert data["why"] == "waits at 'approve' for an approval by the role 'finance:region=eu'"
+    assert data["proposal"]["fields"] == {"input.supplier": "S-4", "results.prepare.iban": "DE89370400440532013000"}
+    assert data["proposal_hash"] == engine.state(tid).current.proposal_hash
+    assert data["approvers"]["people"] == ["eva", "gus"]
+    assert [e["evidence"]["id"] for e in data["evidence"]] == ["doc-1", "callback-3"]
+    assert [(c["step"], c["outcome"]) for c in data["checks"]] == [("prepare", "passed")]
+    assert data["reject_codes"][0] == "insufficient_evidence"
+    assert data["expires"] and "ms" not in data["expires"] and data["expires"][:2] == "20"
+    text = CliRunner().invoke(cli, ["review", tid, "--db", store_url])
+    assert text.exit_code == 0, text.output
+    assert f"what will change (proposal hash {data['proposal_hash']}):" in text.output
+    assert "who may approve: role 'finance:region=eu': eva, gus" in text.output
+    assert "olga at " in text.output and "(called back)" in text.output
+    mine = CliRunner().invoke(cli, ["tasks", "--waiting-for-me", "--token-file", str(people.file("eva")),
+                                    "--db", store_url, "--json"])
+    assert [t["task_id"] for t in json.loads(mine.output)] == [tid]
+    theirs = CliRunner().invoke(cli, ["tasks", "--waiting-for-me", "--token-file", str(people.file("uma")),
+                                      "--db", store_url, "--json"])
+    assert json.loads(theirs.output) == []
+
+
+def test_tasks_lists_a_header_the_step_and_why_a_task_halted(engine: Engine, store_url: str) -> None:
+    wf = workflow_from_dict({"workflow": "fails", "steps": [
+        {"id": "build", "kind": "code", "owner": "ci", "run": {"command": ["sh", "-c", "echo broke; exit 3"]}},
+    ]}, "<fails>")
+    tid = engine.submit(wf, {})
+    Worker(engine).run(until_idle=True)
+    out = CliRunner().invoke(cli, ["tasks", "--db", store_url])
+    lines = out.output.splitlines()
+    assert lines[0].split() == ["TASK", "WORKFLOW", "STATUS", "STEP", "UPDATED", "WHY"]
+    row = next(line for line in lines if line.startswith(tid))
+    assert "halted" in row and "build" in row and "exit_status: broke" in row

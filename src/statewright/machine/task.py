@@ -22,6 +22,7 @@ from typing import Any
 from statewright._canonical import canonical_json
 from statewright._errors import CONFLICT, ApprovalError, IllegalEventError
 from statewright._names import holds_role, is_agent_name, person_name_problem, scope_text
+from statewright._time import when
 from statewright.approvals.proposal import artifact_hashes, proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
 from statewright.machine._records import replace
@@ -536,7 +537,7 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
                 "(separation of duty)"
             )
     if cur.expires_at_ms is not None and ev.at_ms >= cur.expires_at_ms:
-        raise ApprovalError(f"{where}: the approval window closed at {cur.expires_at_ms} ms")
+        raise ApprovalError(f"{where}: the approval window closed at {when(cur.expires_at_ms)}")
     if ev.proposal_hash and ev.proposal_hash != cur.proposal_hash:
         raise ApprovalError(
             f"{where}: hash {ev.proposal_hash[:12]}... is not the current proposal "

@@ -375,6 +375,19 @@ class Engine:
         return st
 
     # --- reading -----------------------------------------------------------------------
+    def review(self, task_id: str) -> dict[str, Any]:
+        """What an approver or operator decides on (``statewright.runtime.review``)."""
+        from statewright.runtime.review import review
+
+        return review(self, task_id)
+
+    def may_approve(self, state: TaskState, by: Principal) -> bool:
+        """Whether ``by`` may approve the step ``state`` waits at (role and scope, separation
+        of duty); False for a task that waits for no approval."""
+        from statewright.runtime.review import may_approve
+
+        return may_approve(state, by.name, by.roles)
+
     def events(self, task_id: str) -> list[Event]:
         if self.store.load(task_id) is None:
             raise TaskNotFoundError(task_id)
