@@ -157,18 +157,55 @@ def worker(until_idle: bool, concurrency: int, lease: float, batch: int, max_del
 @_db_option
 @_guard
 def run(file: str, input_: str | None, key: str | None, db: str) -> None:
-    """Submit, then work until the task ends or parks at a human step; print the history."""
+    """Submit, then work until the task ends or parks at a human step; print the history.
+    The exit status says how it ended (see RUN_EXIT): 0 completed, 3 completed early, 4
+    waiting for a person, 5 halted, 6 cancelled; 1 when the command itself failed."""
     from statewright.definition import load_workflow
+    from statewright.machine.state import TaskStatus
+    from statewright.runtime.worker import Worker
 
     wf = load_workflow(file)
     data = _parse_input(input_, wf)
     engine = _engine(db, create=True)
     tid = engine.submit(wf, data, key=key)
-    view = engine.run_task(tid)
+    settled = {TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED, TaskStatus.CANCELLED,
+               TaskStatus.AWAITING_APPROVAL}
+    progress = _Progress(engine, tid)
+    Worker(engine).run(until=lambda: progress.seen().status in settled)
     _print_show(engine, tid)
-    if view.status == "awaiting_approval":
-        h = view.state.current.proposal_hash if view.state.current else ""
+    st = engine.state(tid)
+    if st.status is TaskStatus.AWAITING_APPROVAL:
+        h = st.current.proposal_hash if st.current else ""
         click.echo(f"\napprove with: statewright approve {tid} --hash {h}  (your token in STATEWRIGHT_TOKEN)")
+    sys.exit(RUN_EXIT[st.status.value])
+
+
+#: ``statewright run``'s exit status by how the task ended (README: Command line).
+RUN_EXIT = {"completed": 0, "completed_early": 3, "awaiting_approval": 4, "halted": 5, "cancelled": 6}
+
+
+class _Progress:
+    """Says what a running task waits on when that changes ("waiting at wait-ci: check 2
+    of 6, next in 4m 58s"), so a long wait is never silent."""
+
+    def __init__(self, engine: Any, task_id: str) -> None:
+        self.engine, self.task_id = engine, task_id
+        self.last: tuple[Any, ...] = ()
+
+    def seen(self) -> Any:
+        from statewright._time import duration
+        from statewright.machine.state import TaskStatus
+
+        st = self.engine.state(self.task_id)
+        cur = st.current
+        now = (st.status, cur.step if cur else "", cur.checks if cur else 0)
+        if now != self.last and st.status is TaskStatus.WAITING and cur is not None:
+            step = st.workflow.step(cur.step)
+            due = [t["due_at_ms"] for t in self.engine.store.timers(self.task_id)]
+            wait = f", next in {duration((min(due) - self.engine.clock.now_ms()) / 1000)}" if due else ""
+            click.echo(f"waiting at {cur.step}: check {cur.checks} of {step.max_checks} failed{wait}", err=True)
+        self.last = now
+        return st
 
 
 def _token_option(fn: F) -> F:

@@ -34,6 +34,14 @@ def ok(result: Result) -> str:
     return result.stdout
 
 
+def ended(result: Result, status: str) -> str:
+    """The output of a ``run`` whose task ended as ``status`` (its exit status says so)."""
+    from statewright.cli import RUN_EXIT
+
+    assert result.exit_code == RUN_EXIT[status], f"exit {result.exit_code}: {result.output}\n{result.exception!r}"
+    return result.stdout
+
+
 def refusal(result: Result) -> str:
     """The one ``error:`` line of a refused command, after checking it is all there is."""
     assert result.exit_code != 0, result.output

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .support import admin, ok, person, sw, sw_process
+from .support import admin, ended, ok, person, sw, sw_process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASK_ID = re.compile(r"^t-[0-9a-f]{19}$")
@@ -96,7 +96,7 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
     )
     alice = db.parent / "alice.token"
     ok(sw("users", "token", "alice", "--out", alice, "--token-file", root, "--db", db))
-    out = ok(sw("run", files["gate"], "--db", db))
+    out = ended(sw("run", files["gate"], "--db", db), "awaiting_approval")
     tid, proposal = approve_hint(out)
     assert f"...  approve        waits for approval of proposal {proposal}" in out
     [task] = tasks_json(db)
@@ -121,7 +121,7 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
 def test_reject_records_the_reason_code_and_halts(files: dict[str, Path], db: Path) -> None:
     """reject --reason records the reason code with the actor; the default route halts the task."""
     alice = person(db, "alice", "maintainer")
-    tid, _ = approve_hint(ok(sw("run", files["gate"], "--db", db)))
+    tid, _ = approve_hint(ended(sw("run", files["gate"], "--db", db), "awaiting_approval"))
 
     out = ok(sw("reject", tid, "--reason", "insufficient_evidence", "--comment", "no logs",
                 "--token-file", alice, "--db", db))
@@ -138,7 +138,7 @@ def test_retry_and_cancel_are_audited(files: dict[str, Path], db: Path, tmp_path
     """A halted task is retried (its step runs again and passes), another is cancelled;
     both acts are in the history with the operator's name and reason."""
     ws = tmp_path / "ws"
-    halted = ok(sw("run", files["flag"], "--input", json.dumps({"workspace": str(ws)}), "--db", db))
+    halted = ended(sw("run", files["flag"], "--input", json.dumps({"workspace": str(ws)}), "--db", db), "halted")
     tid = re.search(r"task (t-[0-9a-f]+)", halted).group(1)  # type: ignore[union-attr]
     assert "status halted" in halted and "exit_status" in halted
 
@@ -163,3 +163,20 @@ def test_retry_and_cancel_are_audited(files: dict[str, Path], db: Path, tmp_path
     assert [t["task_id"] for t in json.loads(ok(sw("tasks", "--json", "--status", "cancelled", "--db", db)))] == [
         other
     ]
+
+
+def test_run_exits_with_a_status_for_each_way_a_task_ends(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
+    """CI can tell the outcomes apart: completed 0, completed early 3, waiting for a person 4,
+    halted 5 (cancelled 6 cannot happen inside one run)."""
+    from statewright.cli import RUN_EXIT
+
+    early = tmp_path / "early.yaml"
+    early.write_text("workflow: early\nsteps:\n"
+                     "  - {id: look, kind: code, owner: t, run: {command: [\"true\"]}, on_success: complete}\n"
+                     "  - {id: never, kind: code, owner: t, run: {command: [\"false\"]}}\n", encoding="utf-8")
+    assert RUN_EXIT == {"completed": 0, "completed_early": 3, "awaiting_approval": 4, "halted": 5, "cancelled": 6}
+    assert sw("run", files["build"], "--input", '{"n": 1}', "--db", db).exit_code == 0
+    assert sw("run", early, "--db", db).exit_code == 3
+    assert sw("run", files["gate"], "--db", db).exit_code == 4
+    ws = tmp_path / "ws"
+    assert sw("run", files["flag"], "--input", json.dumps({"workspace": str(ws)}), "--db", db).exit_code == 5
