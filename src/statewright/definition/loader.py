@@ -37,6 +37,7 @@ from statewright.definition.limits import (
     OWNER,
     OWNER_RULE,
     is_name,
+    parse_size_bytes,
 )
 from statewright.definition.model import (
     COMPLETE,
@@ -50,6 +51,7 @@ from statewright.definition.model import (
     StepKind,
     Workflow,
 )
+from statewright.definition.references import reference_problems
 
 REVIEW_SCHEMA: Mapping[str, Any] = {
     "type": "object",
@@ -74,6 +76,7 @@ _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.CODE: {"run", "output_schema", "outcomes", "protected"},
 }
 _PROCESS_FIELDS = {"env", "secrets"}  # kinds that run something: ai, wait, code
+_RESULT_FIELDS = {"result_limit"}  # kinds that record a result: ai, wait, code
 _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
     StepKind.AI: ("agent",),
     StepKind.HUMAN: ("approvers",),
@@ -203,6 +206,8 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
             seen.add(step.id)
             steps.append(step)
         _check_routes(steps, problems)
+        for step_id, problem in reference_problems(steps, input_schema):
+            problems.add(f"step {step_id!r}", problem)
     if problems.items:
         raise DefinitionError(problems.items, source)
     return Workflow(
@@ -395,6 +400,7 @@ def _parse_step(
         problems.add(where, f"unknown kind {kind_raw!r}; use one of ai, human, wait, code")
         return None
     allowed = _COMMON_STEP_FIELDS | _KIND_FIELDS[kind] | (set() if kind is StepKind.HUMAN else _PROCESS_FIELDS)
+    allowed |= set() if kind is StepKind.HUMAN else _RESULT_FIELDS
     for key in raw:
         if key not in allowed:
             other = [k.value for k, f in _KIND_FIELDS.items() if key in f]
@@ -501,6 +507,12 @@ def _parse_step(
     retry = RetryPolicy()
     if "retry" in raw:
         retry = _parse_retry(raw["retry"], f"{where} retry", problems)
+    result_limit: dict[str, int] = {}
+    if "result_limit" in raw:
+        try:
+            result_limit["result_limit_bytes"] = parse_size_bytes(raw["result_limit"])
+        except ValueError as exc:
+            problems.add(where, f"result_limit: {exc}")
     return Step(
         id=sid,
         kind=kind,
@@ -524,6 +536,7 @@ def _parse_step(
         protected=protected,
         env=env,
         secrets=secrets,
+        **result_limit,
     )
 
 

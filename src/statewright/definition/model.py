@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
+
 
 class StepKind(StrEnum):
     AI = "ai"
@@ -97,6 +99,7 @@ class Step:
     protected: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # declared variables for its process
     secrets: tuple[str, ...] = ()  # names taken from the worker's environment when it runs
+    result_limit_bytes: int = DEFAULT_RESULT_LIMIT_BYTES  # its result, written as JSON
 
 
 @dataclass(frozen=True)
