@@ -67,3 +67,8 @@ def brief_agent(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
 
 def big_verdict(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
     return {"verdict": {"text": "v" * 5000}}
+
+
+def decide(ctx: ExecContext) -> dict[str, Any]:
+    """An output whose ``outcome`` is the task input's ``decision``."""
+    return {"output": {"outcome": ctx.input["decision"]}}

@@ -202,7 +202,7 @@ def test_an_http_body_over_the_result_limit_fails_the_wait_step(
     url, handler = json_server
     handler.body = json.dumps({"state": "green", "log": "x" * 2000}).encode()
     wait = {"id": "ci", "kind": "wait", "owner": "tests", "every": "1m", "max_checks": 3,
-            "result_limit": "1KiB", "check": {"http": url}}
+            "result_limit": "1KiB", "check": {"http": url, "json_path": "$.state"}}
     tid = _run(engine, _workflow(wait), tmp_path / "ws")
     st = engine.state(tid)
     assert st.status.value == "halted"
@@ -289,3 +289,18 @@ def test_a_larger_result_limit_lets_a_large_result_through(engine: Engine, tmp_p
     st = engine.state(tid)
     assert st.status.value == "completed", st.halt
     assert len(st.results["s"]["x"]) == 300_000
+
+
+@pytest.mark.parametrize(("decision", "status", "reason"), [
+    ("go", "completed", ""), ("stop", "halted", "outcome:stop"), ("redo", "halted", "outcome:redo"),
+])
+def test_a_code_steps_outcome_routes_the_task(
+    engine: Engine, tmp_path: Path, decision: str, status: str, reason: str,
+) -> None:
+    """A code step with ``outcomes`` routes on its output's ``outcome``, as an ai verdict's does."""
+    step = _code("decide", "decide", output_schema={"type": "object", "properties": {"outcome": {"type": "string"}}},
+                 outcomes={"go": "pass", "stop": "halt", "redo": "fail"})
+    tid = _run(engine, _workflow(step), tmp_path / "ws", decision=decision)
+    st = engine.state(tid)
+    assert (st.status.value, st.attempts[-1].reason) == (status, reason)
+    assert st.results["decide"] == {"outcome": decision}

@@ -128,7 +128,13 @@ WAIT = {"id": "ci", "kind": "wait", "owner": "t", "check": {"command": ["true"]}
     (_definition("{results.nope.x}", kind="ai"), "step 'use': agent command item 1 {results.nope.x}:"),
     ({"workflow": "sh", "steps": [{"id": "s", "kind": "code", "owner": "t",
                                    "run": {"command": ["bash", "-c", "echo {input.x}"]}}]},
-     "step 's': run command item 2: a reference inside a shell script would be read by the shell"),
+     "step 's': run command item 2: a reference inside an inline script would be read as code"),
+    ({"workflow": "py", "steps": [{"id": "s", "kind": "code", "owner": "t",
+                                   "run": {"command": ["/usr/bin/python3", "-c", "print('{input.x}')"]}}]},
+     "step 's': run command item 2: a reference inside an inline script would be read as code"),
+    ({"workflow": "node", "steps": [{"id": "s", "kind": "wait", "owner": "t", "every": "1m", "max_checks": 1,
+                                     "check": {"command": ["node", "-e", "{input.code}"]}}]},
+     "step 's': check command item 2: a reference inside an inline script would be read as code"),
     ({"workflow": "str", "steps": [{"id": "s", "kind": "code", "owner": "t",
                                     "run": {"command": "echo {results.s.x}"}}]},
      "step 's': run command item 1 {results.s.x}: 's' is this step"),
@@ -152,9 +158,10 @@ def test_references_that_may_resolve_load() -> None:
         "steps": [ANALYSE, WAIT, {**LATER, "result_limit": "64KiB", "run": {"command": [
             "echo", "{input.branch}", "{results.analyse.iban}", "{results.analyse.hits.0.id}",
             "{results.ci.detail}", "{results.ci.body.state}", "{{literal}", "{input}", "{results}",
-            "sh", "-c", 'echo "$1"']}}],
+            "sh", "-c", 'echo "$1"']}},
+                  {**LATER, "id": "inline", "run": {"command": ["bash", "-c", 'echo "$1"', "bash", "{input.branch}"]}}],
     })
-    assert wf.steps[-1].result_limit_bytes == 64 * 1024
+    assert wf.steps[2].result_limit_bytes == 64 * 1024
     assert wf.steps[0].result_limit_bytes == 256 * 1024
 
 

@@ -32,7 +32,9 @@ from typing import Any
 from statewright.definition.model import Step, StepKind
 
 ROOTS = ("input", "results")
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "fish"})
+#: Programs that run code given on their command line (``-c``/``-e``).
+_INTERPRETER = re.compile(r"(?:sh|bash|dash|zsh|ksh|ash|fish|pwsh|python[0-9.]*|pypy[0-9.]*|node|perl|ruby|php)")
+_SHORT_FLAGS = re.compile(r"-[A-Za-z]+")
 #: The most one argument may be once resolved (Linux refuses longer ones: MAX_ARG_STRLEN).
 MAX_ARGUMENT_BYTES = 128 * 1024 - 1
 
@@ -172,28 +174,35 @@ def command_items(step: Step) -> Iterator[tuple[str, list[str]]]:
 
 
 def reference_problems(steps: Sequence[Step], input_schema: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """``(step id, problem)`` for every reference that can never resolve."""
+    """``(step id, problem)`` for every reference that can never resolve, and every one
+    written inside an interpreter's inline code (where it would be read as code)."""
     index = {s.id: i for i, s in enumerate(steps)}
     out: list[tuple[str, str]] = []
     for i, step in enumerate(steps):
         for key, items in command_items(step):
             for n, item in enumerate(items):
-                for part in parse_item(item) if "{" in item else ():
-                    if isinstance(part, Reference):
-                        problem = _reference_problem(part, i, steps, index, input_schema)
-                        if problem is not None:
-                            out.append((step.id, f"{key} command item {n} {part.text}: {problem}"))
-                if _in_shell_script(items, n) and any(isinstance(p, Reference) for p in parse_item(item)):
-                    out.append((step.id, f"{key} command item {n}: a reference inside a shell script would be "
-                                "read by the shell; pass it as its own argument instead, e.g. "
-                                "[sh, -c, 'echo \"$1\"', sh, \"{input.x}\"]"))
+                refs = [p for p in parse_item(item) if isinstance(p, Reference)] if "{" in item else []
+                for ref in refs:
+                    problem = _reference_problem(ref, i, steps, index, input_schema)
+                    if problem is not None:
+                        out.append((step.id, f"{key} command item {n} {ref.text}: {problem}"))
+                if refs and _in_inline_script(items, n):
+                    out.append((step.id, f"{key} command item {n}: {_INLINE}"))
     return out
 
 
-def _in_shell_script(items: Sequence[str], n: int) -> bool:
-    """Whether item ``n`` is the script a shell runs (``sh -c SCRIPT``)."""
-    return (n >= 2 and os.path.basename(items[0]) in SHELLS and items[n - 1].startswith("-")
-            and "c" in items[n - 1] and not items[n - 1].startswith("--"))
+_INLINE = ("a reference inside an inline script would be read as code; pass it as its own argument "
+           "instead, e.g. [sh, -c, 'echo \"$1\"', sh, \"{input.x}\"], or [python, -c, CODE, \"{input.x}\"] "
+           "with CODE reading sys.argv")
+
+
+def _in_inline_script(items: Sequence[str], n: int) -> bool:
+    """Whether item ``n`` is the code an interpreter runs from its command line
+    (``sh -c CODE``, ``bash -lc CODE``, ``python -c CODE``, ``node -e CODE``, ``perl -e CODE``)."""
+    if n < 2 or not _INTERPRETER.fullmatch(os.path.basename(items[0])):
+        return False
+    flag = items[n - 1]
+    return flag == "--eval" or (_SHORT_FLAGS.fullmatch(flag) is not None and ("c" in flag or "e" in flag))
 
 
 def _reference_problem(

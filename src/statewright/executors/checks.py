@@ -19,7 +19,8 @@ A command check gets the task's state as a step's command does (``STATEWRIGHT_ST
 argv references such as ``{results.deploy.url}``); a reference that names nothing is
 ``passed=False`` with reason ``missing_reference``, and the wait step fails at once (the
 state does not change while it waits, so checking again cannot help). An HTTP check whose
-body is JSON hands it back as ``body``: it becomes part of the wait step's result.
+``json_path`` hands back the JSON body it read as ``body``: it becomes part of the wait
+step's result.
 
 A callable is called with ``(ctx)`` and returns ``True``/``False`` or
 ``{"passed": bool, "detail"?: str}``. Whatever it raises, TransientError included, is a
@@ -107,31 +108,30 @@ def _http_check(spec: Mapping[str, Any], timeout: float) -> CheckResult:
         return CheckResult(False, f"GET {url} failed: {cause}", reason=Reason.ERROR)
     text = body.decode("utf-8", "replace")
     excerpt = text[:BODY_EXCERPT_CHARS]
-    document, problem = loads_plain(text)
-    parsed = document if problem is None else None
     if status != expected:
         return CheckResult(False, f"GET {url}: status {status}, expected {expected}", excerpt,
-                           Reason.HTTP_STATUS, parsed)
+                           Reason.HTTP_STATUS)
     if "json_path" not in spec:
-        return CheckResult(True, f"GET {url}: status {status}", excerpt, body=parsed)
+        return CheckResult(True, f"GET {url}: status {status}", excerpt)
     path = spec["json_path"]
+    document, problem = loads_plain(text)
     if problem is not None:
-        return CheckResult(False, f"GET {url}: body is not JSON, so {path} cannot hold",
+        return CheckResult(False, f"GET {url}: body is not JSON ({problem.message}), so {path} cannot hold",
                            excerpt, Reason.PREDICATE)
     found, value = resolve_json_path(document, parse_json_path(path))
     if not found:
         return CheckResult(False, f"GET {url}: {path} is not in the body", excerpt,
-                           Reason.PREDICATE)
+                           Reason.PREDICATE, document)
     shown = json.dumps(value)[:200]
     if "equals" in spec:
         wanted = spec["equals"]
         if json_equal(value, wanted):
-            return CheckResult(True, f"GET {url}: {path} == {shown}", excerpt, body=parsed)
+            return CheckResult(True, f"GET {url}: {path} == {shown}", excerpt, body=document)
         return CheckResult(False, f"GET {url}: {path} is {shown}, expected {json.dumps(wanted)}",
-                           excerpt, Reason.PREDICATE, parsed)
+                           excerpt, Reason.PREDICATE, document)
     if value is None or value is False:
-        return CheckResult(False, f"GET {url}: {path} is {shown}", excerpt, Reason.PREDICATE, parsed)
-    return CheckResult(True, f"GET {url}: {path} is {shown}", excerpt, body=parsed)
+        return CheckResult(False, f"GET {url}: {path} is {shown}", excerpt, Reason.PREDICATE, document)
+    return CheckResult(True, f"GET {url}: {path} is {shown}", excerpt, body=document)
 
 
 def _callable_check(ref: str, ctx: ExecContext) -> CheckResult:
