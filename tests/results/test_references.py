@@ -174,3 +174,13 @@ def test_validate_prints_one_line_per_refused_reference(tmp_path: Path) -> None:
         f"{path}: step 'use': run command item 1 {{results.nope.x}}: 'nope' is not a step of this workflow"
     ]
     assert "Traceback" not in out.output
+
+
+def test_validate_does_not_look_for_a_program_named_by_a_reference(tmp_path: Path) -> None:
+    path = tmp_path / "tool.yaml"
+    path.write_text(yaml.safe_dump({"workflow": "tool", "steps": [
+        {"id": "s", "kind": "code", "owner": "t", "run": {"command": ["{input.tool}", "--version"]}}]}),
+        encoding="utf-8")
+    out = CliRunner().invoke(cli, ["validate", str(path)])
+    assert out.exit_code == 0
+    assert [line.split(": ")[1] for line in out.output.splitlines()] == ["OK  tool v1"]
