@@ -298,6 +298,19 @@ def workflows() -> st.SearchStrategy[Workflow]:
 
 # --- Hypothesis: events ---------------------------------------------------------------
 
+# Text with lone surrogates, and numbers with NaN and the infinities.
+HOSTILE_TEXT = st.text(st.characters(exclude_categories=()), max_size=20)
+HOSTILE_ATOMS = st.one_of(
+    st.none(), st.booleans(), HOSTILE_TEXT, st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**70), max_value=2**70),
+)
+HOSTILE_JSON = st.recursive(
+    HOSTILE_ATOMS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(HOSTILE_TEXT, inner, max_size=4)),
+    max_leaves=20,
+)
+
+
 AGENT_ACTORS = st.sampled_from(("agent:fixer", "agent:reviewer", "alice", "code:runner"))
 _APPROVAL_FLAWS = st.sampled_from(["none", "none", "hash", "hash", "role", "actor", "step"])
 PEOPLE = st.sampled_from(("alice", "bob", "carol"))  # alice also reports work: duty rules bite

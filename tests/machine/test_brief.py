@@ -55,6 +55,9 @@ def test_attempt_3_brief_quotes_attempts_1_and_2_golden() -> None:
         "attempt": 3,
         "instructions": "Fix the bug described in the input.",
         "input": {"issue": 42},
+        "results": {"review": {"approved": False,
+                               "must_fix": ["handle a file with only a BOM", "add a regression test"],
+                               "summary": "close, but not yet"}},
         "earlier_steps": {},
         "prior_attempts": [
             {

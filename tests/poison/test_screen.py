@@ -22,18 +22,7 @@ from statewright.runtime.screen import (
     failed_instead,
     screen,
 )
-
-# Text with lone surrogates, and numbers with NaN and the infinities.
-HOSTILE_TEXT = st.text(st.characters(exclude_categories=()), max_size=20)
-HOSTILE_ATOMS = st.one_of(
-    st.none(), st.booleans(), HOSTILE_TEXT, st.floats(allow_nan=True, allow_infinity=True),
-    st.integers(min_value=-(2**70), max_value=2**70),
-)
-HOSTILE_JSON = st.recursive(
-    HOSTILE_ATOMS,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(HOSTILE_TEXT, inner, max_size=4)),
-    max_leaves=20,
-)
+from strategies import HOSTILE_JSON, HOSTILE_TEXT
 
 
 def _strict(text: str) -> Any:

@@ -48,3 +48,27 @@ def nan_output(ctx: ExecContext) -> dict[str, Any]:
 
 def huge_output(ctx: ExecContext) -> dict[str, Any]:
     return {"output": {"x": "y" * 300_000}}
+
+
+def typed_wrong(ctx: ExecContext) -> dict[str, Any]:
+    """An output whose ``iban`` is a number where the schema wants a string."""
+    return {"output": {"iban": 5}}
+
+
+def nothing(ctx: ExecContext) -> bool:
+    """Succeeds and hands back no output."""
+    return True
+
+
+def brief_agent(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    """An agent that reports what its brief told it of the task's state."""
+    return {"verdict": {"supplier": brief["input"]["supplier"], "iban": brief["results"]["analyse"]["iban"]}}
+
+
+def big_verdict(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    return {"verdict": {"text": "v" * 5000}}
+
+
+def decide(ctx: ExecContext) -> dict[str, Any]:
+    """An output whose ``outcome`` is the task input's ``decision``."""
+    return {"output": {"outcome": ctx.input["decision"]}}

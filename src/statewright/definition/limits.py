@@ -50,6 +50,11 @@ MAX_COUNT = 2**53 - 1
 """Largest budget figure (loop passes, tokens): exact in every JSON reader."""
 MAX_MONEY_USD = 1_000_000_000.0
 """Largest money budget of a loop."""
+DEFAULT_RESULT_LIMIT_BYTES = 256 * 1024
+"""A step's result (verdict, output object, last check) written as JSON, unless the step
+says otherwise (``result_limit``)."""
+MAX_RESULT_LIMIT_BYTES = 1_000_000
+"""Largest ``result_limit``: a result lives in an event, and no event holds more."""
 
 DEFINITION_JSON_LIMITS = JsonLimits(
     max_depth=MAX_DEFINITION_DEPTH,
@@ -68,12 +73,32 @@ NAME_RULE = "1-64 letters, digits, '_', '.' or '-', starting with a letter or di
 OWNER_RULE = "1-64 letters, digits, '_', '.', '@' or '-', starting with a letter or digit"
 
 
+_SIZE = re.compile(r"\s*([0-9]{1,12})\s*(B|KB|KiB|MB|MiB)?\s*")
+_SIZE_UNITS = {None: 1, "B": 1, "KB": 1000, "KiB": 1024, "MB": 1000**2, "MiB": 1024**2}
+
+
+def parse_size_bytes(value: object) -> int:
+    """Bytes in a size: a whole number of bytes, or text such as ``64KiB``, ``500KB``,
+    ``1MB`` (KiB/MiB count 1024s, KB/MB 1000s). ValueError says the accepted forms."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str) and (m := _SIZE.fullmatch(value)) is not None:
+        size = int(m.group(1)) * _SIZE_UNITS[m.group(2)]
+    else:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ValueError(f"a size must be a whole number of bytes or text like 64KiB, 500KB or 1MB; got {shown}")
+    if not 1 <= size <= MAX_RESULT_LIMIT_BYTES:
+        raise ValueError(f"a size must be from 1 byte to {MAX_RESULT_LIMIT_BYTES:,} bytes; got {value!r}")
+    return size
+
+
 def is_name(value: object, pattern: re.Pattern[str] = NAME) -> TypeGuard[str]:
     """Whether ``value`` is a string the pattern matches whole."""
     return isinstance(value, str) and pattern.fullmatch(value) is not None
 
 
 __all__ = [
+    "DEFAULT_RESULT_LIMIT_BYTES",
     "DEFINITION_JSON_LIMITS",
     "MAX_ATTEMPTS",
     "MAX_CHECKS",
@@ -87,6 +112,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_JSON_INT",
     "MAX_MONEY_USD",
+    "MAX_RESULT_LIMIT_BYTES",
     "MAX_RETRY_MULTIPLIER",
     "MAX_SCHEMA_REF_CHAIN",
     "MAX_STEPS",
@@ -99,4 +125,5 @@ __all__ = [
     "OWNER",
     "OWNER_RULE",
     "is_name",
+    "parse_size_bytes",
 ]

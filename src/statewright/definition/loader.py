@@ -38,6 +38,7 @@ from statewright.definition.limits import (
     OWNER,
     OWNER_RULE,
     is_name,
+    parse_size_bytes,
 )
 from statewright.definition.model import (
     COMPLETE,
@@ -52,6 +53,7 @@ from statewright.definition.model import (
     StepKind,
     Workflow,
 )
+from statewright.definition.references import reference_problems
 from statewright.machine.paths import RefError, parse_ref
 
 REVIEW_SCHEMA: Mapping[str, Any] = {
@@ -78,6 +80,7 @@ _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.CODE: {"run", "output_schema", "outcomes", "protected", "on_conflict"},
 }
 _PROCESS_FIELDS = {"env", "secrets"}  # kinds that run something: ai, wait, code
+_RESULT_FIELDS = {"result_limit"}  # kinds that record a result: ai, wait, code
 _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
     StepKind.AI: ("agent",),
     StepKind.HUMAN: ("approvers",),
@@ -210,6 +213,8 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
             seen.add(step.id)
             steps.append(step)
         _check_routes(steps, problems)
+        for step_id, problem in reference_problems(steps, input_schema):
+            problems.add(f"step {step_id!r}", problem)
     if problems.items:
         raise DefinitionError(problems.items, source)
     return Workflow(
@@ -404,6 +409,7 @@ def _parse_step(
         problems.add(where, f"unknown kind {kind_raw!r}; use one of ai, human, wait, code")
         return None
     allowed = _COMMON_STEP_FIELDS | _KIND_FIELDS[kind] | (set() if kind is StepKind.HUMAN else _PROCESS_FIELDS)
+    allowed |= set() if kind is StepKind.HUMAN else _RESULT_FIELDS
     for key in raw:
         if key not in allowed:
             other = [k.value for k, f in _KIND_FIELDS.items() if key in f]
@@ -523,6 +529,12 @@ def _parse_step(
     retry = RetryPolicy()
     if "retry" in raw:
         retry = _parse_retry(raw["retry"], f"{where} retry", problems)
+    result_limit: dict[str, int] = {}
+    if "result_limit" in raw:
+        try:
+            result_limit["result_limit_bytes"] = parse_size_bytes(raw["result_limit"])
+        except ValueError as exc:
+            problems.add(where, f"result_limit: {exc}")
     return Step(
         id=sid,
         kind=kind,
@@ -551,6 +563,7 @@ def _parse_step(
         proposal=proposal,
         artifacts=artifacts,
         on_conflict=on_conflict,
+        **result_limit,
     )
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
+
 
 class StepKind(StrEnum):
     AI = "ai"
@@ -102,6 +104,7 @@ class Step:
     proposal: tuple[str, ...] = ()  # a human step's proposal: references into the task's state
     artifacts: tuple[str, ...] = ()  # a human step's artifacts: workspace files, or "diff"
     on_conflict: Route | None = None  # a code step whose effect answered ``conflict``
+    result_limit_bytes: int = DEFAULT_RESULT_LIMIT_BYTES  # its result, written as JSON
 
 
 #: The reasons a rejection may give when a workflow declares none (seed 002's rejection codes).

@@ -18,6 +18,7 @@ from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..definition.references import has_references
 from ._spec import command_argv
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ def _command_problem(spec: Mapping[str, Any], base_dir: Path | None) -> str | No
         argv = command_argv(spec)
     except (ValueError, TypeError):
         return None  # the shape checks already said what is wrong
-    if not argv:
-        return None
+    if not argv or has_references(argv[:1]):
+        return None  # a program named by the task's state is known only when it runs
     program = argv[0]
     if os.sep in program:
         candidates = [Path(program)] if Path(program).is_absolute() else [Path.cwd() / program]

@@ -4,7 +4,9 @@
                     ``{verdict, artifacts?, note?, cost?}``
     type: command   any CLI agent; the brief is a JSON file (``STATEWRIGHT_BRIEF``) and
                     stdin; the verdict is the JSON file the agent writes at
-                    ``STATEWRIGHT_VERDICT``; stdout is the note, never the verdict
+                    ``STATEWRIGHT_VERDICT``; stdout is the note, never the verdict;
+                    the task's state is ``STATEWRIGHT_STATE`` and argv references
+                    (``{input.x}``) are resolved as a code step's are
     type: openai    an OpenAI-compatible chat completions server, verdict by tool call
                     (see ``openai_agent``)
 
@@ -20,8 +22,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 import traceback
 from collections.abc import Mapping
@@ -35,12 +35,12 @@ from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
     DEFAULT_MODEL_TIMEOUT_SECONDS,
-    command_argv,
     load_callable,
     require_valid,
     resolve_timeout,
     validate_agent_spec,
 )
+from ._state import resolved_argv, state_exchange
 from ._verdict import VerdictSchema
 from .base import AgentResult, Cost, ExecContext, Reason
 
@@ -170,7 +170,8 @@ def run_command_agent(
 ) -> AgentResult:
     """Run a CLI agent in ``ctx.workspace`` and read the verdict file it writes.
 
-    Environment: ``ctx.base_env()`` plus ``STATEWRIGHT_BRIEF`` (the brief's JSON file),
+    Environment: ``ctx.base_env()`` plus ``STATEWRIGHT_STATE`` (the task's state, as a code
+    step gets it), ``STATEWRIGHT_BRIEF`` (the brief's JSON file),
     ``STATEWRIGHT_VERDICT`` (where to write the verdict JSON) and, when the step has a
     schema, ``STATEWRIGHT_SCHEMA`` (its JSON file, which ``statewright mcp-verdict``
     reads). The files live in a private temporary directory outside the workspace, so
@@ -179,12 +180,15 @@ def run_command_agent(
     verdicts = VerdictSchema(schema) if schema is not None else None
     timeout = resolve_timeout(spec, ctx.timeout_seconds, DEFAULT_COMMAND_TIMEOUT_SECONDS)
     brief_text = json.dumps(brief, indent=2, sort_keys=True, ensure_ascii=False)
-    io_dir = Path(tempfile.mkdtemp(prefix="statewright-agent-"))
     try:
+        argv = resolved_argv(spec, ctx)
+    except ValueError as exc:
+        return AgentResult(verdict=None, error=Reason.MISSING_REFERENCE, detail=str(exc))
+    with state_exchange(ctx, "statewright-agent-") as (io_dir, state_env):
         brief_path = io_dir / "brief.json"
         verdict_path = io_dir / "verdict.json"
         brief_path.write_text(brief_text, encoding="utf-8")
-        env = ctx.base_env()
+        env = {**ctx.base_env(), **state_env}
         env["STATEWRIGHT_BRIEF"] = str(brief_path)
         env["STATEWRIGHT_VERDICT"] = str(verdict_path)
         if verdicts is not None:
@@ -192,12 +196,9 @@ def run_command_agent(
             schema_path.write_text(json.dumps(verdicts.schema, indent=2), encoding="utf-8")
             env["STATEWRIGHT_SCHEMA"] = str(schema_path)
         outcome = run_process(
-            command_argv(spec), cwd=ctx.workspace, env=env,
-            timeout_seconds=timeout, stdin_text=brief_text,
+            argv, cwd=ctx.workspace, env=env, timeout_seconds=timeout, stdin_text=brief_text,
         )
         verdict_text, unreadable = _read_verdict_file(verdict_path)
-    finally:
-        shutil.rmtree(io_dir, ignore_errors=True)
 
     artifacts = {"stdout": outcome.stdout, "stderr": outcome.stderr}
     base = AgentResult(

@@ -138,12 +138,14 @@ class CodeResult:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """A check's outcome. An error or a timeout is ``passed=False``, never a pass."""
+    """A check's outcome. An error or a timeout is ``passed=False``, never a pass. ``body`` is
+    an HTTP check's answer when it was plain JSON (None otherwise, and for a JSON null)."""
 
     passed: bool
     detail: str = ""
     output: str = ""
     reason: str | None = None
+    body: Any = None
 
 
 class Reason(StrEnum):
@@ -176,3 +178,4 @@ class Reason(StrEnum):
     HANDLING_ERROR = "handling_error"  # recording the outcome failed; the attempt failed instead
     CONFLICT = "conflict"  # the effect's target refused: its record changed since the proposal
     WORKER_DIED = "worker_died"  # every worker that started the command died before reporting
+    MISSING_REFERENCE = "missing_reference"  # an argv reference names no value (or none an argument can hold)

@@ -15,6 +15,13 @@ the body must be JSON and the path must exist; with ``equals`` too, the value th
 must equal it as JSON (``true`` is not ``1``). Without ``equals`` the value must be
 neither ``null`` nor ``false``. The timeout bounds each network wait.
 
+A command check gets the task's state as a step's command does (``STATEWRIGHT_STATE``, and
+argv references such as ``{results.deploy.url}``); a reference that names nothing is
+``passed=False`` with reason ``missing_reference``, and the wait step fails at once (the
+state does not change while it waits, so checking again cannot help). An HTTP check whose
+``json_path`` hands back the JSON body it read as ``body``: it becomes part of the wait
+step's result.
+
 A callable is called with ``(ctx)`` and returns ``True``/``False`` or
 ``{"passed": bool, "detail"?: str}``. Whatever it raises, TransientError included, is a
 failed check: a wait step's budget counts checks, and an error is one that did not pass.
@@ -31,15 +38,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ExecutorError
+from .._jsonsafe import loads_plain
 from ._jsonpath import json_equal, parse_json_path, resolve_json_path
 from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_CHECK_TIMEOUT_SECONDS,
-    command_argv,
     load_callable,
     resolve_timeout,
     validate_check_spec,
 )
+from ._state import resolved_argv, state_exchange
 from .base import CheckResult, ExecContext, Reason
 
 MAX_BODY_BYTES = 1_000_000
@@ -64,9 +72,13 @@ def run_check(spec: Mapping[str, Any], ctx: ExecContext) -> CheckResult:
 
 
 def _command_check(spec: Mapping[str, Any], ctx: ExecContext, timeout: float) -> CheckResult:
-    outcome = run_process(
-        command_argv(spec), cwd=ctx.workspace, env=ctx.base_env(), timeout_seconds=timeout
-    )
+    try:
+        argv = resolved_argv(spec, ctx)
+    except ValueError as exc:
+        return CheckResult(False, str(exc), reason=Reason.MISSING_REFERENCE)
+    with state_exchange(ctx, "statewright-check-") as (_, state_env):
+        env = {**ctx.base_env(), **state_env}
+        outcome = run_process(argv, cwd=ctx.workspace, env=env, timeout_seconds=timeout)
     output = cut_output("\n".join(s for s in (outcome.stdout, outcome.stderr) if s))
     if outcome.timed_out:
         detail = f"the check ran longer than {timeout:g}s; its process group was killed"
@@ -102,25 +114,24 @@ def _http_check(spec: Mapping[str, Any], timeout: float) -> CheckResult:
     if "json_path" not in spec:
         return CheckResult(True, f"GET {url}: status {status}", excerpt)
     path = spec["json_path"]
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError:
-        return CheckResult(False, f"GET {url}: body is not JSON, so {path} cannot hold",
+    document, problem = loads_plain(text)
+    if problem is not None:
+        return CheckResult(False, f"GET {url}: body is not JSON ({problem.message}), so {path} cannot hold",
                            excerpt, Reason.PREDICATE)
     found, value = resolve_json_path(document, parse_json_path(path))
     if not found:
         return CheckResult(False, f"GET {url}: {path} is not in the body", excerpt,
-                           Reason.PREDICATE)
+                           Reason.PREDICATE, document)
     shown = json.dumps(value)[:200]
     if "equals" in spec:
         wanted = spec["equals"]
         if json_equal(value, wanted):
-            return CheckResult(True, f"GET {url}: {path} == {shown}", excerpt)
+            return CheckResult(True, f"GET {url}: {path} == {shown}", excerpt, body=document)
         return CheckResult(False, f"GET {url}: {path} is {shown}, expected {json.dumps(wanted)}",
-                           excerpt, Reason.PREDICATE)
+                           excerpt, Reason.PREDICATE, document)
     if value is None or value is False:
-        return CheckResult(False, f"GET {url}: {path} is {shown}", excerpt, Reason.PREDICATE)
-    return CheckResult(True, f"GET {url}: {path} is {shown}", excerpt)
+        return CheckResult(False, f"GET {url}: {path} is {shown}", excerpt, Reason.PREDICATE, document)
+    return CheckResult(True, f"GET {url}: {path} is {shown}", excerpt, body=document)
 
 
 def _callable_check(ref: str, ctx: ExecContext) -> CheckResult:

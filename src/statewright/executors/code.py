@@ -20,21 +20,22 @@ interrupted: the resolved timeout is passed as ``ctx.timeout_seconds`` for the c
 to honour.
 
 Data flows through the task: a callable reads ``ctx.input`` and ``ctx.results``; a command
-reads the JSON file named by ``STATEWRIGHT_STATE`` (``{"input": ..., "results": {...}}``)
-and may write its result, a JSON object, to the file named by ``STATEWRIGHT_OUTPUT``. Both
-live in a directory made for the attempt and removed after it. The output file is read
-without following a link or blocking on a FIFO, at most ``MAX_OUTPUT_FILE_BYTES``; one that
-is not a JSON object fails the attempt (``invalid_output``), one too large
-``output_too_large``. The worker screens the result again before it is recorded.
+reads the JSON file named by ``STATEWRIGHT_STATE`` (``{"input": ..., "results": {...}}``),
+gets references in its argv resolved (``{results.analyse.iban}``, see
+``definition.references``; one that names nothing fails the attempt with
+``missing_reference`` before the command starts), and may write its result, a JSON object,
+to the file named by ``STATEWRIGHT_OUTPUT``. Both files live in a directory made for the
+attempt and removed after it. The output file is read without following a link or blocking
+on a FIFO, at most ``MAX_OUTPUT_FILE_BYTES``; one that is not a JSON object fails the
+attempt (``invalid_output``), one too large ``output_too_large``. The worker screens the
+result again (the step's ``result_limit``) and the reducer checks it against the step's
+``output_schema`` before it is recorded.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import shutil
-import tempfile
 import time
 import traceback
 from collections.abc import Mapping
@@ -43,15 +44,16 @@ from typing import Any
 
 from .._errors import ExecutorError, InputError
 from .._json_limits import loads_json_object, read_regular_file
+from ..definition.limits import MAX_RESULT_LIMIT_BYTES
 from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
-    command_argv,
     load_callable,
     require_valid,
     resolve_timeout,
     validate_code_spec,
 )
+from ._state import resolved_argv, state_exchange
 from .base import CodeResult, Cost, ExecContext, Reason
 
 #: Specs already checked, by identity: a step's spec object is checked once per process, not
@@ -59,8 +61,9 @@ from .base import CodeResult, Cost, ExecContext, Reason
 _CHECKED: dict[int, Mapping[str, Any]] = {}
 _CHECKED_LIMIT = 4096
 
-#: Bytes of the file a command step writes its result to (``STATEWRIGHT_OUTPUT``).
-MAX_OUTPUT_FILE_BYTES = 256 * 1024
+#: Bytes read of the file a command step writes its result to (``STATEWRIGHT_OUTPUT``); the
+#: step's own ``result_limit`` is applied when the result is screened.
+MAX_OUTPUT_FILE_BYTES = MAX_RESULT_LIMIT_BYTES
 
 
 def _check_once(spec: Mapping[str, Any], ctx: ExecContext) -> None:
@@ -80,20 +83,21 @@ def run_code(spec: Mapping[str, Any], ctx: ExecContext) -> CodeResult:
         if ctx.timeout_seconds != timeout:
             ctx = dataclasses.replace(ctx, timeout_seconds=timeout)
         return _run_callable(spec["callable"], ctx)
-    exchange = Path(tempfile.mkdtemp(prefix="statewright-data-"))
     try:
-        return _run_command(spec, ctx, timeout, exchange)
-    finally:
-        shutil.rmtree(exchange, ignore_errors=True)
+        argv = resolved_argv(spec, ctx)
+    except ValueError as exc:
+        return CodeResult(False, f"[statewright: {exc}]", {}, Reason.MISSING_REFERENCE)
+    with state_exchange(ctx, "statewright-data-") as (exchange, state_env):
+        return _run_command(argv, ctx, timeout, exchange, state_env, spec.get("conflict_exit"))
 
 
-def _run_command(spec: Mapping[str, Any], ctx: ExecContext, timeout: float, exchange: Path) -> CodeResult:
-    state_path, output_path = exchange / "state.json", exchange / "output.json"
-    state = {"input": ctx.input, "results": ctx.results}
-    state_path.write_text(json.dumps(state, default=dict, ensure_ascii=False), encoding="utf-8")
-    state_path.chmod(0o400)
-    env = {**ctx.base_env(), "STATEWRIGHT_STATE": str(state_path), "STATEWRIGHT_OUTPUT": str(output_path)}
-    outcome = run_process(command_argv(spec), cwd=ctx.workspace, env=env, timeout_seconds=timeout)
+def _run_command(
+    argv: list[str], ctx: ExecContext, timeout: float, exchange: Path, state_env: Mapping[str, str],
+    conflict_exit: object = None,
+) -> CodeResult:
+    output_path = exchange / "output.json"
+    env = {**ctx.base_env(), **state_env, "STATEWRIGHT_OUTPUT": str(output_path)}
+    outcome = run_process(argv, cwd=ctx.workspace, env=env, timeout_seconds=timeout)
     output = cut_output(_joined(outcome.stdout, outcome.stderr))
     cost = Cost(seconds=outcome.seconds)
     artifacts = {"stdout": outcome.stdout, "stderr": outcome.stderr}
@@ -102,7 +106,7 @@ def _run_command(spec: Mapping[str, Any], ctx: ExecContext, timeout: float, exch
         return CodeResult(False, output, artifacts, Reason.TIMEOUT, cost)
     if outcome.returncode != 0:
         output = _joined(output, f"[statewright: exit status {outcome.returncode}]")
-        conflict = outcome.returncode == spec.get("conflict_exit")
+        conflict = outcome.returncode == conflict_exit
         return CodeResult(False, output, artifacts, Reason.CONFLICT if conflict else Reason.EXIT_STATUS, cost)
     if not os.path.lexists(output_path):
         return CodeResult(True, output, artifacts, None, cost)

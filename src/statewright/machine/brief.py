@@ -1,4 +1,6 @@
-"""The brief an ai attempt receives, built deterministically from the record.
+"""The brief an ai attempt receives, built deterministically from the record: the task's
+``input`` and the ``results`` of the steps that have run (each step's latest), as every
+step gets them.
 
 A loop-back attempt's brief lists every prior attempt of that loop and why each was
 rejected (must-fix items, the failing check's output cut to OUTPUT_CUT_CHARS, reason
@@ -71,6 +73,7 @@ def build_brief(
         "attempt": attempt,
         "instructions": step.instructions,
         "input": dict(state.input),
+        "results": {name: dict(value) for name, value in state.results.items()},
         "earlier_steps": earlier,
         "prior_attempts": prior,
         "output_schema": dict(step.output_schema) if step.output_schema is not None else None,

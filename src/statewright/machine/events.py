@@ -39,8 +39,8 @@ class AttemptReported(Event):
     """An ai or code step's command finished. ``error`` is a reason code when the executor
     produced no usable result (``timeout``, ``exit_status``, ``no_verdict``,
     ``retries_exhausted``, ...). The note is kept, never read as a verdict. ``result`` is a
-    code step's output (a JSON object), kept in the task's state as ``results[step]``; events
-    written before it existed load with None."""
+    code step's output (a JSON object), kept in the task's state as ``results[step]`` (an ai
+    step's result is its verdict); events written before it existed load with None."""
 
     type: ClassVar[str] = "AttemptReported"
     command_id: str = ""
@@ -62,7 +62,9 @@ class AttemptReported(Event):
 class CheckReported(Event):
     """One check of a wait step finished. An errored or timed-out check is ``passed=False``.
     ``error`` is a reason code when the check's outcome could not be recorded
-    (``handling_error``): the wait step then fails at once, whatever checks are left."""
+    (``handling_error``) or checking again cannot help (``missing_reference``): the wait
+    step then fails at once, whatever checks are left. ``body`` is an HTTP check's JSON
+    answer (None when there is none), kept in the wait step's result."""
 
     type: ClassVar[str] = "CheckReported"
     command_id: str = ""
@@ -73,6 +75,7 @@ class CheckReported(Event):
     detail: str = ""
     output: str = ""
     error: str | None = None
+    body: Any = None
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,13 @@ step's proposal) and by the loader (checked against the workflow before it runs)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 ROOTS = ("input", "results")
+_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 MISSING_REFERENCE = "missing_reference"  # the reason code of a reference that found nothing
 
 
@@ -36,8 +38,9 @@ def parse_ref(text: object) -> Ref:
     if root not in ROOTS:
         raise RefError(f"reference {text!r} must start with input. or results.")
     parts = tuple(rest.split(".")) if rest else ()
-    if any(not p for p in parts):
-        raise RefError(f"reference {text!r} has an empty segment")
+    if any(_SEGMENT.fullmatch(p) is None for p in parts):
+        raise RefError(f"reference {text!r}: each part after the root is letters, digits, _ or - "
+                       "(a number indexes a list)")
     if root == "results" and not parts:
         raise RefError(f"reference {text!r} must name a step: results.STEP[.FIELD...]")
     return Ref(text, root, parts)
@@ -61,20 +64,21 @@ def resolve(ref: Ref, task_input: Mapping[str, Any], results: Mapping[str, Any])
             if part not in value:
                 raise RefError(f"{ref.text}: {walked} has no field {part!r}")
             value = value[part]
-        elif isinstance(value, list) and part.isdigit():
-            index = int(part)
-            if index >= len(value):
-                raise RefError(f"{ref.text}: {walked} has {len(value)} items; no item {index}")
-            value = value[index]
+        elif isinstance(value, list):
+            if not part.isdigit() or int(part) >= len(value):
+                raise RefError(f"{ref.text}: {walked} is a list of {len(value)}; it has no item {part!r}")
+            value = value[int(part)]
         else:
-            raise RefError(f"{ref.text}: {walked} is {_kind(value)}, not an object to take {part!r} from")
+            raise RefError(f"{ref.text}: {walked} is {_kind(value)}, which has no field {part!r}")
         walked = f"{walked}.{part}"
     return value
 
 
 def _kind(value: object) -> str:
-    if isinstance(value, list):
-        return "a list"
     if value is None:
         return "null"
-    return f"a {type(value).__name__}"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a string" if isinstance(value, str) else f"a {type(value).__name__}"

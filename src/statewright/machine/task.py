@@ -331,6 +331,15 @@ def verdict_error(schema: Mapping[str, Any], verdict: object) -> str | None:
     return f"{path or '(root)'}: {err.message}"
 
 
+def output_problem(schema: Mapping[str, Any], result: Mapping[str, Any] | None) -> str | None:
+    """None when a code step's result matches its output_schema; otherwise one line naming
+    the path that does not."""
+    if result is None:
+        return "the step declares an output_schema but wrote no output (STATEWRIGHT_OUTPUT or 'output')"
+    problem = verdict_error(schema, result)
+    return None if problem is None else f"the output does not match the output_schema at {problem}"
+
+
 # --- handlers -----------------------------------------------------------------------------
 
 
@@ -357,8 +366,14 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         "actor": ev.actor, "artifacts": ev.artifacts, "output": ev.output,
         "cost": ev.cost, "note": ev.note, "result": ev.result,
     }
-    # An ai step's verdict is held to its output_schema (one repair turn); a code step
-    # reports no verdict: its result is held to the schema below, once it succeeded.
+    if step.kind is StepKind.CODE:  # a code step's output_schema holds its result, not a verdict
+        if step.output_schema is not None and ev.ok and ev.error is None:
+            problem = output_problem(step.output_schema, ev.result)
+            if problem is not None:
+                return _finish(state, ev.at_ms, Outcome.FAILED, reason="invalid_output", detail=problem,
+                               **{**common, "result": None})
+        if step.outcomes and ev.result is not None:
+            ev = replace(ev, verdict=ev.result)  # its outcome routes the task as a verdict's would
     schema = step.output_schema if step.kind is StepKind.AI else None
     if schema is None and ev.verdict is not None:
         schema = _ANY_OBJECT  # without a schema a verdict is optional, but still an object
@@ -378,13 +393,6 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         return _finish(state, ev.at_ms, Outcome.FAILED, reason=ev.error or "failed",
                        detail=ev.detail, verdict=kept, **common)
     verdict = ev.verdict
-    if step.kind is StepKind.CODE and step.output_schema is not None:
-        result = ev.result if ev.result is not None else {}
-        problem = verdict_error(step.output_schema, result)
-        if problem is not None:
-            return _finish(state, ev.at_ms, Outcome.FAILED, reason="invalid_output",
-                           detail=f"the output does not match output_schema: {problem}", **{**common, "result": None})
-        verdict = result  # routes by its outcome, as a verdict does
     if verdict is not None and step.outcomes:
         name = str(verdict.get("outcome"))
         mapped = step.outcomes.get(name)
@@ -441,12 +449,18 @@ def _on_check(state: TaskState, ev: CheckReported) -> Result:
     if ev.error is not None:
         return _finish(state, ev.at_ms, Outcome.FAILED, actor=actor, reason=ev.error,
                        detail=ev.detail, output=ev.output)
+    # The wait step's result is its last check.
+    last: dict[str, Any] = {"check": checks, "passed": ev.passed, "detail": ev.detail}
+    if ev.body is not None:
+        last["body"] = ev.body
     if ev.passed:
-        return _finish(state, ev.at_ms, Outcome.PASSED, actor=actor, detail=ev.detail, output=ev.output)
+        return _finish(state, ev.at_ms, Outcome.PASSED, actor=actor, detail=ev.detail, output=ev.output,
+                       result=last)
     if checks >= step.max_checks:
         return _finish(
             state, ev.at_ms, Outcome.FAILED, actor=actor, reason="wait_exhausted",
             detail=f"{checks} of {step.max_checks} checks failed; last: {ev.detail}", output=ev.output,
+            result=last,
         )
     base = cur.command_id.rsplit("/check-", 1)[0]
     timer_id = f"{base}/timer-{checks}"

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from statewright import executors
 from statewright.definition.model import Step, StepKind
-from statewright.executors.base import ExecContext
+from statewright.executors.base import ExecContext, Reason
 from statewright.machine.events import AttemptReported, CheckReported, Event
 from statewright.runtime import workspaces
 from statewright.runtime.workspaces import AttemptSpace
@@ -23,10 +23,12 @@ def run(
     body = claim.body
     if claim.type == "RunCheck":
         res = executors.run_check(step.check or {}, ctx)
+        final = res.reason == Reason.MISSING_REFERENCE  # the state will not change while it waits
         return CheckReported(
             event_id=result_id, at_ms=now(), command_id=claim.command_id, step=step.id,
             attempt=ctx.attempt, check_number=int(body.get("check_number", 1)),
             passed=res.passed, detail=res.detail or (res.reason or ""), output=res.output,
+            error=res.reason if final else None, body=res.body,
         )
     if step.kind is StepKind.AI:
         brief = body.get("brief") or {}

@@ -13,8 +13,10 @@ as it may be recorded, or a failed attempt with a reason code that routes like a
     output      cut to MAX_OUTPUT_CHARS
     detail      cut to MAX_DETAIL_CHARS; a reason code to MAX_REASON_CHARS
     cost        finite numbers, not negative, within 64 bits (else ``invalid_output``)
-    result      a JSON object (else ``invalid_output``), at most MAX_RESULT_BYTES written
-                as JSON (else ``output_too_large``)
+    result      a JSON object (else ``invalid_output``), at most the step's result limit
+                written as JSON (else ``output_too_large``); the verdict (an ai step's
+                result) and a check's JSON ``body`` (part of a wait step's result) are held
+                to the same limit, a body failing its check with the same reason codes
 
 Texts are cut keeping their end (where failures are reported), with a marker, as command
 output always was, and a lone surrogate in them is written as its escape. ``failed_instead``
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewright._jsonsafe import MAX_JSON_INT, clean_text, plain_json
+from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 from statewright.executors.base import Reason
 from statewright.machine._records import replace
 from statewright.machine.brief import cut_output
@@ -40,15 +43,15 @@ MAX_REASON_CHARS = 100  # a reason code
 MAX_ARTIFACTS = 32  # artifacts one attempt may record
 MAX_ARTIFACT_NAME_CHARS = 200
 MAX_ARTIFACT_CHARS = 20_000  # each artifact's text
-MAX_RESULT_BYTES = 256 * 1024  # a step's result (its output object) written as JSON
+MAX_RESULT_BYTES = DEFAULT_RESULT_LIMIT_BYTES  # a step's result, unless it sets result_limit
 
 
-def screen(event: Event) -> Event:
+def screen(event: Event, result_limit_bytes: int = MAX_RESULT_BYTES) -> Event:
     """``event`` as it may be recorded: an AttemptReported or CheckReported with its texts
-    made storable and cut, or, when its data cannot be recorded, a failed attempt."""
+    made storable and cut, or, when its data cannot be recorded, a failed attempt (check).
+    ``result_limit_bytes`` bounds the step's result (its verdict, output or check body)."""
     if isinstance(event, CheckReported):
-        return replace(event, detail=_text(event.detail, MAX_DETAIL_CHARS),
-                       output=_text(event.output, MAX_OUTPUT_CHARS))
+        return _screen_check(event, result_limit_bytes)
     if isinstance(event, ArtifactsCaptured):
         return replace(event, detail=_text(event.detail, MAX_DETAIL_CHARS))
     if not isinstance(event, AttemptReported):
@@ -62,7 +65,7 @@ def screen(event: Event) -> Event:
     }
     verdict = None
     if event.verdict is not None:
-        verdict, unsafe = plain_json(event.verdict)
+        verdict, unsafe = plain_json(event.verdict, max_bytes=result_limit_bytes)
         if unsafe is not None:
             reason = Reason.OUTPUT_TOO_LARGE if unsafe.too_large else Reason.INVALID_VERDICT
             return _failed(event, texts, reason, f"the verdict is {unsafe.message}")
@@ -71,7 +74,7 @@ def screen(event: Event) -> Event:
         if not isinstance(event.result, Mapping):
             why = f"the output must be a JSON object; got {type(event.result).__name__}"
             return _failed(event, texts, Reason.INVALID_OUTPUT, why)
-        result, unsafe = plain_json(event.result, max_bytes=MAX_RESULT_BYTES)
+        result, unsafe = plain_json(event.result, max_bytes=result_limit_bytes)
         if unsafe is not None:
             reason = Reason.OUTPUT_TOO_LARGE if unsafe.too_large else Reason.INVALID_OUTPUT
             return _failed(event, texts, reason, f"the output is {unsafe.message}")
@@ -85,6 +88,19 @@ def screen(event: Event) -> Event:
             and all(texts[name] is getattr(event, name) for name in texts)):
         return event  # nothing to change (a code step's report, usually)
     return replace(event, verdict=verdict, result=result, artifacts=artifacts, cost=cost, **texts)
+
+
+def _screen_check(event: CheckReported, result_limit_bytes: int) -> CheckReported:
+    texts = {"detail": _text(event.detail, MAX_DETAIL_CHARS), "output": _text(event.output, MAX_OUTPUT_CHARS),
+             "error": None if event.error is None else _text(event.error, MAX_REASON_CHARS)}
+    if event.body is None:
+        return replace(event, **texts)
+    body, unsafe = plain_json(event.body, max_bytes=result_limit_bytes)
+    if unsafe is None:
+        return replace(event, body=body, **texts)
+    reason = Reason.OUTPUT_TOO_LARGE if unsafe.too_large else Reason.INVALID_OUTPUT
+    why = _text(f"the check's answer is {unsafe.message}", MAX_DETAIL_CHARS)
+    return replace(event, passed=False, body=None, error=reason.value, detail=why, output=texts["output"])
 
 
 def failed_instead(event: Event, detail: str, reason: Reason = Reason.HANDLING_ERROR) -> Event | None:

@@ -435,7 +435,7 @@ class Worker:
 
         redactor = self._redactor_for(step)
         complete = (claim.command_id, claim.token)
-        event = redactor.record(screen.screen(event))  # before it is stored anywhere
+        event = redactor.record(screen.screen(event, step.result_limit_bytes))  # before it is stored anywhere
         try:
             return self.engine.reduce(Report(claim.task_id, event, state, complete))
         except StoreError:
