@@ -291,7 +291,13 @@ def _print_show(engine: Any, task_id: str) -> None:
     st = engine.state(task_id)
     click.echo(f"task {st.task_id}  workflow {st.workflow.name} v{st.workflow.version} "
                f"({st.workflow.content_hash[:12]})  status {st.status.value}")
-    if st.halt:
+    if st.status.value == "cancelled":
+        from statewright._time import when
+
+        last = next((o for o in reversed(st.operator_actions) if o.action == "cancel"), None)
+        if last is not None:
+            click.echo(f"cancelled by {last.actor} at {when(last.at_ms)}: {last.reason}")
+    elif st.halt:
         click.echo(f"halted at {st.halt.step}: {st.halt.reason} {st.halt.detail}".rstrip())
     for line in history_lines(st):
         click.echo("  " + line)

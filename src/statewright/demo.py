@@ -104,7 +104,7 @@ def run_demo(workdir: str | None = None) -> int:
     (repo / "ci-green").write_text("ok\n")  # the CI the wait step watches reports green
     cmd = [sys.executable, "-m", "statewright", "approve", tid, "--as", "alice", "--hash", h,
            "--db", str(db)]
-    say("alice, her token in STATEWRIGHT_TOKEN, approves by typing:")
+    say("the demo now approves as alice (her token in STATEWRIGHT_TOKEN), running the command she would type:")
     say(f"  statewright approve {tid} --as alice --hash {h} --db {shlex.quote(str(db))}")
     env = {**os.environ, "STATEWRIGHT_TOKEN": alice.token}
     subprocess.run(cmd, check=True, env=env)
@@ -118,6 +118,8 @@ def run_demo(workdir: str | None = None) -> int:
     )
     say(f"\nmain is now at: {merged}")
     say(f"tests on main: {passing.stdout.strip().splitlines()[-1]}")
+    say(f"\nthe demo's repository and database are left in {base} (remove it when done); look again with:")
+    say(f"  statewright show {tid} --db {shlex.quote(str(db))}")
     engine.close()
     return 0 if view.status == "completed" and passing.returncode == 0 else 1
 

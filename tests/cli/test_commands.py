@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .support import admin, ended, ok, person, sw, sw_process
+from .support import admin, ended, ok, person, refusal, sw, sw_process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASK_ID = re.compile(r"^t-[0-9a-f]{19}$")
@@ -180,3 +180,20 @@ def test_run_exits_with_a_status_for_each_way_a_task_ends(files: dict[str, Path]
     assert sw("run", files["gate"], "--db", db).exit_code == 4
     ws = tmp_path / "ws"
     assert sw("run", files["flag"], "--input", json.dumps({"workspace": str(ws)}), "--db", db).exit_code == 5
+
+
+def test_a_cancelled_task_speaks_the_users_language(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
+    """show says who cancelled it and when; a retry is refused with why, in one line."""
+    ws = tmp_path / "ws"
+    halted = ended(sw("run", files["flag"], "--input", json.dumps({"workspace": str(ws)}), "--db", db), "halted")
+    tid = re.search(r"task (t-[0-9a-f]+)", halted).group(1)  # type: ignore[union-attr]
+    ops = person(db, "ops", "operator")
+    ok(sw("cancel", tid, "--reason", "duplicate of another", "--token-file", ops, "--db", db))
+    shown = ok(sw("show", tid, "--db", db)).splitlines()
+    assert re.fullmatch(r"cancelled by ops at \d{4}-\d\d-\d\d \d\d:\d\d \S+: duplicate of another", shown[1])
+    assert not any(line.startswith("halted at") for line in shown)
+    line = refusal(sw("retry", tid, "--reason", "again", "--token-file", ops, "--db", db))
+    assert re.search(rf"task {tid} was cancelled by ops at .* \(duplicate of another\); a cancelled task "
+                     r"cannot be retried \(submit it again\)", line), line
+    again = refusal(sw("cancel", tid, "--reason", "again", "--token-file", ops, "--db", db))
+    assert "a cancelled task cannot be cancelled" in again

@@ -35,3 +35,5 @@ def test_the_demo_loops_back_is_approved_by_alice_and_completes(tmp_path: Path) 
     assert re.search(r"history of t-[0-9a-f]{19} \(fix-bug\), status completed", history)
     assert "tests on main: 2 passed" in out
     assert (workdir / "state.db").exists() and (workdir / "repo" / ".git").is_dir()
+    assert "the demo now approves as alice" in out
+    assert f"the demo's repository and database are left in {workdir}" in out

@@ -554,8 +554,8 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
         raise ApprovalError(f"{where}: the approval window closed at {when(cur.expires_at_ms)}")
     if ev.proposal_hash and ev.proposal_hash != cur.proposal_hash:
         raise ApprovalError(
-            f"{where}: hash {ev.proposal_hash[:12]}... is not the current proposal "
-            f"{cur.proposal_hash[:12]}...; review the current proposal"
+            f"{where}: hash {ev.proposal_hash} is not the current proposal's, {cur.proposal_hash}; "
+            "review the current proposal"
         )
     return step
 

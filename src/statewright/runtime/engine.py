@@ -85,6 +85,25 @@ def _random_hex(n: int) -> str:
     return uuid.uuid4().hex[:n]
 
 
+def _why_not(st: TaskState, act: str, rule: str) -> str:
+    """Why an operator's or approver's act does not apply to ``st``, in the user's words:
+    "task T was cancelled by ops at 2026-12-01 10:42 UTC; a cancelled task cannot be retried
+    (submit it again)"."""
+    from statewright._time import when
+
+    tid = st.task_id
+    if st.status is TaskStatus.CANCELLED:
+        last = next((o for o in reversed(st.operator_actions) if o.action == "cancel"), None)
+        by = f" by {last.actor} at {when(last.at_ms)} ({last.reason})" if last else ""
+        again = " (submit it again)" if act == "retried" else ""
+        return f"task {tid} was cancelled{by}; a cancelled task cannot be {act}{again}"
+    if st.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY):
+        early = " early" if st.status is TaskStatus.COMPLETED_EARLY else ""
+        return f"task {tid} completed{early} at {when(st.updated_at_ms)}; a completed task cannot be {act}"
+    where = f" at {st.current.step!r}" if st.current else ""
+    return f"task {tid} is {st.status.value.replace('_', ' ')}{where}; {rule}"
+
+
 def new_task_id(now_ms: int) -> str:
     """``t-``, the submit time (milliseconds, 11 hex digits) and 8 random hex digits. Tasks
     submitted close together sort together in every index keyed by task id, so a commit of
@@ -342,7 +361,7 @@ class Engine:
         if problem is not None:
             raise InputError(f"evidence refused: {problem}")
         st = self.state(task_id)
-        if st.terminal:
+        if st.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.CANCELLED):
             raise InputError(f"task {task_id} is {st.status.value}; evidence goes to a task that has not ended")
         ev = EvidenceAdded(
             event_id=f"{task_id}:evidence:{_random_hex(8)}", at_ms=self.clock.now_ms(), actor=who.name,
@@ -353,6 +372,9 @@ class Engine:
     def retry(self, task_id: str, by: Principal, reason: str) -> TaskState:
         """Re-run a halted task's halted step; needs the operator role."""
         who = self.users.check(by, role=OPERATOR_ROLE, act="retry")
+        st = self.state(task_id)
+        if st.status is not TaskStatus.HALTED:
+            raise InputError(_why_not(st, "retried", "only a halted task can be retried"))
         ev = TaskRetried(
             event_id=f"{task_id}:retry:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             actor=who.name, reason=reason,
@@ -362,6 +384,9 @@ class Engine:
     def cancel(self, task_id: str, by: Principal, reason: str) -> TaskState:
         """Cancel a task; needs the operator role."""
         who = self.users.check(by, role=OPERATOR_ROLE, act="cancel")
+        st = self.state(task_id)
+        if st.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.CANCELLED):
+            raise InputError(_why_not(st, "cancelled", "it has ended"))
         ev = TaskCancelled(
             event_id=f"{task_id}:cancel:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             actor=who.name, reason=reason,
@@ -371,7 +396,7 @@ class Engine:
     def _awaiting(self, task_id: str) -> TaskState:
         st = self.state(task_id)
         if st.status is not TaskStatus.AWAITING_APPROVAL or st.current is None:
-            raise ApprovalError(f"task {task_id} is {st.status.value}, not awaiting approval")
+            raise ApprovalError(_why_not(st, "approved or rejected", "nothing waits for an approval"))
         return st
 
     # --- reading -----------------------------------------------------------------------
