@@ -72,3 +72,16 @@ def big_verdict(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
 def decide(ctx: ExecContext) -> dict[str, Any]:
     """An output whose ``outcome`` is the task input's ``decision``."""
     return {"output": {"outcome": ctx.input["decision"]}}
+
+
+def flaky_once(ctx: ExecContext) -> dict[str, Any]:
+    """A throttled API the first time, then fine."""
+    from statewright import TransientError
+
+    if _calls(ctx) == 1:
+        raise TransientError("429 too many requests")
+    return {"output": {"done": True}}
+
+
+def broken_agent(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    raise ValueError("the bank letter has no account number")

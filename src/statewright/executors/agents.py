@@ -90,14 +90,15 @@ def run_python_agent(
         returned = fn(brief_copy, dataclasses.replace(ctx, timeout_seconds=timeout))
     except ExecutorError:
         raise  # TransientError / PermanentError: the worker's retry policy decides
-    except Exception:
+    except Exception as exc:
         seconds = time.monotonic() - started
+        message = traceback.format_exception_only(exc)[-1].strip()  # the traceback's last line
         return AgentResult(
             verdict=None,
             artifacts={"traceback": cut_output(traceback.format_exc())},
             cost=Cost(seconds=seconds),
             error=Reason.EXCEPTION,
-            detail=f"agent callable {spec['callable']!r} raised; see the traceback artifact",
+            detail=f"{message} (raised by agent callable {spec['callable']!r}; the traceback is an artifact)",
         )
     seconds = time.monotonic() - started
     return _python_result(returned, verdicts, seconds, spec["callable"])

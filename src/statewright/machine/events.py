@@ -56,6 +56,8 @@ class AttemptReported(Event):
     cost: Mapping[str, float] = field(default_factory=dict)
     note: str = ""
     result: Mapping[str, Any] | None = None
+    deliveries: int = 1  # starts of the command it reports (more than 1: redelivered)
+    retries: int = 0  # transient errors retried before this outcome
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class CheckReported(Event):
     detail: str = ""
     output: str = ""
     error: str | None = None
+    deliveries: int = 1
+    retries: int = 0
     body: Any = None
 
 

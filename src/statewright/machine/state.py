@@ -56,6 +56,8 @@ class Attempt:
     route: str = ""
     checks: int = 0
     key: str = ""  # the idempotency key it ran under (see machine.task.idempotency_key)
+    deliveries: int = 1  # starts of its command (more than 1: redelivered after a worker died)
+    retries: int = 0  # transient errors retried before it ended
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,8 @@ def _finish(
     cost: Mapping[str, float] | None = None,
     note: str = "",
     result: Mapping[str, Any] | None = None,
+    deliveries: int = 1,
+    retries: int = 0,
 ) -> Result:
     cur = _current(state)
     wf = state.workflow
@@ -228,7 +230,7 @@ def _finish(
         verdict=dict(verdict) if verdict is not None else None,
         artifacts=dict(artifacts or {}), output=cut_output(output), cost=dict(cost or {}),
         note=note, started_at_ms=cur.started_at_ms, ended_at_ms=at_ms, epoch=state.epoch,
-        checks=cur.checks, key=cur.key,
+        checks=cur.checks, key=cur.key, deliveries=deliveries, retries=retries,
     )
 
     # The step's result: a code step's output, an ai step's verdict. The latest attempt's
@@ -364,7 +366,7 @@ def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
         raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
     common: dict[str, Any] = {
         "actor": ev.actor, "artifacts": ev.artifacts, "output": ev.output,
-        "cost": ev.cost, "note": ev.note, "result": ev.result,
+        "cost": ev.cost, "note": ev.note, "result": ev.result, "deliveries": ev.deliveries, "retries": ev.retries,
     }
     if step.kind is StepKind.CODE:  # a code step's output_schema holds its result, not a verdict
         if step.output_schema is not None and ev.ok and ev.error is None:
@@ -444,23 +446,24 @@ def _on_check(state: TaskState, ev: CheckReported) -> Result:
     checks = cur.checks + 1
     state = replace(state, current=replace(cur, checks=checks))
     actor = f"check:{step.id}"
+    tries: dict[str, Any] = {"deliveries": ev.deliveries, "retries": ev.retries}  # of the check ending it
     if ev.error in VOIDED_APPROVAL:
         return _approval_void(state, ev.at_ms, str(ev.error), ev.detail, {"actor": actor, "output": ev.output})
     if ev.error is not None:
         return _finish(state, ev.at_ms, Outcome.FAILED, actor=actor, reason=ev.error,
-                       detail=ev.detail, output=ev.output)
+                       detail=ev.detail, output=ev.output, **tries)
     # The wait step's result is its last check.
     last: dict[str, Any] = {"check": checks, "passed": ev.passed, "detail": ev.detail}
     if ev.body is not None:
         last["body"] = ev.body
     if ev.passed:
         return _finish(state, ev.at_ms, Outcome.PASSED, actor=actor, detail=ev.detail, output=ev.output,
-                       result=last)
+                       result=last, **tries)
     if checks >= step.max_checks:
         return _finish(
             state, ev.at_ms, Outcome.FAILED, actor=actor, reason="wait_exhausted",
             detail=f"{checks} of {step.max_checks} checks failed; last: {ev.detail}", output=ev.output,
-            result=last,
+            result=last, **tries,
         )
     base = cur.command_id.rsplit("/check-", 1)[0]
     timer_id = f"{base}/timer-{checks}"

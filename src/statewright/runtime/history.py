@@ -28,6 +28,10 @@ def history_lines(state: TaskState) -> list[str]:
             h = str((a.verdict or {}).get("proposal_hash", ""))[:12]
             why = f"approved by {a.actor}, proposal {h}"
         line = f"{mark} {a.step:<14} {a.kind:<5} #{a.number:<2} {a.actor:<22} {why}".rstrip()
+        if a.deliveries > 1:
+            line += f"   (redelivered: started {a.deliveries} times)"
+        if a.retries:
+            line += f"   ({a.retries} transient {'error' if a.retries == 1 else 'errors'} retried)"
         if a.note:
             line += f'   note: "{_short(a.note, 40)}"'
         events.append((a.ended_at_ms, i * 2, line))

@@ -41,6 +41,7 @@ from statewright._errors import (
     WorkerStoppedError,
 )
 from statewright.definition.model import Step, StepKind
+from statewright.machine._records import replace
 from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event, TimerFired
 from statewright.machine.state import TaskState
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
@@ -435,6 +436,8 @@ class Worker:
 
         redactor = self._redactor_for(step)
         complete = (claim.command_id, claim.token)
+        if isinstance(event, AttemptReported | CheckReported) and (claim.deliveries > 1 or claim.failures):
+            event = replace(event, deliveries=claim.deliveries, retries=claim.failures)  # shown as such
         event = redactor.record(screen.screen(event, step.result_limit_bytes))  # before it is stored anywhere
         try:
             return self.engine.reduce(Report(claim.task_id, event, state, complete))
