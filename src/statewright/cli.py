@@ -4,8 +4,10 @@ traceback, and changes nothing."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import wraps
@@ -34,6 +36,49 @@ def _json_option(fn: F) -> F:
 def _fail(msg: str, code: int = 1) -> None:
     click.echo(f"error: {msg}", err=True)
     sys.exit(code)
+
+
+def _setup_logging(quiet: bool, fmt: str) -> None:
+    """statewright's log lines to stderr: text (local time with the zone) or JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLines() if fmt == "json" else logging.Formatter(
+        "%(asctime)s %(levelname)s %(message)s", "%Y-%m-%d %H:%M:%S%z"))
+    root = logging.getLogger("statewright")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.WARNING if quiet else logging.INFO)
+    root.propagate = False
+
+
+class _JsonLines(logging.Formatter):
+    FIELDS = ("task", "step", "attempt", "command", "event", "result", "seconds")
+
+    def format(self, record: logging.LogRecord) -> str:
+        from statewright._time import when
+
+        out: dict[str, Any] = {"at": when(int(record.created * 1000)), "level": record.levelname.lower(),
+                               "logger": record.name, "message": record.getMessage()}
+        out.update({k: getattr(record, k) for k in self.FIELDS if hasattr(record, k)})
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def _shown_db(db: str) -> str:
+    from statewright.store.postgres import redact
+
+    return redact(db) if db.startswith(("postgresql://", "postgres://")) else db
+
+
+def _all_done(engine: Any) -> Callable[[], bool]:
+    """True once no task is running or waiting on a timer (checked at most every half second)."""
+    last = [0.0, False]
+
+    def done() -> bool:
+        now = time.monotonic()
+        if now - last[0] >= 0.5:
+            last[0] = now
+            last[1] = not any(engine.store.list_tasks(status=s) for s in ("running", "waiting"))
+        return bool(last[1])
+
+    return done
 
 
 def _guard(fn: F) -> F:
@@ -127,7 +172,10 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
 
 
 @cli.command()
-@click.option("--until-idle", is_flag=True, help="Exit when nothing is due.")
+@click.option("--until-idle", is_flag=True,
+              help="Exit when nothing is due NOW: a task whose timer is due in two seconds stays 'waiting'.")
+@click.option("--until-done", is_flag=True,
+              help="Work until no task is running or waiting on a timer (waits for due timers).")
 @click.option("--concurrency", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option("--lease", "lease", default=30.0, show_default=True, type=click.FloatRange(0.5, 60.0),
               help="Lease length in seconds.")
@@ -137,16 +185,28 @@ def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
               help="Starts of one command that may end without an outcome (its worker died); "
                    "the next delivery fails it with worker_died instead of running it. A step's "
                    "retry.max_deliveries overrides it.")
+@click.option("--quiet", is_flag=True, help="Log only warnings (no line per claim and outcome).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="Log lines as text, or as one JSON object per line.")
 @_db_option
 @_guard
-def worker(until_idle: bool, concurrency: int, lease: float, batch: int, max_deliveries: int, db: str) -> None:
-    """Claim and perform due commands. SIGTERM/Ctrl-C stops cleanly."""
+def worker(until_idle: bool, until_done: bool, concurrency: int, lease: float, batch: int, max_deliveries: int,
+           quiet: bool, log_format: str, db: str) -> None:
+    """Claim and perform due commands, logging one line per claim and per outcome (task,
+    step, attempt, result, duration) to stderr. SIGTERM/Ctrl-C stops cleanly. Restart
+    workers after deploying step code: a worker keeps the modules it has imported."""
     from statewright.runtime.worker import Worker
 
+    if until_idle and until_done:
+        raise InputError("give --until-idle or --until-done, not both")
+    _setup_logging(quiet, log_format)
     engine = _engine(db, create=True)
     w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch, max_deliveries=max_deliveries)
     w.install_signal_handlers()
-    stats = w.run(until_idle=until_idle)
+    logging.getLogger("statewright.worker").info(
+        "worker %s started on %s (concurrency %d); python steps load from its PYTHONPATH, each module "
+        "logged with its file and modification time when first loaded", w.worker_id, _shown_db(db), concurrency)
+    stats = w.run(until_idle=until_idle, until=_all_done(engine) if until_done else None)
     click.echo(f"worker stopped: {stats.commands} commands, {stats.timers} timers, {stats.retries} retries")
 
 

@@ -197,3 +197,47 @@ def test_a_cancelled_task_speaks_the_users_language(files: dict[str, Path], db: 
                      r"cannot be retried \(submit it again\)", line), line
     again = refusal(sw("cancel", tid, "--reason", "again", "--token-file", ops, "--db", db))
     assert "a cancelled task cannot be cancelled" in again
+
+
+WAITS = """\
+workflow: waits
+steps:
+  - id: make
+    kind: code
+    owner: t
+    run: {command: [sh, -c, "echo made"]}
+  - id: ready
+    kind: wait
+    owner: t
+    check: {command: [sh, -c, "test -f ready || { touch ready; exit 1; }"]}
+    every: 1s
+    max_checks: 3
+"""
+
+
+def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db: Path, tmp_path: Path) -> None:
+    """--until-idle would leave the task waiting on its 1 s timer; --until-done works it to
+    the end. Each claim and each outcome is one log line (task, step, attempt, result,
+    duration); --log-format json makes them JSON lines; --quiet leaves only warnings."""
+    wf = tmp_path / "waits.yaml"
+    wf.write_text(WAITS, encoding="utf-8")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    tid = ok(sw("submit", wf, "--input", json.dumps({"workspace": str(ws)}), "--db", db)).strip()
+    idle = sw_process("worker", "--until-idle", "--db", db)
+    assert idle.returncode == 0, idle.stderr
+    assert f"task {tid}: make #1 started" in idle.stderr
+    assert re.search(rf"task {tid}: make #1 passed in \d+\.\d\d s", idle.stderr)
+    assert re.search(rf"task {tid}: ready #1 check failed \(.*\) in", idle.stderr)
+    assert tasks_json(db)[0]["status"] == "waiting"
+    done = sw_process("worker", "--until-done", "--log-format", "json", "--db", db)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stderr.splitlines()]
+    ended_lines = [r for r in records if r.get("event") == "ended"]
+    assert [(r["task"], r["step"], r["result"]) for r in ended_lines] == [(tid, "ready", "check passed")]
+    assert all(isinstance(r["seconds"], float) and "ms" not in r["at"] for r in ended_lines)
+    assert tasks_json(db)[0]["status"] == "completed"
+    quiet = sw_process("worker", "--until-idle", "--quiet", "--db", db)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    both = sw_process("worker", "--until-idle", "--until-done", "--db", db)
+    assert both.returncode == 1 and both.stderr.strip() == "error: give --until-idle or --until-done, not both"

@@ -9,6 +9,8 @@ past load time fails as a PermanentError instead of doing something half-right.
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -92,6 +94,7 @@ def _load_callable(ref: str) -> Callable[..., Any]:
             "install it where the worker imports from (its PYTHONPATH)"
         )
         raise PermanentError(msg, reason=Reason.NOT_FOUND) from None
+    _log_module(module_name, obj)
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
@@ -102,6 +105,26 @@ def _load_callable(ref: str) -> Callable[..., Any]:
         msg = f"callable {ref!r} names a {type(obj).__name__}, which cannot be called"
         raise PermanentError(msg, reason=Reason.NOT_FOUND)
     return obj  # type: ignore[no-any-return]
+
+
+def _log_module(name: str, module: Any) -> None:
+    """Say which file a step's code comes from, once per module: a worker keeps what it has
+    imported, so a step edited after this line runs the old code until the worker restarts."""
+    if name in _LOGGED_MODULES:
+        return
+    _LOGGED_MODULES.add(name)
+    path = getattr(module, "__file__", None)
+    try:
+        from datetime import datetime
+
+        changed = datetime.fromtimestamp(os.stat(path).st_mtime).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") \
+            if path else "unknown"
+    except OSError:
+        changed = "unknown"
+    logging.getLogger("statewright.worker").info("step code %s loaded from %s (modified %s)", name, path, changed)
+
+
+_LOGGED_MODULES: set[str] = set()
 
 
 def require_valid(problems: list[str], where: str) -> None:

@@ -414,6 +414,8 @@ class Worker:
         if lost >= (step.retry.max_deliveries or self.max_deliveries):
             return self._reduce(claim, state, step, self._never_reported(claim, lost))
         crash_point("before_effect")
+        started = time.monotonic()
+        _log_claim(claim)
         event: Event | None = (
             self._capture(claim, state, step, result_id) if claim.type == "CaptureArtifacts"
             else self._approval_void(claim, state, step, result_id)
@@ -424,9 +426,12 @@ class Worker:
             except (Exception, SystemExit) as exc:  # transient -> retry later; else a step failure
                 event = self._on_error(claim, step, exc, result_id)  # (a step's code may call sys.exit)
         if event is None:
+            _log_outcome(claim, "given back to retry later", time.monotonic() - started)
             return None
         crash_point("after_effect")
-        return self._reduce(claim, state, step, event)
+        report = self._reduce(claim, state, step, event)
+        _log_outcome(claim, _outcome_of(report.event), time.monotonic() - started)
+        return report
 
     def _reduce(self, claim: Claim, state: TaskState, step: Step, event: Event) -> Report:
         """The screened and redacted outcome, reduced; an outcome the reducer or the encoder
@@ -797,6 +802,33 @@ class Worker:
                 self.store.release(cid, token, self.clock.now_ms(), failed=False, started=cid not in unstarted)
         except StoreError:
             return  # the store is gone; the leases expire on their own
+
+
+def _log_claim(claim: Claim) -> None:
+    body = claim.body
+    again = f", delivery {claim.deliveries}" if claim.deliveries > 1 else ""
+    what = f"check {body.get('check_number', 1)} of " if claim.type == "RunCheck" else ""
+    log.info("task %s: %s%s #%s started%s", claim.task_id, what, body.get("step"), body.get("attempt"), again,
+             extra={"task": claim.task_id, "step": body.get("step"), "attempt": body.get("attempt"),
+                    "command": claim.type, "event": "started"})
+
+
+def _log_outcome(claim: Claim, result: str, seconds: float) -> None:
+    body = claim.body
+    log.info("task %s: %s #%s %s in %.2f s", claim.task_id, body.get("step"), body.get("attempt"), result, seconds,
+             extra={"task": claim.task_id, "step": body.get("step"), "attempt": body.get("attempt"),
+                    "command": claim.type, "event": "ended", "result": result, "seconds": round(seconds, 3)})
+
+
+def _outcome_of(event: Event) -> str:
+    """A report's result in a word or two: passed, failed (REASON), check passed, ..."""
+    if isinstance(event, AttemptReported):
+        return "passed" if event.ok and event.error is None else f"failed ({event.error or 'failed'})"
+    if isinstance(event, CheckReported):
+        return "check passed" if event.passed else f"check failed ({event.error or event.detail[:60]})"
+    if isinstance(event, ArtifactsCaptured):
+        return "artifacts read" if event.error is None else f"artifacts not read ({event.error})"
+    return event.type
 
 
 def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
