@@ -532,3 +532,21 @@ def test_state_round_trips_through_json() -> None:
     d = _in(S.AWAITING_HUMAN)
     s: LoopState = d.state
     assert state_from_dict(state_to_dict(s)) == s
+
+
+def test_finding_prefers_the_item_with_fewer_failed_passes_then_plan_order() -> None:
+    """The record is the memory: after 'a' fails, the next pass takes 'b' (no failures yet),
+    not 'a' again; among equals the earlier item in the plan goes first."""
+    d = Driver(replace(CFG, attempts_per_item=3, stuck_after=9))
+    d.open("a", "b")
+    assert d.state.current is not None and d.state.current.item == "a"
+    d.work(FAIL)
+    d.record()
+    d.goal(FAIL)
+    d.again("a", "b")
+    assert d.state.current is not None and (d.state.current.item, d.state.current.attempt) == ("b", 1)
+    d.work(FAIL)
+    d.record()
+    d.goal(FAIL)
+    d.again("a", "b")
+    assert d.state.current is not None and (d.state.current.item, d.state.current.attempt) == ("a", 2)

@@ -91,7 +91,10 @@ def on_items_found(state: LoopState, event: ItemsFound) -> Transition:
         new = replace(found, status=S.DECIDING)
         written: dict[str, object] = {"candidates": [], "plan": list(event.items)}
         return move(state, new, event, "no workable item", written, "empty list", (goal_command(new),))
-    pick = workable[0]
+    # The record is the memory: the item with the fewest failed passes, the earliest in the
+    # plan among equals, so a failing item does not take every pass while others wait.
+    failed = {i: (e.attempts if (e := found.item(i)) is not None else 0) for i in workable}
+    pick = min(workable, key=lambda i: (failed[i], workable.index(i)))
     entry = found.item(pick) or ItemLedger(pick)
     new = replace(found, status=S.ASSIGNING, current=Pass(item=pick, attempt=entry.attempts + 1))
     shown = ", ".join(workable)
