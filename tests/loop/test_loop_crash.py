@@ -230,3 +230,7 @@ def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path) -> None:
         assert store.run(_only_run(db)).stop_requested is None  # consumed by the clean stop
     idle = cli(root, db, "stop")
     assert idle.returncode == 2 and "nothing to stop" in idle.stderr
+    status = cli(root, db, "status")
+    assert status.returncode == 0, status.stderr
+    row = next(line for line in status.stdout.splitlines() if line.strip().startswith(_only_run(db)))
+    assert "stopped cleanly; 'statewright loop run' resumes it" in row, status.stdout

@@ -29,7 +29,7 @@ import click
 from statewright._errors import InputError, StatewrightError
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
-from statewright.loop.model import LoopStatus
+from statewright.loop.model import LineKind, LoopStatus
 from statewright.loop.runner import LoopRunner, loop_is_running
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
 from statewright.loop.store import LoopStore, RunRow, StoredLine
@@ -180,6 +180,10 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
         runs = store.runs(loop=loop_name, limit=limit)
         pending = store.pending_approvals()
         rows = [_run_dict(r, running=loop_is_running(db, r.loop)) for r in runs]
+        for row, r in zip(rows, runs, strict=True):
+            if not row["running"] and not r.status.is_terminal:  # resumable: how did it stop?
+                lines = store.lines(r.run_id) if r.lines else []
+                row["stopped_cleanly"] = bool(lines) and lines[-1].kind is LineKind.CLEAN_STOP
     by_run: dict[str, list[dict[str, Any]]] = {}
     for a in pending:
         by_run.setdefault(a.run_id, []).append({"item": a.item_id, "role": a.role, "fingerprint": a.fingerprint})
@@ -198,6 +202,9 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
             note = f"HOLDS new runs until cleared: {note}"
         if row["running"]:
             note = f"running (pid {row['owner_pid']}) {note}".strip()
+        elif "stopped_cleanly" in row:
+            how = "stopped cleanly" if row["stopped_cleanly"] else "not running (its process ended)"
+            note = f"{how}; 'statewright loop run' resumes it {note}".strip()
         click.echo(
             f"{row['run']:>5}  {row['loop']:<20} {row['status']:<15}"
             f" {row['passes']:>6} {row['since_last_close']:>5}  {note}"
