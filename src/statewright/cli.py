@@ -104,11 +104,30 @@ def _engine(db: str, *, create: bool = False) -> Any:
     from statewright.runtime.engine import Engine
     from statewright.store import open_store
 
+    if create:
+        _refuse_missing_directory(db)
     engine = Engine(open_store(db, create=create))
     ctx = click.get_current_context(silent=True)
     if ctx is not None:  # close the database when the command ends, however it ends
         ctx.call_on_close(engine.close)
     return engine
+
+
+def _refuse_missing_directory(db: str) -> None:
+    """Only the default location is made on first use: an explicit SQLite path whose
+    directory is missing is a typo, not a second, empty system."""
+    from urllib.parse import urlsplit
+
+    if db == DEFAULT_DB or db.startswith(("postgresql://", "postgres://", "memory:")):
+        return
+    path = db
+    if db.startswith("sqlite:"):
+        parts = urlsplit(db)
+        path = parts.path if not parts.netloc else parts.netloc + parts.path
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise InputError(f"--db {db}: the directory {parent} does not exist; create it first "
+                         f"(only the default, {DEFAULT_DB}, is made on first use)")
 
 
 def _parse_input(raw: str | None, wf: Any) -> dict[str, Any]:

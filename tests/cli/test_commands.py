@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from .support import admin, ended, ok, person, refusal, sw, sw_process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -241,3 +243,18 @@ def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db
     assert quiet.returncode == 0 and quiet.stderr == ""
     both = sw_process("worker", "--until-idle", "--until-done", "--db", db)
     assert both.returncode == 1 and both.stderr.strip() == "error: give --until-idle or --until-done, not both"
+
+
+@pytest.mark.parametrize("command", [["submit", "{build}", "--input", "{{\"n\": 1}}"], ["worker", "--until-idle"],
+                                     ["run", "{build}", "--input", "{{\"n\": 1}}"],
+                                     ["users", "bootstrap", "ada"]])
+def test_an_explicit_db_in_a_missing_directory_is_refused_and_nothing_is_made(
+    files: dict[str, Path], tmp_path: Path, command: list[str]
+) -> None:
+    """A typo in --db never starts a second, empty system: only the default is made."""
+    db = tmp_path / "typo" / "state.db"
+    args = [a.format(build=files["build"]) for a in command]
+    line = refusal(sw(*args, "--db", db))
+    assert line == (f"error: --db {db}: the directory {db.parent} does not exist; create it first "
+                    "(only the default, .statewright/state.db, is made on first use)")
+    assert not (tmp_path / "typo").exists()
