@@ -258,3 +258,12 @@ def test_an_explicit_db_in_a_missing_directory_is_refused_and_nothing_is_made(
     assert line == (f"error: --db {db}: the directory {db.parent} does not exist; create it first "
                     "(only the default, .statewright/state.db, is made on first use)")
     assert not (tmp_path / "typo").exists()
+
+
+def test_an_unreachable_postgresql_url_is_one_line() -> None:
+    """No pool warnings before it: one line naming the server and what to check."""
+    result = sw_process("tasks", "--db", "postgresql://nobody@127.0.0.1:1/x")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        result.stderr.strip()
+    ] and result.stderr.startswith("error: cannot connect to PostgreSQL at postgresql://nobody@127.0.0.1:1/x: ")

@@ -117,6 +117,7 @@ class PostgresStore(SqlStore):
         self._listen_stop = threading.Event()
         self._listen_schema = ""
         self._closed = False
+        self._probe()  # an unreachable server is one line at once, not the pool's retries
         self._pool: ConnectionPool[Any] = pool_module.ConnectionPool(
             self._conninfo,
             min_size=min_size,
@@ -144,9 +145,21 @@ class PostgresStore(SqlStore):
 
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self._schema)))
 
+    def _probe(self) -> None:
+        try:
+            conn = self._psycopg.connect(self._conninfo, connect_timeout=self._connect_timeout)
+        except self._psycopg.Error as exc:
+            raise StoreUnavailableError(self._unreachable(" ".join(str(exc).split()))) from None
+        conn.close()
+
+    def _unreachable(self, reason: str) -> str:
+        return (
+            f"cannot connect to PostgreSQL at {self.url}: {reason}; check that the server runs "
+            "and the URL (user, host, port, database) is right"
+        )
+
     def _why_unreachable(self) -> str:
         """Connect once outside the pool to learn the driver's reason, for the message."""
-        where = self.url
         try:
             conn = self._psycopg.connect(self._conninfo, connect_timeout=self._connect_timeout)
         except self._psycopg.Error as exc:
@@ -154,10 +167,7 @@ class PostgresStore(SqlStore):
         else:
             conn.close()
             reason = "no connection became available in time"
-        return (
-            f"cannot connect to PostgreSQL at {where}: {reason}; check that the server runs "
-            "and the URL (user, host, port, database) is right"
-        )
+        return self._unreachable(reason)
 
     def close(self) -> None:
         if self._closed:
