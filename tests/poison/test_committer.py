@@ -234,7 +234,7 @@ STUCK_WORKER = textwrap.dedent("""
         cls.append = boom
         cls.append_batch = boom
     from statewright.cli import cli
-    cli(["worker", "--until-idle", "--lease", "30", "--db", sys.argv[1]])
+    cli(["worker", "--until-idle", "--quiet", "--lease", "30", "--db", sys.argv[1]])
 """)
 
 
