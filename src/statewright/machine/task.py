@@ -437,12 +437,19 @@ def _repair(state: TaskState, step: Step, cur: Current, problem: str) -> Result:
     ]
 
 
-def _on_check(state: TaskState, ev: CheckReported) -> Result:
+def _in_flight(state: TaskState, ev: CheckReported | ArtifactsCaptured, kind: StepKind, what: str) -> tuple[
+        Current, Step]:
+    """The command in flight and its step, when ``ev`` reports on it; else IllegalEventError."""
     cur = _current(state)
     step = _step(state)
-    if step.kind is not StepKind.WAIT or ev.command_id != cur.command_id:
-        msg = f"task {state.task_id}: check report {ev.command_id!r} is not the check in flight"
+    if step.kind is not kind or ev.command_id != cur.command_id:
+        msg = f"task {state.task_id}: {what} {ev.command_id!r} is not the {what.split()[0]} in flight"
         raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    return cur, step
+
+
+def _on_check(state: TaskState, ev: CheckReported) -> Result:
+    cur, step = _in_flight(state, ev, StepKind.WAIT, "check report")
     checks = cur.checks + 1
     state = replace(state, current=replace(cur, checks=checks))
     actor = f"check:{step.id}"
@@ -481,11 +488,7 @@ def _on_check(state: TaskState, ev: CheckReported) -> Result:
 
 
 def _on_captured(state: TaskState, ev: ArtifactsCaptured) -> Result:
-    cur = _current(state)
-    step = _step(state)
-    if step.kind is not StepKind.HUMAN or ev.command_id != cur.command_id:
-        msg = f"task {state.task_id}: artifacts report {ev.command_id!r} is not the capture in flight"
-        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    cur, step = _in_flight(state, ev, StepKind.HUMAN, "capture report")
     if ev.error is not None:
         return _finish(state, ev.at_ms, Outcome.FAILED, actor="statewright:capture", reason=ev.error,
                        detail=ev.detail)
