@@ -42,8 +42,6 @@ class Tally:
             if head in ("BEGIN", "SAVEPOINT") and not state["open"]:
                 state.update(open=True, wrote=False)
             elif head in ("COMMIT", "END", "RELEASE") and state["open"]:
-                if head == "RELEASE" and "SAVEPOINT" not in sql.upper():
-                    pass
                 if state["wrote"]:
                     self.write_commits += 1
                 else:

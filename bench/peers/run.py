@@ -86,8 +86,8 @@ def main() -> int:
     for name, module, _ in chosen:
         runs = results[module]
         per_step = [statistics.median(x["task_wall_s"]) / STEPS * 1e6 for x in runs]
-        ratio = (statistics.median(statistics.median(x["task_wall_s"]) / f for x, f in zip(runs, floor_by_round))
-                 if floor_by_round else float("nan"))
+        pairs = zip(runs, floor_by_round, strict=True) if floor_by_round else ()
+        ratio = statistics.median(statistics.median(x["task_wall_s"]) / f for x, f in pairs) if pairs else float("nan")
         cpu_wall = statistics.median(sum(x["task_cpu_s"]) / sum(x["task_wall_s"]) for x in runs)
         rows.append((name, f"{statistics.median(per_step):,.0f}", f"{ratio:.1f}", f"{cpu_wall:.2f}",
                      f"{statistics.median(x['write_commits_per_task'] for x in runs):g}",
