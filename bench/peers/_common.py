@@ -24,37 +24,49 @@ from pathlib import Path
 
 STARTED = time.perf_counter()
 STEPS_PER_TASK = 8
-_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER")
 
 
 class Tally:
+    """Counts, per connection, from SQLite's trace of every statement run: a write commit is
+    a transaction (or a statement outside one) after which the connection's total of changed
+    rows grew; a read-only transaction is one that changed nothing."""
+
     def __init__(self) -> None:
         self.statements = 0
         self.write_commits = 0
         self.read_transactions = 0
+        self._settle: list[Callable[[], None]] = []
 
-    def tracer(self) -> Callable[[str], None]:
-        state = {"open": False, "wrote": False}
+    def settle(self) -> None:
+        for settle in self._settle:
+            settle()
+
+    def tracer(self, conn: sqlite3.Connection) -> Callable[[str], None]:
+        state = {"open": False, "at": 0, "loose": -1}
+
+        def settle() -> None:  # a statement run outside a transaction: did it change rows?
+            if state["loose"] >= 0 and conn.total_changes > state["loose"]:
+                self.write_commits += 1
+            state["loose"] = -1
 
         def trace(sql: str) -> None:
+            settle()
             self.statements += 1
             head = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
             if head in ("BEGIN", "SAVEPOINT") and not state["open"]:
-                state.update(open=True, wrote=False)
+                state.update(open=True, at=conn.total_changes)
             elif head in ("COMMIT", "END", "RELEASE") and state["open"]:
-                if state["wrote"]:
+                if conn.total_changes > state["at"]:
                     self.write_commits += 1
                 else:
                     self.read_transactions += 1
-                state.update(open=False, wrote=False)
+                state["open"] = False
             elif head == "ROLLBACK" and "TO" not in sql.upper().split():
-                state.update(open=False, wrote=False)
-            elif head in _WRITES or (head == "WITH" and any(w in sql.upper() for w in _WRITES)):
-                if state["open"]:
-                    state["wrote"] = True
-                else:
-                    self.write_commits += 1
+                state["open"] = False
+            elif not state["open"] and head not in ("SELECT", "PRAGMA"):
+                state["loose"] = conn.total_changes
 
+        self._settle.append(settle)
         return trace
 
 
@@ -68,7 +80,7 @@ def _traced_connect(*args, **kwargs):  # type: ignore[no-untyped-def]
     if target not in (":memory:", "") and not target.startswith("file::memory:"):
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
-    conn.set_trace_callback(TALLY.tracer())
+    conn.set_trace_callback(TALLY.tracer(conn))
     return conn
 
 
@@ -88,6 +100,7 @@ def main(setup: Callable[[Path], Callable[[int], None]]) -> None:
     tasks = int(sys.argv[2])
     run_one = setup(directory)
     run_one(0)
+    TALLY.settle()
     first_task_ms = (time.perf_counter() - STARTED) * 1000
     before = (TALLY.write_commits, TALLY.read_transactions, TALLY.statements)
     walls, cpus = [], []
@@ -96,6 +109,7 @@ def main(setup: Callable[[Path], Callable[[int], None]]) -> None:
         run_one(i)
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
+    TALLY.settle()
     n = len(walls)
     print(json.dumps({
         "first_task_ms": first_task_ms,

@@ -422,12 +422,5 @@ class Engine:
         """Work in-process until the task ends or parks at a human step."""
         from statewright.runtime.worker import Worker
 
-        settled = {
-            TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED,
-            TaskStatus.CANCELLED, TaskStatus.AWAITING_APPROVAL,
-        }
-        Worker(self, lease_seconds=lease_seconds).run(
-            until=lambda: self.state(task_id).status in settled
-        )
-        st = self.state(task_id)
+        st = Worker(self, lease_seconds=lease_seconds).run_one(task_id)
         return TaskView(task_id=task_id, status=st.status.value, state=st, cost=total_cost(st))

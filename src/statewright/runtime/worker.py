@@ -43,7 +43,7 @@ from statewright._errors import (
 from statewright.definition.model import Step, StepKind
 from statewright.machine._records import replace
 from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event, TimerFired
-from statewright.machine.state import TaskState
+from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
 from statewright.runtime import artifacts, workspaces
 from statewright.runtime.clock import SystemClock
@@ -56,6 +56,10 @@ if TYPE_CHECKING:
     from statewright.executors._isolation import Redactor
 
 log = logging.getLogger("statewright.worker")
+SETTLED = frozenset({
+    TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED, TaskStatus.CANCELLED,
+    TaskStatus.AWAITING_APPROVAL,
+})  # where run_one hands a task back: ended, or waiting for a person
 
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
@@ -186,6 +190,102 @@ class Worker:
         if self._failure is not None:
             raise self._failure from self._failure_cause
         return self.stats
+
+    def run_one(self, task_id: str) -> TaskState:
+        """Work one task in the calling thread until it ends, parks at a human step, or is
+        cancelled: the pipeline of ``run`` without its executor and committer threads. Each
+        outcome's commit claims the task's next step for us, and the state that commit wrote
+        is the state the step starts from, so between two steps there is one commit and no
+        read. Only this task's commands and timers are claimed; a step another worker holds
+        is waited for. Leases are renewed by the heartbeat thread while a step runs."""
+        import statewright.executors  # noqa: F401  (as run() does)
+
+        self.stopping.clear()
+        heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
+        heartbeat.start()
+        try:
+            return self._work_one(task_id)
+        finally:
+            self.stopping.set()
+            heartbeat.join()
+            self._release_all()
+
+    def _work_one(self, task_id: str) -> TaskState:
+        claim: Claim | None = None
+        while True:
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise failure from self._failure_cause
+            if claim is None:
+                claim = self._claim_of(task_id)
+            if claim is None:
+                state = self.engine.state(task_id)
+                if state.status in SETTLED:
+                    return state
+                self._wait_for(task_id)
+                continue
+            with self._held_lock:
+                self._held[claim.command_id] = claim.token
+            try:
+                report = self._perform_held(claim)
+            except StoreError:
+                raise
+            except Exception as exc:
+                report = self._handling_failed(claim, exc)
+            if report is None:  # acknowledged, or given back to be retried later
+                self._unhold(claim.command_id, claim.token)
+                claim = None
+                continue
+            claim_for = self._claim_for()
+            try:
+                res = self.engine.apply_many([report], claim_for=claim_for)[0]
+            except StoreError:
+                raise
+            except Exception:
+                res = self._commit_alone(report, claim_for)
+            self._unhold(claim.command_id, claim.token)
+            claim = None
+            if isinstance(res, IllegalEventError):
+                assert report.complete is not None
+                self.store.ack(*report.complete)
+                continue
+            if isinstance(res, StaleLeaseError):
+                log.warning("lease on %s was lost; the report was refused", report.complete)
+                continue
+            crash_point("after_append")
+            self.stats.commands += 1
+            if res.claimed is not None:
+                self._chained[res.claimed.command_id] = res.state
+                claim = res.claimed
+            elif res.state.status in SETTLED:
+                return res.state
+
+    def _claim_of(self, task_id: str) -> Claim | None:
+        """The task's next due command, claimed for us; a due timer of the task fired first."""
+        now = self.clock.now_ms()
+        for t in self.store.claim_timers(self.worker_id, now, self.lease_ms, 1, task_id=task_id):
+            ev = TimerFired(event_id=f"{t.timer_id}:fired", at_ms=now, timer_id=t.timer_id)
+            try:
+                applied = self.engine.apply(task_id, ev, complete_timer=(t.timer_id, t.token),
+                                            claim_for=self._claim_for())
+            except (IllegalEventError, TaskNotFoundError):
+                self.store.drop_timer(t.timer_id, t.token)
+                continue
+            except StaleLeaseError:
+                continue
+            self.stats.timers += 1
+            if applied.claimed is not None:
+                self._chained[applied.claimed.command_id] = applied.state
+                return applied.claimed
+        claims = self.store.claim(self.worker_id, self.clock.now_ms(), self.lease_ms, 1, task_id=task_id)
+        return claims[0] if claims else None
+
+    def _wait_for(self, task_id: str) -> None:
+        """Nothing of the task is claimable now: sleep until its next command or timer is due
+        (a timer of a wait step, a retry's backoff, or the lease of another worker's claim)."""
+        due = self.store.next_due_ms(task_id=task_id)
+        gap = self.idle_poll_seconds if due is None else (due - self.clock.now_ms()) / 1000
+        self.clock.sleep(max(0.0, min(gap, IDLE_WAIT_MAX_SECONDS)), self.stopping)
 
     def _guarded_loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
         """An extra thread's loop: a lost store (or any error outside one command's handling)

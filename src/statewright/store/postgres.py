@@ -453,8 +453,10 @@ class PostgresStore(SqlStore):
                 (*_release_params(command_id, token, available_at_ms, failed, error, started), CHANNEL),
             )
 
-    def next_due_ms(self) -> int | None:
+    def next_due_ms(self, *, task_id: str | None = None) -> int | None:
         """The shared two MIN queries as one statement (one round trip)."""
+        if task_id is not None:
+            return super().next_due_ms(task_id=task_id)
         with self._stmt() as cur:
             row = cur.execute(
                 "SELECT LEAST((SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
