@@ -261,8 +261,12 @@ class Worker:
                 return res.state
 
     def _claim_of(self, task_id: str) -> Claim | None:
-        """The task's next due command, claimed for us; a due timer of the task fired first."""
+        """The task's next due command, claimed for us; else the command a due timer of the
+        task starts."""
         now = self.clock.now_ms()
+        claims = self.store.claim(self.worker_id, now, self.lease_ms, 1, task_id=task_id)
+        if claims:
+            return claims[0]
         for t in self.store.claim_timers(self.worker_id, now, self.lease_ms, 1, task_id=task_id):
             ev = TimerFired(event_id=f"{t.timer_id}:fired", at_ms=now, timer_id=t.timer_id)
             try:
@@ -277,8 +281,7 @@ class Worker:
             if applied.claimed is not None:
                 self._chained[applied.claimed.command_id] = applied.state
                 return applied.claimed
-        claims = self.store.claim(self.worker_id, self.clock.now_ms(), self.lease_ms, 1, task_id=task_id)
-        return claims[0] if claims else None
+        return None
 
     def _wait_for(self, task_id: str) -> None:
         """Nothing of the task is claimable now: sleep until its next command or timer is due
