@@ -225,7 +225,8 @@ class Engine:
         if "base_commit" not in given:
             before.pop("base_commit", None)
         if stored.workflow_hash != wf.content_hash:
-            why = f"workflow {stored.workflow!r} ({stored.workflow_hash[:12]}), not {wf.name!r} ({wf.content_hash[:12]})"
+            why = (f"workflow {stored.workflow!r} ({stored.workflow_hash[:12]}), "
+                   f"not {wf.name!r} ({wf.content_hash[:12]})")
         elif before != dict(given):
             why = "other input"
         else:
