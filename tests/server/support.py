@@ -74,6 +74,7 @@ class World:
         """A task of ``workflow`` waiting for an approval, and its proposal hash."""
         tid = self.engine.submit(self.workflows[workflow], data or {})
         self.settle()
+        self.engine.clock.advance(1)  # type: ignore[attr-defined]  # tasks list in the order made
         st = self.engine.state(tid)
         assert st.status is TaskStatus.AWAITING_APPROVAL and st.current is not None
         return tid, st.current.proposal_hash
@@ -81,6 +82,7 @@ class World:
     def halted(self) -> str:
         tid = self.engine.submit(self.workflows["broken"], {})
         self.settle()
+        self.engine.clock.advance(1)  # type: ignore[attr-defined]
         assert self.engine.state(tid).status is TaskStatus.HALTED
         return tid
 
