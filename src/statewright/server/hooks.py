@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,12 +68,17 @@ class Hook:
             try:
                 out[name] = resolve(ref, body, {})
             except RefError as exc:
-                text = str(exc).replace("input", "body")
+                text = _in_body(str(exc))
                 raise InputError(f"hook {self.name!r}: input {name!r}: {text}") from None
         return out
 
     def key(self, delivery: str) -> str:
         return f"hook:{self.name}:{delivery}"
+
+
+def _in_body(text: str) -> str:
+    """A reference's message in the hooks file's words: its root is ``body``, not ``input``."""
+    return re.sub(r"(?<![\w.])input(?=[.:\s]|$)", "body", text)
 
 
 def sign(secret: bytes, body: bytes) -> str:
@@ -146,5 +152,5 @@ def _mapping(raw: object, where: str, problems: list[str]) -> dict[str, Ref] | N
         try:
             out[str(field_name)] = parse_ref("input" + text[len("body"):])
         except RefError as exc:
-            problems.append(f"{where}: input {field_name!r}: {str(exc).replace('input', 'body')}")
+            problems.append(f"{where}: input {field_name!r}: {_in_body(str(exc))}")
     return out
