@@ -590,6 +590,7 @@ def _listen(host: str, port: int, option: str) -> Any:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(addr)
+        sock.listen(128)  # connections wait in the backlog until the server takes them
     except OSError as exc:
         sock.close()
         raise InputError(f"{option} {port}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
