@@ -2,17 +2,7 @@
 
     request -> bearer token -> engine.users.authenticate -> Principal
             -> the engine's act (approve, reject, retry, cancel, submit) or a read
-            -> JSON; a refusal -> one line, its status from the error's kind:
-
-    AuthenticationError                          401  no, unknown or revoked token
-    PermissionDeniedError, ApprovalError
-      (not_allowed: agent, role, scope, duty)    403
-    TaskNotFoundError, no such run or hook       404
-    ApprovalError (stale, expired, not_waiting),
-      IllegalEventError, VersionConflictError,
-      TaskStateError, KeyReusedError             409
-    InputError, DefinitionError, a bad body      422
-    StoreUnavailableError                        503  the database cannot be reached
+            -> JSON; a refusal -> one line, its status from the error's kind (server/http.py)
 
 The server decides nothing about who may act: it passes the token's Principal to the engine
 and maps the engine's answer. Engine calls run in Starlette's thread pool (the stores are
@@ -23,11 +13,9 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -35,22 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from statewright._errors import (
-    ApprovalError,
-    AuthenticationError,
-    DefinitionError,
-    IllegalEventError,
-    InputError,
-    KeyReusedError,
-    PermissionDeniedError,
-    Refusal,
-    StaleLeaseError,
-    StatewrightError,
-    StoreUnavailableError,
-    TaskNotFoundError,
-    TaskStateError,
-    VersionConflictError,
-)
+from statewright._errors import InputError, StatewrightError
 from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
 from statewright.definition.model import Workflow
 from statewright.machine.state import TaskStatus
@@ -59,116 +32,15 @@ from statewright.runtime.history import history_lines, summary, task_row
 from statewright.runtime.users import Principal
 from statewright.server import metrics as metrics_text
 from statewright.server.hooks import DELIVERY_HEADER, SIGNATURE_HEADER, Hook
-from statewright.server.openapi import BODIES, spec
+from statewright.server.http import Api, Handler, NotFoundError, endpoint, error_response, http_error
+from statewright.server.openapi import spec
 
-#: Route lists mounted beside the API's own: each is called with the app's ``Api`` and
-#: returns Starlette routes (remote agents add theirs here, in one line).
+#: Route lists mounted beside the API's own: each is called with the app's ``Api`` (the
+#: engine, the bearer check, ``endpoint`` and the refusals are in server/http.py) and returns
+#: Starlette routes. A module of routes is wired here, in one line: ``(agents.routes,)``.
 ROUTE_FACTORIES: tuple[Callable[[Api], Sequence[BaseRoute]], ...] = ()
 
 _DEFAULT_LIMIT = 100
-_VALIDATORS = {name: jsonschema.Draft202012Validator(schema) for name, schema in BODIES.items()}
-
-
-class NotFoundError(StatewrightError, LookupError):
-    """No loop run or hook of that name (tasks have TaskNotFoundError)."""
-
-
-@dataclass
-class Api:
-    """What the endpoints share: the engine, the workflows POST /api/tasks may start, the
-    hooks, and where the outer loop's runs are kept."""
-
-    engine: Engine
-    workflows: Mapping[str, Workflow] = field(default_factory=dict)
-    hooks: Mapping[str, Hook] = field(default_factory=dict)
-    loop_db: str | None = None
-
-    def principal(self, request: Request) -> Principal:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if not header:
-            raise AuthenticationError("this call needs 'Authorization: Bearer TOKEN' (from 'statewright users token')")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise AuthenticationError("the Authorization header must be 'Bearer TOKEN'")
-        return self.engine.users.authenticate(token.strip())
-
-    def acting(self, request: Request, body: Mapping[str, Any]) -> Principal:
-        """The token's person, authenticated again by the engine; with ``as``, named so."""
-        return self.engine.users.check(self.principal(request), as_name=body.get("as"), act="act")
-
-
-# --- errors ---------------------------------------------------------------------------------
-
-
-def _status(exc: StatewrightError) -> tuple[int, str]:
-    if isinstance(exc, AuthenticationError):
-        return 401, "unauthenticated"
-    if isinstance(exc, PermissionDeniedError):
-        return 403, "forbidden"
-    if isinstance(exc, ApprovalError):
-        return (403, "forbidden") if exc.refusal is Refusal.NOT_ALLOWED else (409, exc.refusal.value)
-    if isinstance(exc, TaskNotFoundError | NotFoundError):
-        return 404, "not_found"
-    if isinstance(exc, KeyReusedError):
-        return 409, "key_reused"
-    if isinstance(exc, IllegalEventError | VersionConflictError | StaleLeaseError | TaskStateError):
-        return 409, "conflict"
-    if isinstance(exc, InputError | DefinitionError):
-        return 422, "invalid"
-    if isinstance(exc, StoreUnavailableError):
-        return 503, "unavailable"
-    return 500, "error"
-
-
-def error_response(exc: StatewrightError) -> JSONResponse:
-    status, code = _status(exc)
-    text = str(exc) if not isinstance(exc, DefinitionError) else "; ".join(exc.problems)
-    body: dict[str, Any] = {"error": " ".join(text.split()), "code": code}
-    if isinstance(exc, KeyReusedError):
-        body["task_id"] = exc.task_id
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    status = exc.status_code if isinstance(exc, HTTPException) else 500
-    detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
-    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "error")
-    return JSONResponse({"error": str(detail), "code": code}, status_code=status)
-
-
-# --- request plumbing -------------------------------------------------------------------------
-
-Handler = Callable[[Api, Request, dict[str, Any]], Response]
-
-
-async def read_json(request: Request, body: str | None) -> dict[str, Any]:
-    """The request's JSON object within statewright's bounds, checked against the named
-    body schema of the OpenAPI document; InputError (422) otherwise."""
-    raw = await request.body()
-    if len(raw) > MAX_INPUT_BYTES:
-        raise InputError(f"the body is {len(raw):,} bytes; the most is {MAX_INPUT_BYTES:,}")
-    data = loads_json_object(raw or b"", "the request body")
-    if body is not None:
-        error = jsonschema.exceptions.best_match(_VALIDATORS[body].iter_errors(data))
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "the body"
-            raise InputError(f"{where}: {error.message}")
-    return data
-
-
-def endpoint(api: Api, handler: Handler, *, body: str | None = None) -> Callable[[Request], Awaitable[Response]]:
-    """An async endpoint that reads and checks the body, then runs ``handler`` (which talks
-    to the store) in the thread pool; a statewright error becomes its JSON refusal."""
-
-    async def run(request: Request) -> Response:
-        try:
-            data = await read_json(request, body) if body is not None else {}
-            return await run_in_threadpool(handler, api, request, data)
-        except StatewrightError as exc:
-            return error_response(exc)
-
-    return run
 
 
 def _int_param(request: Request, name: str, default: int | None, low: int, high: int) -> int | None:
@@ -446,6 +318,6 @@ def create_app(
         engine.close()
 
     app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: _http_error, Exception: _http_error})
+                    exception_handlers={HTTPException: http_error, Exception: http_error})
     app.state.api = api
     return app
