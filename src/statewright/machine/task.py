@@ -20,7 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from statewright._canonical import canonical_json
-from statewright._errors import CONFLICT, ApprovalError, IllegalEventError
+from statewright._errors import CONFLICT, ApprovalError, IllegalEventError, Refusal
 from statewright._names import holds_role, is_agent_name, person_name_problem, scope_text
 from statewright._time import when
 from statewright.approvals.proposal import artifact_hashes, proposal_hash
@@ -530,7 +530,7 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
     step = _step(state)
     where = f"task {state.task_id}, step {step.id!r}"
     if ev.step and ev.step != step.id:
-        raise ApprovalError(f"{where}: the task waits at {step.id!r}, not {ev.step!r}")
+        raise ApprovalError(f"{where}: the task waits at {step.id!r}, not {ev.step!r}", refusal=Refusal.STALE)
     if not ev.actor:
         raise ApprovalError(f"{where}: an approver name is required")
     if is_machine_actor(ev.actor):
@@ -557,11 +557,12 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
                 "(separation of duty)"
             )
     if cur.expires_at_ms is not None and ev.at_ms >= cur.expires_at_ms:
-        raise ApprovalError(f"{where}: the approval window closed at {when(cur.expires_at_ms)}")
+        raise ApprovalError(f"{where}: the approval window closed at {when(cur.expires_at_ms)}",
+                            refusal=Refusal.EXPIRED)
     if ev.proposal_hash and ev.proposal_hash != cur.proposal_hash:
         raise ApprovalError(
             f"{where}: hash {ev.proposal_hash} is not the current proposal's, {cur.proposal_hash}; "
-            "review the current proposal"
+            "review the current proposal", refusal=Refusal.STALE,
         )
     return step
 
@@ -580,7 +581,7 @@ def _on_granted(state: TaskState, ev: ApprovalGranted) -> Result:
     _authorise(state, ev, "approve")
     cur = _current(state)
     if ev.proposal_hash != cur.proposal_hash:
-        raise ApprovalError(f"task {state.task_id}: an approval must quote the proposal hash")
+        raise ApprovalError(f"task {state.task_id}: an approval must quote the proposal hash", refusal=Refusal.STALE)
     approved = replace(
         state,
         approvals=(*state.approvals, Approval(cur.step, ev.actor, cur.proposal_hash, ev.at_ms, ev.token_id)),
