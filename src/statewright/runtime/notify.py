@@ -77,7 +77,7 @@ class Notifier:
         if target.kind is NotifyKind.EMAIL:
             self._email(target, message)
         elif target.kind is NotifyKind.SLACK:
-            self._post(target, json.dumps({"text": message["text"]}).encode(), {})
+            self._post(target, json.dumps({"text": slack_text(str(message["text"]))}).encode(), {})
         else:
             self._webhook(target, message)
 
@@ -124,7 +124,7 @@ class Notifier:
         mail = EmailMessage()
         mail["From"] = self.env.get("STATEWRIGHT_SMTP_FROM", "statewright@localhost")
         mail["To"] = target.address
-        mail["Subject"] = str(message["subject"])
+        mail["Subject"] = " ".join(str(message["subject"]).split())[:200]  # one line, whatever a reason holds
         key_hash = hashlib.sha256(str(message["idempotency_key"]).encode()).hexdigest()[:32]
         mail["Message-ID"] = f"<{key_hash}@statewright>"
         mail[KEY_HEADER] = str(message["idempotency_key"])
@@ -172,6 +172,12 @@ def _smtp_text(exc: Exception) -> str:
         error = exc.smtp_error
         return error.decode("utf-8", "replace") if isinstance(error, bytes) else str(error)
     return str(exc)
+
+
+def slack_text(text: str) -> str:
+    """Text escaped as Slack reads it: ``&``, ``<`` and ``>`` are literal, so a step's output in
+    a halt's detail cannot mention a channel (``<!channel>``) or hide a link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def review_link(task_id: str, public_url: str) -> str | None:
