@@ -385,6 +385,13 @@ def _print_show(engine: Any, task_id: str) -> None:
     for step_id, result in st.results.items():
         text = json.dumps(result, ensure_ascii=False, sort_keys=True)
         click.echo(f"  {step_id}: {text if len(text) <= 100 else text[:99] + '…'}")
+    from statewright.runtime.notify import notification_lines
+
+    notices = notification_lines(engine.events(task_id))
+    if notices:
+        click.echo("notifications:")
+    for line in notices:
+        click.echo("  " + line)
     _print_proposal(st)
 
 

@@ -30,7 +30,7 @@ import os
 import smtplib
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from typing import Any
@@ -38,6 +38,7 @@ from typing import Any
 from statewright._time import duration, when
 from statewright.definition.model import RetryPolicy
 from statewright.definition.notify import NotifyEvent, NotifyKind, NotifyTarget, target_from_dict
+from statewright.machine.events import Event, NotificationSent
 
 SIGNATURE_HEADER = "X-Statewright-Signature"
 KEY_HEADER = "X-Statewright-Idempotency-Key"
@@ -216,3 +217,16 @@ def compose(task_id: str, body: Mapping[str, Any], public_url: str) -> dict[str,
         "idempotency_key": body.get("idempotency_key", ""), "subject": subject, "text": "\n".join(lines),
         "review_url": link, "review_command": f"statewright review {task_id}", "facts": facts,
     }
+
+
+def notification_lines(events: Sequence[Event]) -> list[str]:
+    """One line per notification recorded in a task's log, for ``statewright show``:
+    ``approval at review #1 -> webhook hooks.example.com: delivered (1 try) at 2026-12-02 10:42 UTC``."""
+    out = []
+    for ev in events:
+        if not isinstance(ev, NotificationSent):
+            continue
+        tries = f"{ev.tries} {'try' if ev.tries == 1 else 'tries'}"
+        how = f"delivered ({tries})" if ev.delivered else f"given up, {ev.error} ({tries}): {ev.detail[:200]}"
+        out.append(f"{ev.event} at {ev.step} #{ev.attempt} -> {ev.target}: {how} at {when(ev.at_ms)}")
+    return out

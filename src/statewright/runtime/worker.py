@@ -470,6 +470,7 @@ class Worker:
                 error, detail = "task_moved_on", moved
             else:
                 self.notifier.send(claim.task_id, body)
+                crash_point("after_notify")
         except notify.Retry as exc:
             if tries < self.notifier.retry.max_attempts:
                 delay = self.notifier.retry.backoff_seconds(tries, self.rng.random())
