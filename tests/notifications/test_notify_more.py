@@ -116,3 +116,37 @@ def test_show_lists_the_notifications_of_a_task(
         f"approval at review #1 -> webhook {host}: given up, refused (1 try): webhook {host} answered 404: ok",
         f"approval at review #1 -> slack {host}: delivered (1 try)",
     ])
+
+
+def test_evidence_that_changes_a_waiting_proposal_notifies_again_with_the_new_hash(
+    open_engine: Callable[..., Engine], http: HttpReceiver, clock: FakeClock,
+) -> None:
+    """The first notification fails; an operator's evidence builds the proposal again: its own
+    notification carries the new hash, and the old one, when due again, is given up unsent."""
+    from people.support import People
+    from statewright.definition.model import RetryPolicy
+
+    http.answers.append(500)
+    wf = workflow_from_dict({
+        "workflow": "gate",
+        "steps": [{"id": "review", "kind": "human", "owner": "leads", "approvers": {"role": "lead"},
+                   "notify": [hook(http)]}],
+    })
+    engine = open_engine()
+    ops = People(engine).add("olga", "operator")
+    tid = engine.submit(wf)
+    retry = RetryPolicy(max_attempts=3, initial_backoff_seconds=10, jitter=False)
+    drain(engine, retry=retry)
+    old_hash = engine.state(tid).current.proposal_hash
+    engine.add_evidence(tid, ops, {"callback": "confirmed by phone"}, note="the supplier called back")
+    new_hash = engine.state(tid).current.proposal_hash
+    assert new_hash != old_hash
+    drain(engine, retry=retry)
+    clock.advance(10)
+    drain(engine, retry=retry)
+    hashes = [r.json()["facts"]["proposal_hash"] for r in http.requests]
+    assert hashes == [old_hash, new_hash]
+    keys = [r.headers["X-Statewright-Idempotency-Key"] for r in http.requests]
+    assert keys[1].startswith(f"{tid}/review/1/approval-1/webhook-")
+    outcomes = sorted((e["idempotency_key"] == keys[1], e["delivered"], e["error"]) for e in sent(engine, tid))
+    assert outcomes == [(False, False, "task_moved_on"), (True, True, None)]

@@ -256,3 +256,38 @@ schedules:
         assert len(engine.store.list_tasks()) == 1
     finally:
         engine.close()
+
+
+def test_schedule_run_starts_the_due_slot_and_stops_cleanly_on_sigterm(tmp_path: Path, store_url: str) -> None:
+    """A real scheduler process: it starts the minute's slot (on time: within its minute of
+    grace), says so on a line of its own at once, and exits 0 on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    path = schedules_file(tmp_path, """\
+schedules:
+  - name: every-minute
+    workflow: report.yaml
+    cron: "* * * * *"
+    input: {team: ops}
+""")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
+    with subprocess.Popen([sys.executable, "-m", "statewright", "schedule", "run", str(path), "--db", store_url],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            line = proc.stdout.readline()
+            assert line.startswith("schedule every-minute: slot ") and " started task t-" in line, line
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0, proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    engine = Engine.open(store_url)
+    try:
+        assert len(engine.store.list_tasks()) >= 1
+    finally:
+        engine.close()

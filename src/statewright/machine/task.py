@@ -232,12 +232,13 @@ def _await_approval(state: TaskState, step: Step, at_ms: int) -> Result:
 # --- notifications ------------------------------------------------------------------------
 
 
-def _notices(state: TaskState, event: NotifyEvent, step: Step, attempt: int, facts: Mapping[str, Any]) -> list[
-        Command]:
+def _notices(state: TaskState, event: NotifyEvent, step: Step, attempt: int, facts: Mapping[str, Any], *,
+             again: int = 0) -> list[Command]:
     """One Notify command per target of ``event``, each under its own idempotency key
     TASK/EVENT/TARGET (a halt's event is named by the epoch it ended: a task halts at most
-    once per epoch)."""
+    once per epoch; ``again``: the proposal of an approval built again, the Nth time)."""
     ref = f"halted-{state.epoch}" if event is NotifyEvent.HALTED else f"{step.id}/{attempt}/{event.value}"
+    ref += f"-{again}" if again else ""
     common = {"workflow": state.workflow.name, "status": state.status.value, **facts}
     out: list[Command] = []
     for target in state.workflow.targets(event, step):
@@ -733,7 +734,10 @@ def _propose_again(state: TaskState, at_ms: int) -> Result:
         RequestApproval(
             command_id=cid, task_id=state.task_id, step=step.id, attempt=cur.attempt,
             proposal_hash=h, role=step.approvers_role or "", expires_at_ms=cur.expires_at_ms,
-        )
+        ),
+        *_notices(state, NotifyEvent.APPROVAL, step, cur.attempt, {
+            "proposal_hash": h, "role": step.approvers_role or "", "expires_at_ms": cur.expires_at_ms,
+        }, again=len(state.evidence)),
     ]
 
 

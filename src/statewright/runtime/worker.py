@@ -517,6 +517,9 @@ class Worker:
         cur = state.current
         if cur is None or (cur.step, cur.attempt) != (claim.body.get("step"), claim.body.get("attempt")):
             return f"the task left step {claim.body.get('step')!r} (it is {state.status.value} now)"
+        shown = (claim.body.get("facts") or {}).get("proposal_hash")
+        if event == "approval" and shown != cur.proposal_hash:
+            return "the proposal was built again (new evidence); its own notification says so"
         return ""
 
     def _reduce(self, claim: Claim, state: TaskState, step: Step, event: Event) -> Report:
