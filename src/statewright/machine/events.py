@@ -161,8 +161,9 @@ class TaskCancelled(Event):
 class NotificationSent(Event):
     """A Notify command ended: ``delivered``, or given up with ``error`` (a reason code:
     ``retries_exhausted``, ``refused``, ``secret_missing``, ``not_configured``,
-    ``task_moved_on``) and ``detail``. It changes nothing else in the task: a notification
-    never blocks or fails it. ``target`` is the target as shown (kind and host or address)."""
+    ``task_moved_on``, ``notify_error``, ``handling_error``) and ``detail``. It changes
+    nothing else in the task: a notification never blocks or fails it. ``target`` is the
+    target as shown (kind and host or address)."""
 
     type: ClassVar[str] = "NotificationSent"
     command_id: str = ""

@@ -11,7 +11,9 @@ continue, or on a loop-back) starts a new attempt under a new key; an operator's
 halted step and a repair turn run again under the key of the attempt they repeat, so a
 target that saw the first write can refuse the second. Command ids stay unique per run
 (``TASK/STEP/ATTEMPT``, ``.../repair``, ``.../check-N``): a report's event id is made from
-its command id."""
+its command id. A notification's key (and command id) is ``TASK/EVENT/TARGET``: EVENT is
+``STEP/ATTEMPT/approval`` (``approval-N`` when evidence built the proposal again),
+``STEP/ATTEMPT/stuck`` or ``halted-EPOCH``, TARGET the target's kind and a hash of it."""
 
 from __future__ import annotations
 
