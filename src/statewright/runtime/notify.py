@@ -44,8 +44,8 @@ SIGNATURE_HEADER = "X-Statewright-Signature"
 KEY_HEADER = "X-Statewright-Idempotency-Key"
 EVENT_HEADER = "X-Statewright-Event"
 DEFAULT_TIMEOUT_SECONDS = 10.0
-#: Tries of one notification and the waits between them: 30 s doubling up to an hour, 8 tries
-#: (about two hours in all) before it is given up.
+#: Tries of one notification and the waits between them: up to 30 s (jittered down to half),
+#: doubling, at most an hour; 8 tries (at most about an hour of waiting) before it is given up.
 DEFAULT_RETRY = RetryPolicy(max_attempts=8, initial_backoff_seconds=30.0, max_backoff_seconds=3600.0)
 _MAX_ANSWER_BYTES = 4096  # of a receiver's answer, read for the error detail
 
