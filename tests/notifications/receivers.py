@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HANG = -1  # a scripted answer: read the request, then never answer
+GARBAGE = -2  # a scripted answer that is not HTTP
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class Received:
 
 
 class HttpReceiver:
-    """``answers`` are given in order (HANG: hang until the receiver stops), then 200."""
+    """``answers`` are given in order (HANG: hang until the receiver stops; GARBAGE: not HTTP),
+    then 200."""
 
     def __init__(self) -> None:
         self.requests: list[Received] = []
@@ -42,6 +44,10 @@ class HttpReceiver:
                 status = receiver.answers.popleft() if receiver.answers else 200
                 if status == HANG:
                     receiver.release.wait(30)
+                    return
+                if status == GARBAGE:
+                    self.wfile.write(b"SMTP READY\r\n\r\n")
+                    self.close_connection = True
                     return
                 self.send_response(status)
                 self.send_header("Content-Length", "2")

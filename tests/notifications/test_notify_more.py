@@ -150,3 +150,27 @@ def test_evidence_that_changes_a_waiting_proposal_notifies_again_with_the_new_ha
     assert keys[1].startswith(f"{tid}/review/1/approval-1/webhook-")
     outcomes = sorted((e["idempotency_key"] == keys[1], e["delivered"], e["error"]) for e in sent(engine, tid))
     assert outcomes == [(False, False, "task_moved_on"), (True, True, None)]
+
+
+def test_an_answer_that_is_not_http_is_tried_again(
+    open_engine: Callable[..., Engine], http: HttpReceiver, clock: FakeClock,
+) -> None:
+    from statewright.definition.model import RetryPolicy
+
+    from .receivers import GARBAGE
+
+    http.answers.append(GARBAGE)
+    wf = workflow_from_dict({
+        "workflow": "gate",
+        "steps": [{"id": "review", "kind": "human", "owner": "leads", "approvers": {"role": "lead"},
+                   "notify": [hook(http)]}],
+    })
+    engine = open_engine()
+    tid = engine.submit(wf)
+    retry = RetryPolicy(max_attempts=2, initial_backoff_seconds=5, jitter=False)
+    drain(engine, retry=retry)
+    assert sent(engine, tid) == []
+    clock.advance(5)
+    drain(engine, retry=retry)
+    [event] = sent(engine, tid)
+    assert (event["delivered"], event["tries"]) == (True, 2)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import smtplib
@@ -113,6 +114,8 @@ class Notifier:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise Retry(f"{where}: {reason}") from None
+        except http.client.HTTPException as exc:  # an answer that is not HTTP
+            raise Retry(f"{where}: {type(exc).__name__}: {exc}") from None
 
     def _email(self, target: NotifyTarget, message: Mapping[str, Any]) -> None:
         host = self.env.get("STATEWRIGHT_SMTP_HOST", "")
