@@ -380,6 +380,13 @@ def _print_show(engine: Any, task_id: str) -> None:
     for step_id, result in st.results.items():
         text = json.dumps(result, ensure_ascii=False, sort_keys=True)
         click.echo(f"  {step_id}: {text if len(text) <= 100 else text[:99] + '…'}")
+    from statewright.runtime.notify import notification_lines
+
+    notices = notification_lines(engine.events(task_id))
+    if notices:
+        click.echo("notifications:")
+    for line in notices:
+        click.echo("  " + line)
     _print_proposal(st)
 
 
@@ -861,6 +868,66 @@ def demo(workdir: str | None) -> None:
     from statewright.demo import run_demo
 
     sys.exit(run_demo(workdir))
+
+
+@cli.group()
+def schedule() -> None:
+    """Start tasks from cron schedules (a schedules file; needs the [schedule] extra)."""
+
+
+@schedule.command("run")
+@click.argument("file")
+@click.option("--once", is_flag=True, help="Start what is due now, then exit.")
+@_db_option
+@_guard
+def schedule_run(file: str, once: bool, db: str) -> None:
+    """Start one task per due slot of each schedule in FILE, under the slot's key (two
+    schedulers on one database start a slot once); run until SIGTERM/Ctrl-C, or --once.
+    Workers (statewright worker) run the tasks."""
+    import signal
+    import threading
+
+    from statewright.runtime.schedules import Fired, load_schedules, run_schedules
+
+    schedules = _load_schedules(file, load_schedules)
+    engine = _engine(db, create=True)
+    stop = threading.Event()
+    if not once:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: stop.set())
+
+    def fired(f: Fired) -> None:
+        how = "started" if f.started else "was already started as"
+        click.echo(f"schedule {f.schedule.name}: slot {f.schedule.shown(f.slot_ms)} {how} task {f.task_id}")
+
+    def failed(exc: StatewrightError) -> None:
+        click.echo(f"error: {exc}; trying again at the next look", err=True)
+
+    run_schedules(engine, schedules, stop=stop, once=once, on_fire=fired, on_error=None if once else failed)
+
+
+@schedule.command("list")
+@click.argument("file")
+@click.option("--count", default=3, show_default=True, type=click.IntRange(1, 100), help="Next slots to show.")
+@_guard
+def schedule_list(file: str, count: int) -> None:
+    """Check FILE and show each schedule's next slots as dates in its time zone."""
+    from statewright.runtime.clock import SystemClock
+    from statewright.runtime.schedules import load_schedules
+
+    schedules = _load_schedules(file, load_schedules)
+    now = SystemClock().now_ms()
+    click.echo("NAME\tCRON\tTIMEZONE\tCATCH_UP\tWORKFLOW\tNEXT")
+    for s in schedules:
+        nexts = ", ".join(s.shown(ms) for ms in s.next_slots_ms(now, count))
+        click.echo(f"{s.name}\t{s.cron}\t{s.timezone}\t{s.catch_up.value}\t{s.workflow.name}\t{nexts}")
+
+
+def _load_schedules(file: str, load: Callable[[str], Any]) -> Any:
+    try:
+        return load(file)
+    except ModuleNotFoundError as exc:
+        raise InputError(f"schedules need the cron library: pip install 'statewright[schedule]' ({exc})") from None
 
 
 def _attach_optional() -> None:

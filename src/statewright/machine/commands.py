@@ -78,8 +78,23 @@ class StartTimer(Command):
     purpose: str = ""
 
 
+@dataclass(frozen=True)
+class Notify(Command):
+    """Tell one target (``NotifyTarget.to_dict()``) of ``event`` (``NotifyEvent``): a task
+    waits for approval, halted, or is stuck. ``idempotency_key`` is TASK/EVENT/TARGET: a
+    receiver that sees it twice has seen one notification. ``facts`` are what the message
+    says (status, step, reason, proposal hash, ...); the worker writes the message and the
+    review link, and reads any secret from its own environment."""
+
+    type: ClassVar[str] = "Notify"
+    event: str = ""
+    target: Mapping[str, str] = field(default_factory=dict)
+    idempotency_key: str = ""
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
 COMMAND_TYPES: Mapping[str, type[Command]] = {
-    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer)
+    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer, Notify)
 }
 
 

@@ -42,7 +42,14 @@ from statewright._errors import (
 )
 from statewright.definition.model import Step, StepKind
 from statewright.machine._records import replace
-from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event, TimerFired
+from statewright.machine.events import (
+    ArtifactsCaptured,
+    AttemptReported,
+    CheckReported,
+    Event,
+    NotificationSent,
+    TimerFired,
+)
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
 from statewright.runtime import artifacts, workspaces
@@ -54,6 +61,7 @@ from statewright.store.base import Claim
 
 if TYPE_CHECKING:
     from statewright.executors._isolation import Redactor
+    from statewright.runtime.notify import Notifier
 
 log = logging.getLogger("statewright.worker")
 SETTLED = frozenset({
@@ -102,7 +110,10 @@ class Worker:
         batch: int = DEFAULT_BATCH,
         max_deliveries: int = MAX_DELIVERIES,
         rng: random.Random | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
+        from statewright.runtime.notify import Notifier
+
         self.engine = engine
         self.store = engine.store
         self.clock = engine.clock
@@ -113,6 +124,7 @@ class Worker:
         self.batch = max(1, batch)
         self.max_deliveries = max(1, max_deliveries)
         self.rng = rng or random.Random()
+        self.notifier = notifier or Notifier()
         self.stats = WorkerStats()
         self.stopping = threading.Event()
         self._held: dict[str, int] = {}
@@ -498,6 +510,9 @@ class Worker:
         if claim.deliveries > 1 and self.store.has_event(result_id):
             self.store.ack(claim.command_id, claim.token)  # outcome already recorded
             return None
+        if claim.type == "Notify":
+            self._notify(claim, result_id)
+            return None
         if claim.type == "RequestApproval":
             log.info(
                 "task %s waits for approval at %s (role %s, proposal %s)",
@@ -535,6 +550,80 @@ class Worker:
         report = self._reduce(claim, state, step, event)
         _log_outcome(claim, _outcome_of(report.event), time.monotonic() - started)
         return report
+
+    def _notify(self, claim: Claim, result_id: str) -> None:
+        """Send one notification and record how it ended. A failure worth another try gives
+        the command back for a backoff (``Notifier.retry``); when the tries are used up, or
+        another try cannot help, it is recorded as given up. The task is never failed."""
+        from statewright.definition.notify import target_from_dict
+        from statewright.runtime import notify
+        from statewright.runtime.screen import describe
+
+        body = claim.body
+        tries = claim.failures + 1
+        error: str | None = None
+        detail = ""
+        try:
+            shown = target_from_dict(body.get("target") or {}).describe()
+        except ValueError:
+            shown = "an unknown target"
+        try:
+            moved = self._moved_on(claim)
+            if moved:
+                error, detail = "task_moved_on", moved
+            else:
+                self.notifier.send(claim.task_id, body)
+                crash_point("after_notify")
+        except notify.Retry as exc:
+            if tries < self.notifier.retry.max_attempts:
+                delay = self.notifier.retry.backoff_seconds(tries, self.rng.random())
+                why = self._redactor.text(str(exc))
+                log.warning("task %s: %s notification to %s not sent (%s); try %d again in %.0f s", claim.task_id,
+                            body.get("event"), shown, why, tries + 1, delay)
+                with self._cv:
+                    self.stats.retries += 1
+                self.store.release(claim.command_id, claim.token, self.clock.now_ms() + int(delay * 1000),
+                                   failed=True, error=why)
+                return
+            error, detail = "retries_exhausted", f"{exc} (after {tries} tries)"
+        except notify.GiveUp as exc:
+            error, detail = exc.reason, str(exc)
+        except Exception as exc:  # a poisoned notification ends as given up, never stops the worker
+            error, detail = "notify_error", describe(exc)
+        event = NotificationSent(
+            event_id=result_id, at_ms=self.clock.now_ms(), command_id=claim.command_id,
+            step=str(body.get("step", "")), attempt=int(body.get("attempt") or 0), event=str(body.get("event", "")),
+            target=shown, idempotency_key=str(body.get("idempotency_key") or claim.command_id),
+            delivered=error is None, error=error, detail=self._redactor.text(detail)[:2000], tries=tries,
+        )
+        try:
+            self.engine.apply(claim.task_id, event, complete=(claim.command_id, claim.token))
+        except (IllegalEventError, TaskNotFoundError):
+            self.store.ack(claim.command_id, claim.token)
+        except StaleLeaseError:
+            return
+        if error is None:
+            log.info("task %s: %s notification sent to %s", claim.task_id, event.event, shown)
+        else:
+            log.warning("task %s: %s notification to %s given up (%s): %s", claim.task_id, event.event, shown,
+                        error, event.detail)
+        with self._cv:
+            self.stats.commands += 1
+
+    def _moved_on(self, claim: Claim) -> str:
+        """Why a notification no longer applies (its task left the step it is about, or is
+        no longer halted), or "" when it does."""
+        state = self.engine.state(claim.task_id)
+        event = claim.body.get("event")
+        if event == "halted":
+            return "" if state.status is TaskStatus.HALTED else f"the task is {state.status.value} now"
+        cur = state.current
+        if cur is None or (cur.step, cur.attempt) != (claim.body.get("step"), claim.body.get("attempt")):
+            return f"the task left step {claim.body.get('step')!r} (it is {state.status.value} now)"
+        shown = (claim.body.get("facts") or {}).get("proposal_hash")
+        if event == "approval" and shown != cur.proposal_hash:
+            return "the proposal was built again (new evidence); its own notification says so"
+        return ""
 
     def _reduce(self, claim: Claim, state: TaskState, step: Step, event: Event) -> Report:
         """The screened and redacted outcome, reduced; an outcome the reducer or the encoder

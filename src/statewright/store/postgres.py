@@ -579,7 +579,7 @@ def _one_statement_append(
     if terminal:
         but_command = " AND command_id <> %s" if complete else ""
         but_timer = " AND timer_id <> %s" if complete_timer else ""
-        ctes.append(f"xo AS (DELETE FROM sw_outbox WHERE task_id = %s{but_command})")
+        ctes.append(f"xo AS (DELETE FROM sw_outbox WHERE task_id = %s AND type <> 'Notify'{but_command})")
         ctes.append(f"xt AS (DELETE FROM sw_timers WHERE task_id = %s{but_timer})")
     if n_timers:
         ctes.append(

@@ -301,8 +301,8 @@ class SqlStore(PeopleSql, ABC):
             gone = self._x(cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", req.complete_timer)
             if gone.rowcount != 1:
                 raise StaleLeaseError(req.complete_timer[0], req.complete_timer[1], -1)
-        if req.terminal:
-            self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ?", (task_id,))
+        if req.terminal:  # what is left to do ends with the task; its notifications are still sent
+            self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ? AND type <> 'Notify'", (task_id,))
             self._x(cur, "DELETE FROM sw_timers WHERE task_id = ?", (task_id,))
         claimed = None
         claim_for = req.claim_for
