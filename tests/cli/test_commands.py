@@ -119,8 +119,8 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
     worker = sw_process("worker", "--until-idle", "--db", db)
 
     assert worker.returncode == 0, worker.stderr
-    # the approval request (a notice nobody had performed yet) and ship
-    assert worker.stdout.strip() == "worker stopped: 2 commands, 0 timers, 0 retries"
+    # ship (the wait for the approval was announced when it was committed: no command)
+    assert worker.stdout.strip() == "worker stopped: 1 commands, 0 timers, 0 retries"
     history = ok(sw("show", tid, "--db", db))
     assert "status completed" in history.splitlines()[0]
     assert f"approved by alice, proposal {proposal[:12]}" in history

@@ -60,7 +60,8 @@ class CaptureArtifacts(Command):
 
 @dataclass(frozen=True)
 class RequestApproval(Command):
-    """Notify the approvers that a proposal waits for them."""
+    """A proposal waits for its approvers. The engine logs it when the transition commits;
+    the step's Notify commands tell the people (it is never an outbox row)."""
 
     type: ClassVar[str] = "RequestApproval"
     proposal_hash: str = ""

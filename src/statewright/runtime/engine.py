@@ -3,6 +3,7 @@ event, the new projection and the commands in one store transaction."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from statewright._names import OPERATOR_ROLE
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
-from statewright.machine.commands import Command, StartTimer
+from statewright.machine.commands import Command, RequestApproval, StartTimer
 from statewright.machine.events import (
     ApprovalGranted,
     ApprovalRejected,
@@ -46,6 +47,7 @@ from statewright.store import AppendRequest, NewCommand, open_store
 from statewright.store.base import Claim
 from statewright.store.sql import SqlStore
 
+log = logging.getLogger("statewright.worker")
 _CONFLICT_RETRIES = 8
 _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
 
@@ -115,13 +117,26 @@ def new_task_id(now_ms: int) -> str:
 
 
 def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand]:
+    """The outbox rows and timers of ``commands``. A RequestApproval is not stored: telling
+    the approvers is the work of the step's Notify commands, and the engine announces the
+    wait in its log once the transition is committed (``announce``)."""
     out = []
     for c in commands:
+        if isinstance(c, RequestApproval):
+            continue
         if isinstance(c, StartTimer):
             out.append(NewCommand(c.timer_id, "TimerFired", {}, c.due_at_ms, timer=True, purpose=c.purpose))
         else:
             out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms))
     return out
+
+
+def announce(task_id: str, commands: Sequence[Command]) -> None:
+    """Log that a committed transition left the task waiting for a person."""
+    for c in commands:
+        if isinstance(c, RequestApproval):
+            log.info("task %s waits for approval at %s (role %s, proposal %s)", task_id, c.step, c.role,
+                     c.proposal_hash)
 
 
 def total_cost(state: TaskState) -> dict[str, float]:
@@ -205,6 +220,7 @@ class Engine:
                     raise
                 continue  # a generated id that is taken (the same millisecond, the same 32 bits)
             if not res.duplicate:
+                announce(tid, cmds)
                 return tid
             existing = self.store.task_by_key(key) if key is not None else None
             if existing is not None and key is not None:
@@ -279,6 +295,7 @@ class Engine:
                 continue
             if res.duplicate:
                 return Applied(self.state(task_id), [], duplicate=True)
+            announce(task_id, cmds)
             return Applied(new, cmds, claimed=res.claimed)
         raise VersionConflictError(task_id, -1, -1)
 
@@ -331,6 +348,8 @@ class Engine:
         results = self.store.append_batch([replace(req, claim_for=claim_for) for _, _, req in reduced])
         if results is None:
             return None
+        for r, (_, cmds, _) in zip(reports, reduced, strict=True):
+            announce(r.task_id, cmds)
         return [
             Applied(new, cmds, claimed=res.claimed)
             for (new, cmds, _), res in zip(reduced, results, strict=True)
