@@ -10,6 +10,8 @@ _PERSON = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ADMIN_ROLE = "admin"  # may change people, roles and tokens
 OPERATOR_ROLE = "operator"  # may retry and cancel tasks
+AGENT_ROLE = "agent"  # a remote agent: claims work from a queue (``agent:queue=NAME`` scopes it); never approves
+_QUEUE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 
 def is_agent_name(name: str) -> bool:
@@ -23,6 +25,14 @@ def person_name_problem(name: str) -> str | None:
         return f"{name!r} names an agent or the system (it has a ':'), never a person"
     if _PERSON.fullmatch(name) is None:
         return (f"user name {name!r} must be 1 to 64 letters, digits, _ . @ - "
+                "(starting with a letter or digit)")
+    return None
+
+
+def queue_name_problem(name: object) -> str | None:
+    """None when ``name`` may name a remote agents' queue; otherwise what is wrong with it."""
+    if not isinstance(name, str) or _QUEUE.fullmatch(name) is None:
+        return (f"queue name {name!r} must be 1 to 64 lower-case letters, digits, _ . - "
                 "(starting with a letter or digit)")
     return None
 

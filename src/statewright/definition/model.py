@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 
 
@@ -75,6 +76,19 @@ class RetryPolicy:
         return base * (0.5 + unit_random / 2) if self.jitter else base
 
 
+#: A remote agent's heartbeat interval when its step names none.
+DEFAULT_HEARTBEAT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class RemoteAgent:
+    """``agent: {type: remote, queue: NAME, heartbeat: 30s}``: the attempt parks on the queue
+    until a remote agent claims it, and fails when the agent misses a heartbeat."""
+
+    queue: str
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+
+
 @dataclass(frozen=True)
 class Step:
     id: str
@@ -105,6 +119,16 @@ class Step:
     artifacts: tuple[str, ...] = ()  # a human step's artifacts: workspace files, or "diff"
     on_conflict: Route | None = None  # a code step whose effect answered ``conflict``
     result_limit_bytes: int = DEFAULT_RESULT_LIMIT_BYTES  # its result, written as JSON
+
+    @property
+    def remote(self) -> RemoteAgent | None:
+        """The remote agent this ai step parks for, or None when the worker runs its agent."""
+        agent = self.agent
+        if agent is None or agent.get("type") != "remote":
+            return None
+        hb = agent.get("heartbeat")
+        seconds = parse_duration_seconds(hb) if hb is not None else DEFAULT_HEARTBEAT_SECONDS
+        return RemoteAgent(str(agent.get("queue", "")), seconds)
 
 
 #: The reasons a rejection may give when a workflow declares none (seed 002's rejection codes).

@@ -71,7 +71,7 @@ LEGAL: Mapping[TaskStatus, frozenset[str]] = {
     TaskStatus.NEW: frozenset({TaskSubmitted.type}),
     TaskStatus.RUNNING: frozenset(
         {AttemptReported.type, CheckReported.type, ArtifactsCaptured.type, EvidenceAdded.type,
-         TaskCancelled.type}
+         TaskCancelled.type, TimerFired.type}  # a timer: a remote agent's deadline (remote_deadline)
     ),
     TaskStatus.WAITING: frozenset({TimerFired.type, EvidenceAdded.type, TaskCancelled.type}),
     TaskStatus.AWAITING_APPROVAL: frozenset(
@@ -500,7 +500,36 @@ def _on_captured(state: TaskState, ev: ArtifactsCaptured) -> Result:
     return _await_approval(replace(state, current=replace(cur, captured=captured)), step, ev.at_ms)
 
 
+REMOTE_TIMEOUT = "timeout"  # a remote attempt was not reported within the step's timeout
+HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # the remote agent that claimed it missed a heartbeat
+
+
+def remote_timers(command_id: str) -> dict[str, str]:
+    """The timers a parked remote attempt runs under (timer id -> the reason its firing fails
+    the attempt with): the step's timeout, from when it parks, and the claiming agent's
+    heartbeat deadline, moved on by each heartbeat. The store writes them (park, claim)."""
+    return {f"{command_id}/timeout": REMOTE_TIMEOUT, f"{command_id}/heartbeat": HEARTBEAT_TIMEOUT}
+
+
+def _remote_deadline(state: TaskState, ev: TimerFired) -> Result:
+    """A parked remote attempt's deadline passed: the attempt fails and routes."""
+    cur = _current(state)
+    step = _step(state)
+    reason = remote_timers(cur.command_id).get(ev.timer_id) if step.remote is not None else None
+    if reason is None:
+        msg = f"task {state.task_id}: timer {ev.timer_id!r} is not a deadline of the attempt in flight"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    if reason == REMOTE_TIMEOUT:
+        detail = f"no report within the step's timeout ({step.timeout_seconds or 0:g}s)"
+    else:
+        every = step.remote.heartbeat_seconds if step.remote is not None else 0
+        detail = f"the remote agent that claimed it sent no heartbeat for {every:g}s"
+    return _finish(state, ev.at_ms, Outcome.FAILED, actor="timer:remote", reason=reason, detail=detail)
+
+
 def _on_timer(state: TaskState, ev: TimerFired) -> Result:
+    if state.status is TaskStatus.RUNNING:
+        return _remote_deadline(state, ev)
     cur = _current(state)
     if not cur.timer_id or ev.timer_id != cur.timer_id:
         msg = f"task {state.task_id}: timer {ev.timer_id!r} is not the timer the task waits on"

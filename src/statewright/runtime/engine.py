@@ -7,19 +7,20 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright._errors import (
     ApprovalError,
     DefinitionError,
     IllegalEventError,
     InputError,
+    PermissionDeniedError,
     StaleLeaseError,
     TaskNotFoundError,
     VersionConflictError,
 )
 from statewright._json_limits import check_json_value
-from statewright._names import OPERATOR_ROLE
+from statewright._names import AGENT_ROLE, OPERATOR_ROLE
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
@@ -42,6 +43,9 @@ from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, NewCommand, open_store
 from statewright.store.base import Claim
 from statewright.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from statewright.runtime.remote import RemoteAgents
 
 _CONFLICT_RETRIES = 8
 _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
@@ -104,6 +108,12 @@ def _why_not(st: TaskState, act: str, rule: str) -> str:
     return f"task {tid} is {st.status.value.replace('_', ' ')}{where}; {rule}"
 
 
+def _no_agent(who: Principal, act: str) -> None:
+    """An agent identity (one holding the ``agent`` role, for any queue) never approves or rejects."""
+    if any(r == AGENT_ROLE or r.startswith(f"{AGENT_ROLE}:") for r in who.roles):
+        raise PermissionDeniedError(f"{who.name!r} is an agent identity (role {AGENT_ROLE!r}) and may never {act}")
+
+
 def new_task_id(now_ms: int) -> str:
     """``t-``, the submit time (milliseconds, 11 hex digits) and 8 random hex digits. Tasks
     submitted close together sort together in every index keyed by task id, so a commit of
@@ -119,6 +129,15 @@ def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand
         else:
             out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms))
     return out
+
+
+def remote_closed(old: TaskState, new: TaskState) -> str | None:
+    """The command id of the remote attempt a transition from ``old`` to ``new`` ends (a
+    report, a deadline, a repair turn, a cancel): its parked row and timers go with it."""
+    cur = old.current
+    if cur is None or not cur.command_id or (new.current is not None and new.current.command_id == cur.command_id):
+        return None
+    return cur.command_id if old.workflow.step(cur.step).remote is not None else None
 
 
 def total_cost(state: TaskState) -> dict[str, float]:
@@ -248,7 +267,7 @@ class Engine:
                 res = self.store.append(
                     task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
                     complete=complete, complete_timer=complete_timer, terminal=new.terminal,
-                    claim_for=claim_for,
+                    claim_for=claim_for, complete_remote=remote_closed(st, new),
                 )
             except VersionConflictError:
                 continue
@@ -291,6 +310,7 @@ class Engine:
         req = self.store.encode(AppendRequest(
             report.task_id, report.state.version, report.event.wire(), projection(new),
             to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,
+            complete_remote=remote_closed(report.state, new),
         ))
         return replace(report, reduced=(new, cmds, req))
 
@@ -318,6 +338,7 @@ class Engine:
         """Approve the proposal the task waits on. ``proposal_hash`` is the hash of the
         proposal reviewed: required, and never filled in from the current one."""
         who = self.users.check(by, act="approve")
+        _no_agent(who, "approve")
         if not isinstance(proposal_hash, str) or _PROPOSAL_HASH.fullmatch(proposal_hash) is None:
             msg = (
                 f"approving task {task_id} needs the hash of the proposal you reviewed (64 hex digits, "
@@ -336,6 +357,7 @@ class Engine:
     def reject(self, task_id: str, by: Principal, *, reason_code: str, comment: str = "") -> TaskState:
         """Reject the proposal the task waits on, with one of the step's reason codes."""
         who = self.users.check(by, act="reject")
+        _no_agent(who, "reject")
         st = self._awaiting(task_id)
         cur = st.current
         ev = ApprovalRejected(
@@ -398,6 +420,15 @@ class Engine:
         if st.status is not TaskStatus.AWAITING_APPROVAL or st.current is None:
             raise ApprovalError(_why_not(st, "approved or rejected", "nothing waits for an approval"))
         return st
+
+    # --- remote agents -----------------------------------------------------------------
+    @property
+    def remote(self) -> RemoteAgents:
+        """Claim, heartbeat and report the attempts parked for remote agents
+        (``statewright.runtime.remote``)."""
+        from statewright.runtime.remote import RemoteAgents
+
+        return RemoteAgents(self)
 
     # --- reading -----------------------------------------------------------------------
     def review(self, task_id: str) -> dict[str, Any]:
