@@ -113,20 +113,20 @@ class RemoteAgents:
             deadline_at_ms=row.parked_at_ms + int(timeout * 1000) if timeout is not None else None,
         )
 
-    def heartbeat(self, token: str, by: Principal) -> int:
+    def heartbeat(self, token: object, by: Principal) -> int:
         """Move the heartbeat deadline of ``token``'s attempt on; returns the new deadline
         (epoch milliseconds)."""
         who = self.engine.users.check(by, act="send a heartbeat")
         row = self._open(token, who)
         now = self.engine.clock.now_ms()
-        if self.store.heartbeat_remote(token_hash(token), now) is None:
+        if self.store.heartbeat_remote(token_hash(str(token)), now) is None:
             raise TaskTokenError(
                 f"task {row.task_id}: the heartbeat came after its deadline; the attempt fails with heartbeat_timeout"
             )
         return now + row.heartbeat_ms
 
     def report(
-        self, token: str, by: Principal, *, verdict: Mapping[str, Any] | None = None, error: str | None = None,
+        self, token: object, by: Principal, *, verdict: Mapping[str, Any] | None = None, error: str | None = None,
         detail: str = "", note: str = "",
     ) -> RemoteOutcome:
         """Report ``token``'s attempt: a verdict, or a failure with a reason code."""
