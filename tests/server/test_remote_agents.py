@@ -117,7 +117,6 @@ MALFORMED: list[tuple[str, bytes | None]] = [
     ("/api/agents/heartbeat", b"[1, 2]"),
     ("/api/agents/heartbeat", b'{"token": 7}'),
     ("/api/agents/heartbeat", b'{"token": "swq_x", "extra": 1}'),
-    ("/api/agents/report", b'{"token": "swq_x"}'),
     ("/api/agents/report", b'{"token": "swq_x", "verdict": {}, "error": "timeout"}'),
     ("/api/agents/report", b'{"token": "swq_x", "error": 5}'),
     ("/api/agents/report", b'{"token": "swq_x", "verdict": [1]}'),

@@ -3,7 +3,7 @@
     POST /api/agents/{queue}/claim?wait=SECONDS   200 the work and its task token, or 204
                                                   after ``wait`` (long poll, capped) with none
     POST /api/agents/heartbeat  {"token"}         200 {"deadline_at_ms"}
-    POST /api/agents/report     {"token", "verdict"} or {"token", "error", "detail"?}, "note"?
+    POST /api/agents/report     {"token", "verdict"?} or {"token", "error", "detail"?}, "note"?
                                                   200 {"task_id", "status", "repair", "reason"}
 
 Every call carries ``Authorization: Bearer TOKEN``, a user token of an agent identity (role
@@ -75,8 +75,8 @@ def agent_routes(
     async def report(request: Request, who: Principal) -> Response:
         body = await _body(request, _REPORT_KEYS)
         verdict, error = body.get("verdict"), body.get("error")
-        if (verdict is None) == (error is None):
-            raise InputError("a report gives either a 'verdict' (a JSON object) or an 'error' (a reason code)")
+        if verdict is not None and error is not None:
+            raise InputError("a report gives a 'verdict' (a JSON object) or an 'error' (a reason code), not both")
         if error is not None and not isinstance(error, str):
             raise InputError(f"'error' must be a reason code, got {type(error).__name__}")
         if not isinstance(verdict, Mapping | None):
