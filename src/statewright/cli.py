@@ -790,7 +790,7 @@ def demo(workdir: str | None) -> None:
 @click.option("--wait", "wait_seconds", type=click.FloatRange(0, 300), default=20.0, show_default=True,
               help="Seconds each claim is held open when no work waits.")
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True),
-              help="Where the command runs (default: a fresh directory for each piece of work).")
+              help="Where the command runs (default: the current directory).")
 @click.option("--token-file", help="A file holding the agent identity's token (else STATEWRIGHT_TOKEN).")
 @click.option("--quiet", is_flag=True, help="Log warnings only.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -816,7 +816,7 @@ def agent(server: str, queue: str, once: bool, wait_seconds: float, workspace: s
     token = read_token(token_file)
     _setup_logging(quiet, "text")
     runner = RemoteAgent(server, queue, command, token, wait_seconds=wait_seconds,
-                         workspace=Path(workspace).resolve() if workspace else None)
+                         workspace=Path(workspace or ".").resolve())
     try:
         sys.exit(runner.run(once=once))
     finally:

@@ -73,8 +73,8 @@ def test_one_piece_of_work_with_once(engine: Engine, serve: Callable[[Starlette]
     script.write_text(AGENT_SCRIPT)
     done = subprocess.run(
         [STATEWRIGHT, "agent", "--server", url, "--queue", "builds", "--once", "--wait", "5", "--",
-         sys.executable, str(script)],
-        env=agent_env(who), capture_output=True, text=True, timeout=60,
+         sys.executable, "agent.py"],  # a path relative to where the agent runs
+        env=agent_env(who), capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     settle(engine)
@@ -104,7 +104,7 @@ def test_an_agent_killed_mid_step_misses_its_heartbeat(
     proc = subprocess.Popen(
         [STATEWRIGHT, "agent", "--server", url, "--queue", "builds", "--once", "--wait", "5", "--",
          sys.executable, str(script), str(ready)],
-        env=agent_env(who), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=agent_env(who), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
     )
     try:
         child = int(_wait_for(lambda: ready.read_text() if ready.exists() else None, proc))

@@ -5,7 +5,8 @@
     run        the command, exactly as a local ``type: command`` agent runs (``agents.py``):
                the brief in ``STATEWRIGHT_BRIEF``, the verdict read from the file at
                ``STATEWRIGHT_VERDICT``, a minimal environment (never ``STATEWRIGHT_TOKEN``),
-               its own process group, the step's timeout, in a fresh directory
+               its own process group, the step's timeout, in the agent's working directory
+               (``--workspace``)
     heartbeat  every third of the step's heartbeat interval while the command runs
     report     the verdict, or the failure's reason code and detail, by task token
 
@@ -14,8 +15,6 @@ Needs httpx (the ``[web]`` or ``[llm]`` extra)."""
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,7 +53,7 @@ class RemoteAgent:
 
     def __init__(
         self, server: str, queue: str, command: Sequence[str], token: str, *,
-        wait_seconds: float = DEFAULT_WAIT_SECONDS, workspace: Path | None = None,
+        wait_seconds: float = DEFAULT_WAIT_SECONDS, workspace: Path,
     ) -> None:
         import httpx
 
@@ -137,26 +136,20 @@ class RemoteAgent:
     def _run(self, work: Mapping[str, Any]) -> AgentResult:
         raw = work.get("brief")
         brief: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-        fresh = self.workspace is None
-        where = Path(tempfile.mkdtemp(prefix="statewright-remote-")) if self.workspace is None else self.workspace
+        ctx = ExecContext(
+            task_id=str(work.get("task_id")), step=str(work.get("step")), attempt=int(work.get("attempt", 1)),
+            idempotency_key=str(work.get("idempotency_key", "")), workspace=self.workspace,
+            timeout_seconds=_seconds(work.get("timeout_seconds")),
+            input=MappingProxyType(dict(brief.get("input") or {})),
+            results=MappingProxyType(dict(brief.get("results") or {})),
+        )
+        schema = work.get("output_schema")
         try:
-            ctx = ExecContext(
-                task_id=str(work.get("task_id")), step=str(work.get("step")), attempt=int(work.get("attempt", 1)),
-                idempotency_key=str(work.get("idempotency_key", "")), workspace=where,
-                timeout_seconds=_seconds(work.get("timeout_seconds")),
-                input=MappingProxyType(dict(brief.get("input") or {})),
-                results=MappingProxyType(dict(brief.get("results") or {})),
-            )
-            schema = work.get("output_schema")
-            try:
-                return run_command_agent({"type": "command", "command": self.command}, brief,
-                                         schema if isinstance(schema, Mapping) else None, ctx)
-            except StatewrightError as exc:  # the command is missing, a bad schema: the attempt fails
-                reason = getattr(exc, "reason", "error")
-                return AgentResult(verdict=None, error=reason if isinstance(reason, str) else "error", detail=str(exc))
-        finally:
-            if fresh:
-                shutil.rmtree(where, ignore_errors=True)
+            return run_command_agent({"type": "command", "command": self.command}, brief,
+                                     schema if isinstance(schema, Mapping) else None, ctx)
+        except StatewrightError as exc:  # the command is missing, a bad schema: the attempt fails
+            reason = getattr(exc, "reason", "error")
+            return AgentResult(verdict=None, error=reason if isinstance(reason, str) else "error", detail=str(exc))
 
     def _heartbeat(self, token: str, every_seconds: float, done: threading.Event) -> None:
         import httpx
