@@ -53,7 +53,8 @@ def test_a_bad_remote_agent_is_one_line(tmp_path: Path, step: dict[str, Any], li
 def test_a_remote_step_loads_with_its_queue_and_heartbeat() -> None:
     wf = workflow_from_dict(flow({"kind": "ai", "agent": {"type": "remote", "queue": "reviews.eu-1"}}))
     remote = wf.step("s").remote
-    assert remote is not None and (remote.queue, remote.heartbeat_seconds) == ("reviews.eu-1", DEFAULT_HEARTBEAT_SECONDS)
+    assert remote is not None
+    assert (remote.queue, remote.heartbeat_seconds) == ("reviews.eu-1", DEFAULT_HEARTBEAT_SECONDS)
     hb = workflow_from_dict(flow({"kind": "ai", "agent": {"type": "remote", "queue": "q", "heartbeat": "2m"}}))
     assert hb.step("s").remote.heartbeat_seconds == 120  # type: ignore[union-attr]
     local = workflow_from_dict(flow({"kind": "ai", "agent": {"type": "command", "command": ["true"]}}))
