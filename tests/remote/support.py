@@ -8,6 +8,7 @@ from typing import Any
 from statewright.definition.loader import workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.runtime.engine import Engine
+from statewright.runtime.remote import RemoteAgents
 from statewright.runtime.users import Principal
 from statewright.runtime.worker import Worker
 
@@ -55,6 +56,10 @@ def people(engine: Engine) -> People:
         stranger=person("stranger", ["agent:queue=deploys"]),
         nobody=person("nobody", ["viewer"]),
     )
+
+
+def agents(engine: Engine) -> RemoteAgents:
+    return RemoteAgents(engine)
 
 
 def settle(engine: Engine) -> None:

@@ -12,7 +12,7 @@ from statewright._errors import InputError, PermissionDeniedError, TaskTokenErro
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 
-from .support import attempts, event_count, good, people, remote_flow, settle
+from .support import agents, attempts, event_count, good, people, remote_flow, settle
 
 
 @pytest.fixture
@@ -29,17 +29,17 @@ def test_an_attempt_parks_and_its_agent_reports_a_verdict(engine: Engine) -> Non
     assert engine.state(tid).current.step == "review"  # type: ignore[union-attr]
     assert [(r.queue, r.agent) for r in engine.store.remote_rows()] == [("builds", None)]
     assert engine.store.outbox(tid) == []
-    assert engine.remote.claim("deploys", who.stranger) is None  # another queue holds nothing
+    assert agents(engine).claim("deploys", who.stranger) is None  # another queue holds nothing
 
-    work = engine.remote.claim("builds", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None and work.token.startswith("swq_")
     assert (work.task_id, work.step, work.attempt, work.heartbeat_seconds) == (tid, "review", 1, 30.0)
     assert work.brief["input"] == {"change": 7} and work.brief["instructions"] == "Review the change."
     assert work.output_schema is not None and work.deadline_at_ms is not None
-    assert engine.remote.claim("builds", who.other) is None  # claimed once only
+    assert agents(engine).claim("builds", who.other) is None  # claimed once only
     assert work.token not in str(engine.store.remote_rows())  # only its sha256 is kept
 
-    out = engine.remote.report(work.token, who.builder, verdict=good(), note="read every file")
+    out = agents(engine).report(work.token, who.builder, verdict=good(), note="read every file")
     assert (out.status, out.repair, out.reason) == ("running", None, None)
     settle(engine)
     st = engine.state(tid)
@@ -56,9 +56,9 @@ def test_a_failure_report_routes_like_any_failed_attempt(engine: Engine) -> None
     tid = engine.submit(remote_flow())
     settle(engine)
     for n in (1, 2):
-        work = engine.remote.claim("builds", who.builder)
+        work = agents(engine).claim("builds", who.builder)
         assert work is not None and work.attempt == n
-        out = engine.remote.report(work.token, who.builder, error="exit_status", detail="the agent exited 3")
+        out = agents(engine).report(work.token, who.builder, error="exit_status", detail="the agent exited 3")
         assert out.reason == "exit_status"
         settle(engine)
     st = engine.state(tid)
@@ -75,15 +75,15 @@ def test_a_bad_verdict_gets_one_repair_turn_then_fails(engine: Engine) -> None:
     who = people(engine)
     tid = engine.submit(remote_flow())
     settle(engine)
-    work = engine.remote.claim("builds", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None
-    out = engine.remote.report(work.token, who.builder, verdict={"approved": "yes"})
+    out = agents(engine).report(work.token, who.builder, verdict={"approved": "yes"})
     assert out.repair is not None and "approved" in out.repair
-    assert engine.remote.claim("builds", who.builder) is None  # the repair turn parks through a worker
+    assert agents(engine).claim("builds", who.builder) is None  # the repair turn parks through a worker
     settle(engine)
-    again = engine.remote.claim("builds", who.other)
+    again = agents(engine).claim("builds", who.other)
     assert again is not None and again.attempt == 1 and "repair" in again.brief
-    engine.remote.report(again.token, who.other, verdict={"summary": "no approved field"})
+    agents(engine).report(again.token, who.other, verdict={"summary": "no approved field"})
     settle(engine)
     assert attempts(engine, tid)[1] == ("review", 1, "failed", "invalid_verdict", "remote:other-bot")
     assert engine.state(tid).current.step == "review"  # type: ignore[union-attr]  # looped back, parked again
@@ -93,13 +93,13 @@ def test_a_repaired_verdict_passes(engine: Engine) -> None:
     who = people(engine)
     tid = engine.submit(remote_flow())
     settle(engine)
-    work = engine.remote.claim("builds", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None
-    engine.remote.report(work.token, who.builder, error="no_verdict", detail="wrote no verdict file")
+    agents(engine).report(work.token, who.builder, error="no_verdict", detail="wrote no verdict file")
     settle(engine)
-    again = engine.remote.claim("builds", who.builder)
+    again = agents(engine).claim("builds", who.builder)
     assert again is not None
-    engine.remote.report(again.token, who.builder, verdict=good())
+    agents(engine).report(again.token, who.builder, verdict=good())
     settle(engine)
     assert engine.state(tid).status.value == "completed"
 
@@ -108,23 +108,23 @@ def test_duplicate_late_and_unknown_reports_conflict_and_change_nothing(engine: 
     who = people(engine)
     tid = engine.submit(remote_flow())
     settle(engine)
-    work = engine.remote.claim("builds", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None
-    engine.remote.report(work.token, who.builder, verdict=good())
+    agents(engine).report(work.token, who.builder, verdict=good())
     before = (event_count(engine, tid), engine.state(tid).version)
     for act in (
-        lambda: engine.remote.report(work.token, who.builder, verdict=good()),  # a duplicate
-        lambda: engine.remote.report(work.token, who.builder, error="timeout"),  # a late, different one
-        lambda: engine.remote.heartbeat(work.token, who.builder),
-        lambda: engine.remote.report("swq_" + "A" * 43, who.builder, verdict=good()),  # never given out
+        lambda: agents(engine).report(work.token, who.builder, verdict=good()),  # a duplicate
+        lambda: agents(engine).report(work.token, who.builder, error="timeout"),  # a late, different one
+        lambda: agents(engine).heartbeat(work.token, who.builder),
+        lambda: agents(engine).report("swq_" + "A" * 43, who.builder, verdict=good()),  # never given out
     ):
         with pytest.raises(TaskTokenError):
             act()
     assert (event_count(engine, tid), engine.state(tid).version) == before
     with pytest.raises(InputError, match="not a task token"):
-        engine.remote.report("swt_not-a-task-token", who.builder, verdict=good())
+        agents(engine).report("swt_not-a-task-token", who.builder, verdict=good())
     with pytest.raises(InputError, match="not a reason code"):
-        engine.remote.report(work.token, who.builder, error="made_up")
+        agents(engine).report(work.token, who.builder, error="made_up")
 
 
 def test_a_missed_heartbeat_fails_the_attempt_and_it_routes(engine: Engine, clock: FakeClock) -> None:
@@ -133,22 +133,22 @@ def test_a_missed_heartbeat_fails_the_attempt_and_it_routes(engine: Engine, cloc
     who = people(engine)
     tid = engine.submit(remote_flow(heartbeat="30s"))
     settle(engine)
-    work = engine.remote.claim("builds", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None
     for _ in range(3):
         clock.advance(20)
-        due = engine.remote.heartbeat(work.token, who.builder)
+        due = agents(engine).heartbeat(work.token, who.builder)
         assert due == clock.now_ms() + 30_000
         settle(engine)
     assert engine.state(tid).attempts_of("review") == []
     clock.advance(31)
     with pytest.raises(TaskTokenError, match="after its deadline"):
-        engine.remote.heartbeat(work.token, who.builder)
+        agents(engine).heartbeat(work.token, who.builder)
     settle(engine)
     assert attempts(engine, tid)[1] == ("review", 1, "failed", "heartbeat_timeout", "timer:remote")
     before = event_count(engine, tid)
     with pytest.raises(TaskTokenError):
-        engine.remote.report(work.token, who.builder, verdict=good())
+        agents(engine).report(work.token, who.builder, verdict=good())
     assert event_count(engine, tid) == before
     assert engine.state(tid).current.attempt == 2  # type: ignore[union-attr]  # parked again after prepare
 
@@ -163,7 +163,7 @@ def test_the_steps_timeout_fails_an_attempt_nobody_claimed(engine: Engine, clock
     clock.advance(2)
     settle(engine)
     assert attempts(engine, tid)[1][:4] == ("review", 1, "failed", "timeout")
-    work = engine.remote.claim("builds", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None and work.attempt == 2  # the old row went with its attempt
 
 
@@ -175,15 +175,15 @@ def test_who_may_claim_heartbeat_and_report(engine: Engine) -> None:
     settle(engine)
     for bad in (who.nobody, who.stranger, who.admin):
         with pytest.raises(PermissionDeniedError, match="agent"):
-            engine.remote.claim("builds", bad)
+            agents(engine).claim("builds", bad)
     with pytest.raises(InputError, match="queue name"):
-        engine.remote.claim("Not A Queue", who.builder)
-    work = engine.remote.claim("builds", who.builder)
+        agents(engine).claim("Not A Queue", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None
     with pytest.raises(PermissionDeniedError, match="did not claim"):
-        engine.remote.report(work.token, who.other, verdict=good())
+        agents(engine).report(work.token, who.other, verdict=good())
     with pytest.raises(PermissionDeniedError, match="did not claim"):
-        engine.remote.heartbeat(work.token, who.other)
+        agents(engine).heartbeat(work.token, who.other)
     gate = engine.submit(_approval_flow())
     settle(engine)
     with pytest.raises(PermissionDeniedError, match="agent identity"):
@@ -195,12 +195,12 @@ def test_a_cancelled_task_closes_its_parked_attempt(engine: Engine) -> None:
     engine.users.add(who.admin, "ada", ["operator"])
     tid = engine.submit(remote_flow())
     settle(engine)
-    work = engine.remote.claim("builds", who.builder)
+    work = agents(engine).claim("builds", who.builder)
     assert work is not None
     engine.cancel(tid, engine.users.authenticate(who.admin.token), "not needed")
     assert engine.store.remote_rows() == [] and engine.store.timers(tid) == []
     with pytest.raises(TaskTokenError):
-        engine.remote.report(work.token, who.builder, verdict=good())
+        agents(engine).report(work.token, who.builder, verdict=good())
 
 
 def test_claimers_racing_never_take_the_same_attempt(open_engine: Callable[..., Engine]) -> None:
@@ -218,7 +218,7 @@ def test_claimers_racing_never_take_the_same_attempt(open_engine: Callable[..., 
     def claimer(i: int) -> None:
         principal = who.builder if i == 0 else who.other
         start.wait()
-        while (work := engines[i].remote.claim("builds", principal)) is not None:
+        while (work := agents(engines[i]).claim("builds", principal)) is not None:
             got[i].append(work.task_id)
 
     threads = [threading.Thread(target=claimer, args=(i,)) for i in (0, 1)]

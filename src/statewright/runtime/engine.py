@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statewright._errors import (
     ApprovalError,
@@ -43,9 +43,6 @@ from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, NewCommand, open_store
 from statewright.store.base import Claim
 from statewright.store.sql import SqlStore
-
-if TYPE_CHECKING:
-    from statewright.runtime.remote import RemoteAgents
 
 _CONFLICT_RETRIES = 8
 _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
@@ -420,15 +417,6 @@ class Engine:
         if st.status is not TaskStatus.AWAITING_APPROVAL or st.current is None:
             raise ApprovalError(_why_not(st, "approved or rejected", "nothing waits for an approval"))
         return st
-
-    # --- remote agents -----------------------------------------------------------------
-    @property
-    def remote(self) -> RemoteAgents:
-        """Claim, heartbeat and report the attempts parked for remote agents
-        (``statewright.runtime.remote``)."""
-        from statewright.runtime.remote import RemoteAgents
-
-        return RemoteAgents(self)
 
     # --- reading -----------------------------------------------------------------------
     def review(self, task_id: str) -> dict[str, Any]:

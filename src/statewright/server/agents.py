@@ -34,6 +34,7 @@ from statewright._errors import (
 )
 from statewright._json_limits import loads_json_object
 from statewright.runtime.engine import Engine
+from statewright.runtime.remote import RemoteAgents
 from statewright.runtime.users import Principal
 
 MAX_WAIT_SECONDS = 30.0  # the longest a claim is held open
@@ -52,7 +53,7 @@ def agent_routes(
     """The remote-agent routes over ``engine``. ``authenticate`` turns a bearer token into a
     Principal (default: the store's people, ``engine.users.authenticate``)."""
     auth = authenticate or engine.users.authenticate
-    remote = engine.remote
+    remote = RemoteAgents(engine)
 
     async def claim(request: Request, who: Principal) -> Response:
         queue = str(request.path_params["queue"])
