@@ -378,6 +378,14 @@ def _print_show(engine: Any, task_id: str) -> None:
             click.echo(f"cancelled by {last.actor} at {when(last.at_ms)}: {last.reason}")
     elif st.halt:
         click.echo(f"halted at {st.halt.step}: {st.halt.reason} {st.halt.detail}".rstrip())
+    parked = engine.store.remote_row(st.current.command_id) if st.current and st.current.command_id else None
+    if parked is not None:
+        from statewright._time import when
+
+        click.echo(f"{st.current.step} #{st.current.attempt} waits for a remote agent on queue {parked.queue!r} "
+                   f"since {when(parked.parked_at_ms)}" if parked.agent is None else
+                   f"{st.current.step} #{st.current.attempt} is with remote agent {parked.agent!r} "
+                   f"(claimed from {parked.queue!r} at {when(parked.claimed_at_ms or 0)})")
     for line in history_lines(st):
         click.echo("  " + line)
     if st.results:

@@ -236,3 +236,18 @@ def _approval_flow():  # type: ignore[no-untyped-def]
     return workflow_from_dict({"workflow": "gate", "steps": [
         {"id": "sign", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"}},
     ]}, "<gate>")
+
+
+def test_show_says_who_holds_a_parked_attempt(engine: Engine, store_url: str) -> None:
+    from click.testing import CliRunner
+
+    from statewright.cli import cli
+
+    who = people(engine)
+    tid = engine.submit(remote_flow())
+    settle(engine)
+    out = CliRunner().invoke(cli, ["show", tid, "--db", store_url])
+    assert "review #1 waits for a remote agent on queue 'builds' since " in out.output
+    agents(engine).claim("builds", who.builder)
+    out = CliRunner().invoke(cli, ["show", tid, "--db", store_url])
+    assert "review #1 is with remote agent 'builder' (claimed from 'builds' at " in out.output

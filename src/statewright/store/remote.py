@@ -129,6 +129,12 @@ class RemoteSql:
             )
             return found if moved.rowcount == 1 else None
 
+    def remote_row(self, command_id: str) -> RemoteRow | None:
+        """The parked attempt of ``command_id``, if it is parked."""
+        with self._stmt() as cur:
+            row = self._x(cur, f"SELECT {_COLS} FROM sw_remote WHERE command_id = ?", (command_id,)).fetchone()
+        return _row(row) if row is not None else None
+
     def remote_rows(self, queue: str | None = None) -> list[RemoteRow]:
         """The parked attempts (of ``queue``), oldest first."""
         where, params = ("WHERE queue = ?", (queue,)) if queue is not None else ("", ())
