@@ -145,7 +145,7 @@ class RemoteAgents:
         st = self.engine.state(row.task_id)
         step = st.workflow.step(str(row.body.get("step")))
         if error == Reason.NO_VERDICT:
-            error = Reason.INVALID_VERDICT  # the reducer grants one repair turn, as for a command agent
+            error = Reason.INVALID_VERDICT.value  # the reducer grants one repair turn, as for a command agent
         ev = AttemptReported(
             event_id=f"{row.command_id}:result", at_ms=self.engine.clock.now_ms(), command_id=row.command_id,
             step=step.id, attempt=int(row.body.get("attempt", 1)), actor=f"{REMOTE_ACTOR}{who.name}",
