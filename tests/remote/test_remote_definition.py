@@ -36,10 +36,10 @@ def flow(step: dict[str, Any]) -> dict[str, Any]:
     ({"kind": "ai", "agent": {"type": "remote", "queue": "q", "host": "x"}},
      "step 's': agent: agent has unknown key"),
     ({"kind": "human", "approvers": {"role": "lead"}, "agent": {"type": "remote", "queue": "q"}},
-     "step 's': unknown field 'agent' for a human step (it belongs to ai steps)"),
+     "step 's': unknown field 'agent' for a human step (it belongs to ai, code steps)"),
     ({"kind": "wait", "check": {"command": ["true"]}, "every": "1m", "max_checks": 2,
       "agent": {"type": "remote", "queue": "q"}},
-     "step 's': unknown field 'agent' for a wait step (it belongs to ai steps)"),
+     "step 's': unknown field 'agent' for a wait step (it belongs to ai, code steps)"),
 ])
 def test_a_bad_remote_agent_is_one_line(tmp_path: Path, step: dict[str, Any], line: str) -> None:
     path = tmp_path / "w.yaml"
@@ -65,3 +65,16 @@ def test_the_worker_side_never_runs_a_remote_agent(tmp_path: Path) -> None:
     ctx = ExecContext(task_id="t-1", step="s", attempt=1, idempotency_key="t-1/s/1", workspace=tmp_path)
     with pytest.raises(PermanentError, match="statewright agent"):
         run_agent({"type": "remote", "queue": "q"}, {}, None, ctx)
+
+
+@pytest.mark.parametrize(("step", "line"), [
+    ({"kind": "code", "agent": {"type": "command", "command": ["true"]}},
+     "step 's': a code step's 'agent' must be a remote one"),
+    ({"kind": "code", "run": {"command": ["true"]}, "agent": {"type": "remote", "queue": "q"}},
+     "step 's': a code step takes 'run' or a remote 'agent', not both"),
+])
+def test_a_code_steps_agent_is_remote_or_nothing(tmp_path: Path, step: dict[str, Any], line: str) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(flow(step)))
+    out = CliRunner().invoke(cli, ["validate", str(path)])
+    assert out.exit_code == 1 and line in out.output, out.output

@@ -251,3 +251,28 @@ def test_show_says_who_holds_a_parked_attempt(engine: Engine, store_url: str) ->
     agents(engine).claim("builds", who.builder)
     out = CliRunner().invoke(cli, ["show", tid, "--db", store_url])
     assert "review #1 is with remote agent 'builder' (claimed from 'builds' at " in out.output
+
+
+def test_a_remote_code_steps_report_is_its_output(engine: Engine) -> None:
+    """A code step worked remotely: the report is the step's output (results[step]), held to
+    its output_schema as a local code step's is."""
+    from statewright.definition.loader import workflow_from_dict
+
+    wf = workflow_from_dict({"workflow": "count", "steps": [
+        {"id": "count", "kind": "code", "owner": "ci", "agent": {"type": "remote", "queue": "builds"},
+         "output_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+         "on_failure": "continue"},
+        {"id": "again", "kind": "code", "owner": "ci", "agent": {"type": "remote", "queue": "builds"}},
+    ]}, "<count>")
+    who = people(engine)
+    tid = engine.submit(wf, {"files": 3})
+    settle(engine)
+    work = agents(engine).claim("builds", who.builder)
+    assert work is not None and work.brief["input"] == {"files": 3}
+    agents(engine).report(work.token, who.builder, verdict={"n": 3})
+    settle(engine)
+    assert engine.state(tid).results["count"] == {"n": 3}
+    second = agents(engine).claim("builds", who.builder)
+    assert second is not None and second.brief["results"]["count"] == {"n": 3}
+    out = agents(engine).report(second.token, who.builder, error="exit_status", detail="exit 1")
+    assert out.reason == "exit_status" and engine.state(tid).status.value == "halted"

@@ -122,7 +122,7 @@ class Step:
 
     @property
     def remote(self) -> RemoteAgent | None:
-        """The remote agent this ai step parks for, or None when the worker runs its agent."""
+        """The remote agent this ai or code step parks for, or None when the worker runs it."""
         agent = self.agent
         if agent is None or agent.get("type") != "remote":
             return None

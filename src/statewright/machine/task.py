@@ -137,7 +137,7 @@ def _enter(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result
         key = key or idempotency_key(state, index, number)
         cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=cid, key=key)
         state = replace(state, status=TaskStatus.RUNNING, current=cur)
-        brief = build_brief(state, step, number) if step.kind is StepKind.AI else {}
+        brief = build_brief(state, step, number) if step.kind is StepKind.AI or step.remote else {}
         cmd = RunStep(
             command_id=cid, task_id=state.task_id, step=step.id, attempt=number,
             kind=step.kind.value, idempotency_key=key, brief=brief,

@@ -1,5 +1,5 @@
-"""Remote agents: an ai step with ``agent: {type: remote, queue: NAME}`` is worked on another
-machine, and reported back by task token.
+"""Remote agents: an ai or code step with ``agent: {type: remote, queue: NAME}`` is worked on
+another machine, and reported back by task token.
 
     park       a worker performing the step's RunStep runs nothing: it parks the attempt on
                the queue (store/remote.py), with the step's timeout as a durable timer
@@ -9,7 +9,8 @@ machine, and reported back by task token.
     heartbeat  moves the deadline on; a heartbeat after it is refused
     report     a verdict or a failure (a reason code), screened as every outcome is, then
                reduced: a verdict that breaks the step's schema gets the one repair turn
-               (parked again for the queue), and the attempt routes like any other
+               (parked again for the queue), and the attempt routes like any other; a code
+               step's report is its output (``results[step]``), held to its output_schema
     deadline   a missed heartbeat (``heartbeat_timeout``) or the step's timeout (``timeout``)
                fails the attempt, through the timers every worker fires
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewright._errors import IllegalEventError, InputError, PermissionDeniedError, TaskTokenError
 from statewright._names import AGENT_ROLE, holds_role, queue_name_problem
+from statewright.definition.model import StepKind
 from statewright.machine.commands import RunStep
 from statewright.machine.events import AttemptReported
 from statewright.machine.state import Outcome
@@ -146,10 +148,12 @@ class RemoteAgents:
         step = st.workflow.step(str(row.body.get("step")))
         if error == Reason.NO_VERDICT:
             error = Reason.INVALID_VERDICT.value  # the reducer grants one repair turn, as for a command agent
+        value = dict(verdict) if verdict is not None else None
+        code = step.kind is StepKind.CODE  # a code step's report is its output, checked as a code step's is
         ev = AttemptReported(
             event_id=f"{row.command_id}:result", at_ms=self.engine.clock.now_ms(), command_id=row.command_id,
             step=step.id, attempt=int(row.body.get("attempt", 1)), actor=f"{REMOTE_ACTOR}{who.name}",
-            ok=error is None, verdict=dict(verdict) if verdict is not None else None, error=error,
+            ok=error is None, verdict=None if code else value, result=value if code else None, error=error,
             detail=detail, output=detail, note=note,
         )
         event = screen.screen(ev, step.result_limit_bytes)
