@@ -825,6 +825,10 @@ def agent(server: str, queue: str, once: bool, wait_seconds: float, workspace: s
     _setup_logging(quiet, "text")
     runner = RemoteAgent(server, queue, command, token, wait_seconds=wait_seconds,
                          workspace=Path(workspace or ".").resolve())
+    import signal
+
+    # SIGTERM: finish and report the work in hand, claim no more.
+    signal.signal(signal.SIGTERM, lambda signum, frame: runner.stopping.set())
     try:
         sys.exit(runner.run(once=once))
     finally:

@@ -144,3 +144,21 @@ def _wait_for(probe: Callable[[], Any], proc: subprocess.Popen[Any], seconds: fl
             pytest.fail(f"the agent ended early ({proc.returncode}): {proc.stderr.read() if proc.stderr else ''}")
         time.sleep(0.02)
     pytest.fail("the agent did not get there in time")
+
+
+def test_a_refused_agent_is_one_line(engine: Engine, serve: Callable[[Starlette], str], tmp_path: Path) -> None:
+    """A token the server does not know, or an identity that is no agent for the queue: one
+    line on stderr, exit 1, nothing claimed."""
+    who = people(engine)
+    url = serve(Starlette(routes=agent_routes(engine)))
+    engine.submit(remote_flow())
+    settle(engine)
+    for token, said in (("swt_" + "z" * 43, "(401): the token is unknown"), (who.nobody.token, "(403):")):
+        done = subprocess.run(
+            [STATEWRIGHT, "agent", "--server", url, "--queue", "builds", "--once", "--", "true"],
+            env={"PATH": os.environ.get("PATH", os.defpath), "STATEWRIGHT_TOKEN": token},
+            capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 1 and len(lines) == 1 and said in lines[0], done.stderr
+    assert [r.agent for r in engine.store.remote_rows()] == [None]
