@@ -80,6 +80,8 @@ def test_a_bad_verdict_gets_one_repair_turn_then_fails(engine: Engine) -> None:
     out = agents(engine).report(work.token, who.builder, verdict={"approved": "yes"})
     assert out.repair is not None and "approved" in out.repair
     assert agents(engine).claim("builds", who.builder) is None  # the repair turn parks through a worker
+    with pytest.raises(TaskTokenError):  # the first claim's token closed with its turn
+        agents(engine).report(work.token, who.builder, verdict=good())
     settle(engine)
     again = agents(engine).claim("builds", who.other)
     assert again is not None and again.attempt == 1 and "repair" in again.brief
