@@ -825,6 +825,7 @@ def agent(server: str, queue: str, once: bool, wait_seconds: float, workspace: s
     _setup_logging(quiet, "text")
     runner = RemoteAgent(server, queue, command, token, wait_seconds=wait_seconds,
                          workspace=Path(workspace or ".").resolve())
+    runner.check_command()
     import signal
 
     # SIGTERM: finish and report the work in hand, claim no more.

@@ -161,4 +161,10 @@ def test_a_refused_agent_is_one_line(engine: Engine, serve: Callable[[Starlette]
         )
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 1 and len(lines) == 1 and said in lines[0], done.stderr
-    assert [r.agent for r in engine.store.remote_rows()] == [None]
+    missing = subprocess.run(
+        [STATEWRIGHT, "agent", "--server", url, "--queue", "builds", "--", "no-such-agent-command"],
+        env={"PATH": os.environ.get("PATH", os.defpath), "STATEWRIGHT_TOKEN": who.builder.token},
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert missing.returncode == 1 and "'no-such-agent-command' is not on PATH" in missing.stderr
+    assert [r.agent for r in engine.store.remote_rows()] == [None]  # nothing was claimed

@@ -67,6 +67,16 @@ class RemoteAgent:
             timeout=httpx.Timeout(30.0, read=wait_seconds + 30.0),
         )
 
+    def check_command(self) -> None:
+        """The command can start here (before any work is claimed for it): InputError when not."""
+        from ._process import find_executable
+        from .base import step_base_env
+
+        try:
+            find_executable(self.command[0], self.workspace, step_base_env())
+        except StatewrightError as exc:
+            raise InputError(str(exc)) from None
+
     def close(self) -> None:
         self.http.close()
 
