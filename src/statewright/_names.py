@@ -37,6 +37,12 @@ def queue_name_problem(name: object) -> str | None:
     return None
 
 
+def remote_timer_ids(command_id: str) -> tuple[str, str]:
+    """The timers of a remote attempt parked as ``command_id``: (the step's timeout, the
+    claiming agent's heartbeat deadline). The store writes them; the reducer reads them."""
+    return f"{command_id}/timeout", f"{command_id}/heartbeat"
+
+
 def role_problem(role: str) -> str | None:
     if _ROLE.fullmatch(role) is None:
         return f"role {role!r} must be 1 to 64 letters, digits, _ . - (starting with a letter or digit)"

@@ -21,7 +21,7 @@ from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._errors import CONFLICT, ApprovalError, IllegalEventError
-from statewright._names import holds_role, is_agent_name, person_name_problem, scope_text
+from statewright._names import holds_role, is_agent_name, person_name_problem, remote_timer_ids, scope_text
 from statewright._time import when
 from statewright.approvals.proposal import artifact_hashes, proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
@@ -508,7 +508,8 @@ def remote_timers(command_id: str) -> dict[str, str]:
     """The timers a parked remote attempt runs under (timer id -> the reason its firing fails
     the attempt with): the step's timeout, from when it parks, and the claiming agent's
     heartbeat deadline, moved on by each heartbeat. The store writes them (park, claim)."""
-    return {f"{command_id}/timeout": REMOTE_TIMEOUT, f"{command_id}/heartbeat": HEARTBEAT_TIMEOUT}
+    timeout, heartbeat = remote_timer_ids(command_id)
+    return {timeout: REMOTE_TIMEOUT, heartbeat: HEARTBEAT_TIMEOUT}
 
 
 def _remote_deadline(state: TaskState, ev: TimerFired) -> Result:

@@ -23,6 +23,7 @@ from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._errors import StaleLeaseError
+from statewright._names import remote_timer_ids
 
 _COLS = "command_id, task_id, queue, body, parked_at_ms, heartbeat_ms, agent, claimed_at_ms"
 
@@ -43,11 +44,11 @@ class RemoteRow:
 
 
 def timeout_timer(command_id: str) -> str:
-    return f"{command_id}/timeout"
+    return remote_timer_ids(command_id)[0]
 
 
 def heartbeat_timer(command_id: str) -> str:
-    return f"{command_id}/heartbeat"
+    return remote_timer_ids(command_id)[1]
 
 
 class RemoteSql:
