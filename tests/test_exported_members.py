@@ -18,6 +18,7 @@ EXPECTED = [
     "TaskNotFoundError",
     "TaskState",
     "TaskStatus",
+    "TaskTokenError",
     "TaskView",
     "TransientError",
     "VersionConflictError",

@@ -12,6 +12,7 @@ from statewright._errors import (
     PermissionDeniedError,
     StatewrightError,
     TaskNotFoundError,
+    TaskTokenError,
     TransientError,
     VersionConflictError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "TaskNotFoundError",
     "TaskState",
     "TaskStatus",
+    "TaskTokenError",
     "TaskView",
     "TransientError",
     "VersionConflictError",

@@ -16,6 +16,7 @@
     │   ├── TaskStateError                  the act does not apply to the task as it stands now
     │   └── KeyReusedError                  an idempotency key already names other work
     ├── WorkerStoppedError                  a worker could not go on; its leases were released
+    ├── TaskTokenError                      a remote agent's task token is not open (reported, late, unknown)
     ├── AccessError                         a person could not be identified, or may not act
     │   ├── AuthenticationError             no token, or one that is unknown or revoked
     │   └── PermissionDeniedError           the token's person lacks the role, or is not --as
@@ -122,6 +123,12 @@ class KeyReusedError(InputError):
 class WorkerStoppedError(StatewrightError):
     """A worker could not go on (an outcome, and even its failure, could not be recorded);
     it released its leases and stopped."""
+
+
+class TaskTokenError(StatewrightError):
+    """A remote agent reported or sent a heartbeat with a task token that is not open: the
+    attempt was reported already, its deadline passed, or the token was never given out.
+    Nothing changed (HTTP 409)."""
 
 
 class AccessError(StatewrightError):

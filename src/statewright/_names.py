@@ -10,6 +10,8 @@ _PERSON = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ADMIN_ROLE = "admin"  # may change people, roles and tokens
 OPERATOR_ROLE = "operator"  # may retry and cancel tasks
+AGENT_ROLE = "agent"  # a remote agent: claims work from a queue (``agent:queue=NAME`` scopes it); never approves
+_QUEUE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 
 
 def is_agent_name(name: str) -> bool:
@@ -25,6 +27,20 @@ def person_name_problem(name: str) -> str | None:
         return (f"user name {name!r} must be 1 to 64 letters, digits, _ . @ - "
                 "(starting with a letter or digit)")
     return None
+
+
+def queue_name_problem(name: object) -> str | None:
+    """None when ``name`` may name a remote agents' queue; otherwise what is wrong with it."""
+    if not isinstance(name, str) or _QUEUE.fullmatch(name) is None:
+        return (f"queue name {name!r} must be 1 to 64 lower-case letters, digits, _ . - "
+                "(starting with a letter or digit)")
+    return None
+
+
+def remote_timer_ids(command_id: str) -> tuple[str, str]:
+    """The timers of a remote attempt parked as ``command_id``: (the step's timeout, the
+    claiming agent's heartbeat deadline). The store writes them; the reducer reads them."""
+    return f"{command_id}/timeout", f"{command_id}/heartbeat"
 
 
 def role_problem(role: str) -> str | None:

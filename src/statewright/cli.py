@@ -373,6 +373,14 @@ def _print_show(engine: Any, task_id: str) -> None:
             click.echo(f"cancelled by {last.actor} at {when(last.at_ms)}: {last.reason}")
     elif st.halt:
         click.echo(f"halted at {st.halt.step}: {st.halt.reason} {st.halt.detail}".rstrip())
+    parked = engine.store.remote_row(st.current.command_id) if st.current and st.current.command_id else None
+    if parked is not None:
+        from statewright._time import when
+
+        click.echo(f"{st.current.step} #{st.current.attempt} waits for a remote agent on queue {parked.queue!r} "
+                   f"since {when(parked.parked_at_ms)}" if parked.agent is None else
+                   f"{st.current.step} #{st.current.attempt} is with remote agent {parked.agent!r} "
+                   f"(claimed from {parked.queue!r} at {when(parked.claimed_at_ms or 0)})")
     for line in history_lines(st):
         click.echo("  " + line)
     if st.results:
@@ -928,6 +936,49 @@ def _load_schedules(file: str, load: Callable[[str], Any]) -> Any:
         return load(file)
     except ModuleNotFoundError as exc:
         raise InputError(f"schedules need the cron library: pip install 'statewright[schedule]' ({exc})") from None
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--server", required=True, help="The statewright server's URL (http://host:8420).")
+@click.option("--queue", required=True, help="The queue to claim work from.")
+@click.option("--once", is_flag=True, help="Handle one piece of work, then exit (1 if its report was refused).")
+@click.option("--wait", "wait_seconds", type=click.FloatRange(0, 300), default=20.0, show_default=True,
+              help="Seconds each claim is held open when no work waits.")
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True),
+              help="Where the command runs (default: the current directory).")
+@click.option("--token-file", help="A file holding the agent identity's token (else STATEWRIGHT_TOKEN).")
+@click.option("--quiet", is_flag=True, help="Log warnings only.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@_guard
+def agent(server: str, queue: str, once: bool, wait_seconds: float, workspace: str | None, token_file: str | None,
+          quiet: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND as a remote agent for QUEUE: claim work from the server, run the command
+    as a command agent (the brief in STATEWRIGHT_BRIEF, the verdict written to
+    STATEWRIGHT_VERDICT) and report. STATEWRIGHT_TOKEN is the agent identity's token; the
+    command never sees it."""
+    from statewright._names import queue_name_problem
+    from statewright.runtime.users import read_token
+
+    problem = queue_name_problem(queue)
+    if problem is not None:
+        raise InputError(f"--queue: {problem}")
+    if not server.startswith(("http://", "https://")):
+        raise InputError(f"--server must be an http(s) URL such as http://127.0.0.1:8420; got {server!r}")
+    try:
+        from statewright.executors.remote_agent import RemoteAgent
+    except ImportError:
+        raise InputError("statewright agent needs httpx: pip install 'statewright[web]'") from None
+    token = read_token(token_file)
+    _setup_logging(quiet, "text")
+    runner = RemoteAgent(server, queue, command, token, wait_seconds=wait_seconds,
+                         workspace=Path(workspace or ".").resolve())
+    runner.check_command()
+    import signal
+
+    # SIGTERM: finish and report the work in hand, claim no more.
+    signal.signal(signal.SIGTERM, lambda signum, frame: runner.stopping.set())
+    try:
+        sys.exit(runner.run(once=once))
+    finally:
+        runner.close()
 
 
 def _attach_optional() -> None:

@@ -78,7 +78,7 @@ _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.HUMAN: {"approvers", "separate_from", "expires_after", "instructions", "proposal", "artifacts",
                       "reject_codes", "notify"},
     StepKind.WAIT: {"check", "every", "max_checks"},
-    StepKind.CODE: {"run", "output_schema", "outcomes", "protected", "on_conflict"},
+    StepKind.CODE: {"run", "agent", "output_schema", "outcomes", "protected", "on_conflict"},
 }
 _PROCESS_FIELDS = {"env", "secrets"}  # kinds that run something: ai, wait, code
 _RESULT_FIELDS = {"result_limit"}  # kinds that record a result: ai, wait, code
@@ -430,8 +430,15 @@ def _parse_step(
         problems.add(where, f"'owner' must be a team or person of {OWNER_RULE}; got {_short(owner)}")
         owner = ""
     for req in _REQUIRED_KIND_FIELDS[kind]:
-        if raw.get(req) is None:  # 'run:' with nothing after it is null, not a spec
+        if raw.get(req) is None and not (kind is StepKind.CODE and "agent" in raw):  # 'run:' alone is null
             problems.add(where, f"a {kind.value} step needs '{req}'")
+    if kind is StepKind.CODE and "agent" in raw:  # a remote agent does the step's work elsewhere
+        agent = raw.get("agent")
+        if not isinstance(agent, Mapping) or agent.get("type") != "remote":
+            problems.add(where, "a code step's 'agent' must be a remote one ({type: remote, queue: NAME}); "
+                                "a code step runs its own 'run' otherwise")
+        elif raw.get("run") is not None:
+            problems.add(where, "a code step takes 'run' or a remote 'agent', not both")
     for key in ("description", "instructions"):
         if key in raw and not isinstance(raw[key], str):
             problems.add(where, f"'{key}' must be text")

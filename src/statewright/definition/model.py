@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 from statewright.definition.notify import NotifyEvent, NotifyTarget
 
@@ -76,6 +77,19 @@ class RetryPolicy:
         return base * (0.5 + unit_random / 2) if self.jitter else base
 
 
+#: A remote agent's heartbeat interval when its step names none.
+DEFAULT_HEARTBEAT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class RemoteAgent:
+    """``agent: {type: remote, queue: NAME, heartbeat: 30s}``: the attempt parks on the queue
+    until a remote agent claims it, and fails when the agent misses a heartbeat."""
+
+    queue: str
+    heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
+
+
 @dataclass(frozen=True)
 class Step:
     id: str
@@ -108,6 +122,16 @@ class Step:
     result_limit_bytes: int = DEFAULT_RESULT_LIMIT_BYTES  # its result, written as JSON
     notify: tuple[NotifyTarget, ...] = ()  # a human step: told when it waits for approval
     stuck_after_seconds: float | None = None  # the workflow's notify.stuck is told after this long here
+
+    @property
+    def remote(self) -> RemoteAgent | None:
+        """The remote agent this ai or code step parks for, or None when the worker runs it."""
+        agent = self.agent
+        if agent is None or agent.get("type") != "remote":
+            return None
+        hb = agent.get("heartbeat")
+        seconds = parse_duration_seconds(hb) if hb is not None else DEFAULT_HEARTBEAT_SECONDS
+        return RemoteAgent(str(agent.get("queue", "")), seconds)
 
 
 #: The reasons a rejection may give when a workflow declares none (seed 002's rejection codes).

@@ -82,7 +82,7 @@ def run_process(
     stderr into stdout as the command writes them; each stream keeps its last
     ``output_limit_chars`` characters.
     """
-    executable = _find_executable(argv[0], cwd, env)
+    executable = find_executable(argv[0], cwd, env)
     private = Path(tempfile.mkdtemp(prefix="statewright-step-"))
     try:
         return _run(executable, argv, cwd, _with_private_dirs(env, private), timeout_seconds,
@@ -207,7 +207,7 @@ def _prctl() -> Callable[..., int] | None:
     return fn
 
 
-def _find_executable(program: str, cwd: Path, env: Mapping[str, str]) -> str:
+def find_executable(program: str, cwd: Path, env: Mapping[str, str]) -> str:
     if os.sep in program:
         path = Path(program) if Path(program).is_absolute() else cwd / program
         if not (path.is_file() and os.access(path, os.X_OK)):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._errors import PermanentError
+from .._names import queue_name_problem
 from ..definition.durations import parse_duration_seconds
 from ._jsonpath import parse_json_path
 from .base import Reason
@@ -26,7 +27,7 @@ DEFAULT_COMMAND_TIMEOUT_SECONDS = 3600.0
 DEFAULT_CHECK_TIMEOUT_SECONDS = 60.0
 DEFAULT_MODEL_TIMEOUT_SECONDS = 600.0
 
-AGENT_TYPES = ("command", "openai", "python")
+AGENT_TYPES = ("command", "openai", "python", "remote")
 TOOL_CHOICES = ("function", "required", "auto")
 
 _CALLABLE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*$")
@@ -151,6 +152,8 @@ def validate_agent_spec(spec: object) -> list[str]:
     elif kind == "python":
         problems += _unknown_keys("agent", spec, {"type", "callable", "timeout"})
         problems += _callable_problems("agent", spec)
+    elif kind == "remote":
+        problems += _remote_problems(spec)
     else:
         allowed = {"type", "base_url", "model", "api_key_env", "timeout", "temperature",
                    "max_tokens", "tool_choice"}
@@ -271,6 +274,29 @@ def _callable_problems(where: str, spec: Mapping[str, Any]) -> list[str]:
     if isinstance(ref, str) and _CALLABLE.fullmatch(ref):  # "$" alone lets "\n" through
         return []
     return [f"{where} 'callable' must look like 'package.module:function'; got {_show(ref)}"]
+
+
+def _remote_problems(spec: Mapping[str, Any]) -> list[str]:
+    """A remote agent's queue and heartbeat (its time limit is the step's ``timeout``)."""
+    if "timeout" in spec:
+        return ["agent 'timeout' is not for a remote agent; give the step a 'timeout' (it counts from when "
+                "the attempt parks)"]
+    problems = _unknown_keys("agent", spec, {"type", "queue", "heartbeat"})
+    if "queue" not in spec:
+        problems.append("a remote agent needs a 'queue' (the name remote agents claim work from)")
+    else:
+        problem = queue_name_problem(spec["queue"])
+        if problem is not None:
+            problems.append(problem)
+    if "heartbeat" in spec:
+        try:
+            seconds = parse_duration(spec["heartbeat"])
+        except ValueError as exc:
+            problems.append(f"agent 'heartbeat': {str(exc).replace('timeout', 'heartbeat')}")
+        else:
+            if seconds < 1:
+                problems.append(f"agent 'heartbeat' must be at least 1s; got {_show(spec['heartbeat'])}")
+    return problems
 
 
 def _timeout_problems(where: str, spec: Mapping[str, Any]) -> list[str]:

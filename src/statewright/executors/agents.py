@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import ExecutorError, InputError
+from .._errors import ExecutorError, InputError, PermanentError
 from .._json_limits import read_regular_file
 from .._jsonsafe import MAX_JSON_BYTES, MAX_JSON_INT
 from ._process import cut_output, run_process
@@ -62,6 +62,9 @@ def run_agent(
         return run_python_agent(spec, brief, schema, ctx)
     if kind == "command":
         return run_command_agent(spec, brief, schema, ctx)
+    if kind == "remote":  # the worker parks it for a remote agent (runtime/remote.py); never run here
+        msg = f"task {ctx.task_id} step {ctx.step!r}: a remote agent's turn is run by 'statewright agent', not here"
+        raise PermanentError(msg, reason=Reason.INVALID_SPEC)
     from .openai_agent import run_openai_agent  # httpx is an optional extra
 
     return run_openai_agent(spec, brief, schema, ctx)

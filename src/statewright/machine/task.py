@@ -23,7 +23,7 @@ from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._errors import CONFLICT, ApprovalError, IllegalEventError, Refusal
-from statewright._names import holds_role, is_agent_name, person_name_problem, scope_text
+from statewright._names import holds_role, is_agent_name, person_name_problem, remote_timer_ids, scope_text
 from statewright._time import when
 from statewright.approvals.proposal import artifact_hashes, proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
@@ -79,7 +79,7 @@ LEGAL: Mapping[TaskStatus, frozenset[str]] = {
     TaskStatus.NEW: frozenset({TaskSubmitted.type}),
     TaskStatus.RUNNING: frozenset(
         {AttemptReported.type, CheckReported.type, ArtifactsCaptured.type, EvidenceAdded.type,
-         TaskCancelled.type, TimerFired.type, _NOTIFIED}
+         TaskCancelled.type, TimerFired.type, _NOTIFIED}  # a timer: a remote deadline, or stuck
     ),
     TaskStatus.WAITING: frozenset({TimerFired.type, EvidenceAdded.type, TaskCancelled.type, _NOTIFIED}),
     TaskStatus.AWAITING_APPROVAL: frozenset(
@@ -165,7 +165,7 @@ def _start(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result
         key = key or idempotency_key(state, index, number)
         cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=cid, key=key)
         state = replace(state, status=TaskStatus.RUNNING, current=cur)
-        brief = build_brief(state, step, number) if step.kind is StepKind.AI else {}
+        brief = build_brief(state, step, number) if step.kind is StepKind.AI or step.remote else {}
         cmd = RunStep(
             command_id=cid, task_id=state.task_id, step=step.id, attempt=number,
             kind=step.kind.value, idempotency_key=key, brief=brief,
@@ -557,6 +557,34 @@ def _on_captured(state: TaskState, ev: ArtifactsCaptured) -> Result:
     return _await_approval(replace(state, current=replace(cur, captured=captured)), step, ev.at_ms)
 
 
+REMOTE_TIMEOUT = "timeout"  # a remote attempt was not reported within the step's timeout
+HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # the remote agent that claimed it missed a heartbeat
+
+
+def remote_timers(command_id: str) -> dict[str, str]:
+    """The timers a parked remote attempt runs under (timer id -> the reason its firing fails
+    the attempt with): the step's timeout, from when it parks, and the claiming agent's
+    heartbeat deadline, moved on by each heartbeat. The store writes them (park, claim)."""
+    timeout, heartbeat = remote_timer_ids(command_id)
+    return {timeout: REMOTE_TIMEOUT, heartbeat: HEARTBEAT_TIMEOUT}
+
+
+def _remote_deadline(state: TaskState, ev: TimerFired) -> Result:
+    """A parked remote attempt's deadline passed: the attempt fails and routes."""
+    cur = _current(state)
+    step = _step(state)
+    reason = remote_timers(cur.command_id).get(ev.timer_id) if step.remote is not None else None
+    if reason is None:
+        msg = f"task {state.task_id}: timer {ev.timer_id!r} is not a deadline of the attempt in flight"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    if reason == REMOTE_TIMEOUT:
+        detail = f"no report within the step's timeout ({step.timeout_seconds or 0:g}s)"
+    else:
+        every = step.remote.heartbeat_seconds if step.remote is not None else 0
+        detail = f"the remote agent that claimed it sent no heartbeat for {every:g}s"
+    return _finish(state, ev.at_ms, Outcome.FAILED, actor="timer:remote", reason=reason, detail=detail)
+
+
 def _on_timer(state: TaskState, ev: TimerFired) -> Result:
     cur = _current(state)
     if cur.stuck_timer_id and ev.timer_id == cur.stuck_timer_id:  # at this step too long: tell, once
@@ -565,9 +593,8 @@ def _on_timer(state: TaskState, ev: TimerFired) -> Result:
         return quiet, _notices(quiet, NotifyEvent.STUCK, step, cur.attempt, {
             "stuck_after_seconds": step.stuck_after_seconds, "since_ms": cur.started_at_ms,
         })
-    if state.status is TaskStatus.RUNNING:
-        msg = f"task {state.task_id}: timer {ev.timer_id!r} is not the step's stuck timer"
-        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    if state.status is TaskStatus.RUNNING:  # else only a remote attempt's deadline is a timer here
+        return _remote_deadline(state, ev)
     if not cur.timer_id or ev.timer_id != cur.timer_id:
         msg = f"task {state.task_id}: timer {ev.timer_id!r} is not the timer the task waits on"
         raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)

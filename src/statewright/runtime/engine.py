@@ -16,6 +16,7 @@ from statewright._errors import (
     IllegalEventError,
     InputError,
     KeyReusedError,
+    PermissionDeniedError,
     Refusal,
     StaleLeaseError,
     TaskNotFoundError,
@@ -23,7 +24,7 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright._json_limits import check_json_value
-from statewright._names import OPERATOR_ROLE
+from statewright._names import AGENT_ROLE, OPERATOR_ROLE
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
@@ -109,6 +110,12 @@ def _why_not(st: TaskState, act: str, rule: str) -> str:
     return f"task {tid} is {st.status.value.replace('_', ' ')}{where}; {rule}"
 
 
+def _no_agent(who: Principal, act: str) -> None:
+    """An agent identity (one holding the ``agent`` role, for any queue) never approves or rejects."""
+    if any(r == AGENT_ROLE or r.startswith(f"{AGENT_ROLE}:") for r in who.roles):
+        raise PermissionDeniedError(f"{who.name!r} is an agent identity (role {AGENT_ROLE!r}) and may never {act}")
+
+
 def new_task_id(now_ms: int) -> str:
     """``t-``, the submit time (milliseconds, 11 hex digits) and 8 random hex digits. Tasks
     submitted close together sort together in every index keyed by task id, so a commit of
@@ -137,6 +144,15 @@ def announce(task_id: str, commands: Sequence[Command]) -> None:
         if isinstance(c, RequestApproval):
             log.info("task %s waits for approval at %s (role %s, proposal %s)", task_id, c.step, c.role,
                      c.proposal_hash)
+
+
+def remote_closed(old: TaskState, new: TaskState) -> str | None:
+    """The command id of the remote attempt a transition from ``old`` to ``new`` ends (a
+    report, a deadline, a repair turn, a cancel): its parked row and timers go with it."""
+    cur = old.current
+    if cur is None or not cur.command_id or (new.current is not None and new.current.command_id == cur.command_id):
+        return None
+    return cur.command_id if old.workflow.step(cur.step).remote is not None else None
 
 
 def total_cost(state: TaskState) -> dict[str, float]:
@@ -289,7 +305,7 @@ class Engine:
                 res = self.store.append(
                     task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
                     complete=complete, complete_timer=complete_timer, terminal=new.terminal,
-                    claim_for=claim_for,
+                    claim_for=claim_for, complete_remote=remote_closed(st, new),
                 )
             except VersionConflictError:
                 continue
@@ -333,6 +349,7 @@ class Engine:
         req = self.store.encode(AppendRequest(
             report.task_id, report.state.version, report.event.wire(), projection(new),
             to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,
+            complete_remote=remote_closed(report.state, new),
         ))
         return replace(report, reduced=(new, cmds, req))
 
@@ -362,6 +379,7 @@ class Engine:
         """Approve the proposal the task waits on. ``proposal_hash`` is the hash of the
         proposal reviewed: required, and never filled in from the current one."""
         who = self.users.check(by, act="approve")
+        _no_agent(who, "approve")
         if not isinstance(proposal_hash, str) or _PROPOSAL_HASH.fullmatch(proposal_hash) is None:
             msg = (
                 f"approving task {task_id} needs the hash of the proposal you reviewed (64 hex digits, "
@@ -380,6 +398,7 @@ class Engine:
     def reject(self, task_id: str, by: Principal, *, reason_code: str, comment: str = "") -> TaskState:
         """Reject the proposal the task waits on, with one of the step's reason codes."""
         who = self.users.check(by, act="reject")
+        _no_agent(who, "reject")
         st = self._awaiting(task_id)
         cur = st.current
         ev = ApprovalRejected(

@@ -538,6 +538,10 @@ class Worker:
             self._capture(claim, state, step, result_id) if claim.type == "CaptureArtifacts"
             else self._approval_void(claim, state, step, result_id)
         )
+        if event is None and claim.type == "RunStep" and step.remote is not None:
+            self._park(claim, step)
+            _log_outcome(claim, f"parked for a remote agent on queue {step.remote.queue!r}", time.monotonic() - started)
+            return None
         if event is None:
             try:
                 event = self._execute(claim, state, step, result_id)
@@ -624,6 +628,23 @@ class Worker:
         if event == "approval" and shown != cur.proposal_hash:
             return "the proposal was built again (new evidence); its own notification says so"
         return ""
+
+    def _park(self, claim: Claim, step: Step) -> None:
+        """A remote agent's attempt: nothing runs here. The command leaves the outbox for the
+        step's queue (runtime/remote.py), where the step's timeout starts counting."""
+        remote = step.remote
+        if remote is None:
+            return
+        now = self.clock.now_ms()
+        due = now + int(step.timeout_seconds * 1000) if step.timeout_seconds is not None else None
+        try:
+            self.store.park_remote(claim.command_id, claim.token, claim.task_id, remote.queue, claim.body, now, due,
+                                   int(remote.heartbeat_seconds * 1000))
+        except StaleLeaseError:
+            log.warning("lease on %s was lost; another worker parks it", claim.command_id)
+            return
+        with self._cv:
+            self.stats.commands += 1
 
     def _reduce(self, claim: Claim, state: TaskState, step: Step, event: Event) -> Report:
         """The screened and redacted outcome, reduced; an outcome the reducer or the encoder

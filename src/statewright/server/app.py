@@ -35,10 +35,18 @@ from statewright.server.hooks import DELIVERY_HEADER, SIGNATURE_HEADER, Hook
 from statewright.server.http import Api, Handler, NotFoundError, endpoint, error_response, http_error
 from statewright.server.openapi import spec
 
+
+def _agent_routes(api: Api) -> Sequence[BaseRoute]:
+    """The remote agents' claim, heartbeat and report (server/agents.py)."""
+    from statewright.server.agents import agent_routes
+
+    return agent_routes(api.engine, authenticate=api.engine.users.authenticate)
+
+
 #: Route lists mounted beside the API's own: each is called with the app's ``Api`` (the
 #: engine, the bearer check, ``endpoint`` and the refusals are in server/http.py) and returns
-#: Starlette routes. A module of routes is wired here, in one line: ``(agents.routes,)``.
-ROUTE_FACTORIES: tuple[Callable[[Api], Sequence[BaseRoute]], ...] = ()
+#: Starlette routes.
+ROUTE_FACTORIES: tuple[Callable[[Api], Sequence[BaseRoute]], ...] = (_agent_routes,)
 
 _DEFAULT_LIMIT = 100
 

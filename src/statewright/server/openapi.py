@@ -63,6 +63,7 @@ _TASK_ROW = {
 _SCHEMAS: dict[str, Any] = {
     **BODIES,
     "Error": _ERROR,
+    "Object": {"type": "object"},
     "TaskRow": _TASK_ROW,
     "TaskList": {"type": "object", "required": ["tasks"],
                  "properties": {"tasks": {"type": "array", "items": {"$ref": "#/components/schemas/TaskRow"}}}},
@@ -229,6 +230,32 @@ def spec(*, metrics: bool = True) -> dict[str, Any]:
                           "401": _json("Error", "No signature, or one that does not match"),
                           "404": _json("Error", "No hook of that name"),
                           **_errors("409", "422")},
+        }},
+        "/api/agents/{queue}/claim": {"post": {
+            "summary": "A remote agent claims the oldest parked attempt of its queue (long poll)",
+            "description": "Needs an agent identity (role agent or agent:queue=NAME). 200: the brief and a "
+                           "task token, given out once; 204: none came within wait seconds (capped at 30).",
+            "parameters": [{"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}},
+                           _query("wait", {"type": "number", "minimum": 0, "maximum": 30}, "Seconds to wait for work (0)")],
+            "responses": {"200": _json("Object", "The work: task, step, attempt, brief, token"),
+                          "204": {"description": "No work came"}, **_errors("401", "403", "422")},
+        }},
+        "/api/agents/heartbeat": {"post": {
+            "summary": "The agent that claimed an attempt says it is still at work",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}}}}},
+            "responses": {"200": _json("Object", "The new heartbeat deadline"),
+                          **_errors("401", "403", "409", "422")},
+        }},
+        "/api/agents/report": {"post": {
+            "summary": "The agent reports a verdict, or a failure with a reason code",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                "type": "object", "required": ["token"],
+                "properties": {"token": {"type": "string"}, "verdict": {"type": "object"},
+                               "error": {"type": "string"}, "detail": {"type": "string"},
+                               "note": {"type": "string"}}}}}},
+            "responses": {"200": _json("Object", "How the task took it: status, repair turn, reason"),
+                          **_errors("401", "403", "409", "422")},
         }},
         "/openapi.json": {"get": {
             "summary": "This document", "security": [],

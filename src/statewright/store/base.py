@@ -87,6 +87,7 @@ class AppendRequest:
     terminal: bool = False
     claim_for: tuple[str, int] | None = None
     encoded: Any = field(default=None, compare=False, repr=False)  # the store's own, see Store.encode
+    complete_remote: str | None = None  # the remote attempt (its command id) this append ends
 
 
 @dataclass(frozen=True)

@@ -285,6 +285,7 @@ class PostgresStore(SqlStore):
         complete_timer: tuple[str, int] | None = None,
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
+        complete_remote: str | None = None,
     ) -> AppendResult:
         """The shared append. Under READ COMMITTED two writers of the *same* event id (or
         idempotency key) can pass the duplicate check together; the loser then sees a
@@ -294,7 +295,7 @@ class PostgresStore(SqlStore):
         trip, its own transaction. Whenever that statement is refused (a stale version or
         hash, a wrong fencing token, a unique violation, a lost race) nothing was written and
         the shared append runs, which gives the refusal or the duplicate exactly as before."""
-        if expected_version > 0 and getattr(self._local, "cur", None) is None:
+        if expected_version > 0 and getattr(self._local, "cur", None) is None and complete_remote is None:
             try:
                 with self._classified():
                     done = self._append_one(AppendRequest(
@@ -311,7 +312,7 @@ class PostgresStore(SqlStore):
                 task_id, expected_version, event, state, commands,
                 workflow=workflow, workflow_hash=workflow_hash, idem_key=idem_key,
                 complete=complete, complete_timer=complete_timer, terminal=terminal,
-                claim_for=claim_for,
+                claim_for=claim_for, complete_remote=complete_remote,
             )
         except VersionConflictError:
             event_id = str(event["event_id"])
@@ -346,8 +347,8 @@ class PostgresStore(SqlStore):
         """Every request as its one statement (``_one_statement``), all in ONE transaction
         sent as one pipeline: one round trip and one commit for the batch. Any refusal rolls
         the whole batch back and returns None."""
-        if getattr(self._local, "cur", None) is not None:
-            return super().append_batch(requests)
+        if getattr(self._local, "cur", None) is not None or any(r.complete_remote for r in requests):
+            return super().append_batch(requests)  # closing a remote attempt: the shared SQL
         errors = self._psycopg.errors
         refused = (errors.DataError, errors.IntegrityError, errors.TransactionRollback)
         with self._classified(), self._pool.connection() as conn:

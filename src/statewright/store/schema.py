@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -97,5 +97,21 @@ MIGRATIONS: dict[int, list[str]] = {
             prev_hash TEXT NOT NULL,
             hash TEXT NOT NULL
         )""",
+    ],
+    # Remote attempts: parked on a queue until a remote agent claims them (store/remote.py).
+    # The task token is kept only as its sha256.
+    4: [
+        """CREATE TABLE IF NOT EXISTS sw_remote (
+            command_id TEXT PRIMARY KEY,
+            task_id TEXT NOT NULL,
+            queue TEXT NOT NULL,
+            body TEXT NOT NULL,
+            parked_at_ms BIGINT NOT NULL,
+            heartbeat_ms BIGINT NOT NULL,
+            agent TEXT,
+            token_hash TEXT UNIQUE,
+            claimed_at_ms BIGINT
+        )""",
+        "CREATE INDEX IF NOT EXISTS sw_remote_by_queue ON sw_remote (queue, parked_at_ms)",
     ],
 }

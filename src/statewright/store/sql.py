@@ -32,6 +32,7 @@ from statewright.store.base import (
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.people import PeopleSql
+from statewright.store.remote import RemoteSql
 from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["GENESIS_HASH", "SqlStore"]
@@ -44,7 +45,7 @@ _LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last event hash) a store 
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
 
-class SqlStore(PeopleSql, ABC):
+class SqlStore(PeopleSql, RemoteSql, ABC):
     url: str = ""
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
@@ -169,9 +170,11 @@ class SqlStore(PeopleSql, ABC):
         complete_timer: tuple[str, int] | None = None,
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
+        complete_remote: str | None = None,
     ) -> AppendResult:
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
-                            complete_timer=complete_timer, terminal=terminal, claim_for=claim_for)
+                            complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
+                            complete_remote=complete_remote)
         event_id = str(event["event_id"])
         encoded = _Encoded.of(req)
         try:
@@ -301,6 +304,8 @@ class SqlStore(PeopleSql, ABC):
             gone = self._x(cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", req.complete_timer)
             if gone.rowcount != 1:
                 raise StaleLeaseError(req.complete_timer[0], req.complete_timer[1], -1)
+        if req.complete_remote is not None:
+            self._close_remote_txn(cur, req.complete_remote)
         if req.terminal:  # what is left to do ends with the task; its notifications are still sent
             self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ? AND type <> 'Notify'", (task_id,))
             self._x(cur, "DELETE FROM sw_timers WHERE task_id = ?", (task_id,))
