@@ -230,18 +230,22 @@ def spec(*, metrics: bool = True) -> dict[str, Any]:
                           "404": _json("Error", "No hook of that name"),
                           **_errors("409", "422")},
         }},
-        "/openapi.json": {"get": {
-            "summary": "This document", "security": [],
-            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}},
-        }},
     }
+    for ops in paths.values():
+        for op in ops.values():
+            op["responses"]["503"] = _json("Error", "The database cannot be reached, or is not statewright's")
+    paths["/openapi.json"] = {"get": {
+        "summary": "This document", "security": [],
+        "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}},
+    }}
     if metrics:
         paths["/metrics"] = {"get": {
             "summary": "Prometheus metrics: tasks by status and age, approval queue time, step latency, "
                        "attempts, failures by reason code",
             "security": [],
             "responses": {"200": {"description": "Prometheus text format 0.0.4",
-                                  "content": {"text/plain": {"schema": {"type": "string"}}}}},
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}},
+                          "503": _json("Error", "The database cannot be reached")},
         }}
     return {
         "openapi": "3.1.0",
