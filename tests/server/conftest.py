@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 from server.support import World, workflows
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
-from statewright.server import create_app, sign
+from statewright.server import create_app
 from statewright.server.hooks import Hook
 
 HOOK_SECRET = b"0123456789abcdef-a-test-secret"
@@ -55,9 +55,6 @@ def _ref(text: str) -> Any:
     from statewright.machine.paths import parse_ref
 
     return parse_ref(text)
-
-
-__all__ = ["HOOK_SECRET", "sign"]
 
 
 @contextmanager

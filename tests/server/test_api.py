@@ -182,6 +182,19 @@ def test_runs_are_read_from_the_loop_database(world: World, tmp_path: Path) -> N
     refused(world.get("/api/runs"), 401)
 
 
+def test_a_loop_database_that_is_not_statewrights_is_503(world: World) -> None:
+    """A --loop-db holding someone else's tables: 503 naming it, and the file is left as it was."""
+    import sqlite3
+
+    with sqlite3.connect(world.loop_db) as conn:
+        conn.execute("CREATE TABLE invoices (id INTEGER)")
+    conn.close()
+    before = world.loop_db.read_bytes()
+    assert "is not a statewright database" in refused(world.get("/api/runs", "eve"), 503, "unavailable")
+    refused(world.get("/api/runs/1", "eve"), 503)
+    assert world.loop_db.read_bytes() == before
+
+
 def test_metrics_count_tasks_approvals_steps_attempts_and_failures(world: World) -> None:
     """GET /metrics needs no token and says, in Prometheus text, what the store holds."""
     tid, proposal = world.waiting("gate")

@@ -9,7 +9,7 @@ with), the bearer token, the body checks, and the refusals with their status:
       IllegalEventError, VersionConflictError,
       TaskStateError, KeyReusedError             409
     InputError, DefinitionError, a bad body      422
-    StoreUnavailableError                        503  the database cannot be reached
+    StoreError (unreachable, not statewright's)  503  the database cannot be used
 
 Route lists mounted beside the API's (``app.ROUTE_FACTORIES``) build on these."""
 
@@ -36,7 +36,7 @@ from statewright._errors import (
     Refusal,
     StaleLeaseError,
     StatewrightError,
-    StoreUnavailableError,
+    StoreError,
     TaskNotFoundError,
     TaskStateError,
     VersionConflictError,
@@ -97,8 +97,8 @@ def _status(exc: StatewrightError) -> tuple[int, str]:
         return 409, "conflict"
     if isinstance(exc, InputError | DefinitionError):
         return 422, "invalid"
-    if isinstance(exc, StoreUnavailableError):
-        return 503, "unavailable"
+    if isinstance(exc, StoreError):
+        return 503, "unavailable"  # the database cannot be reached, or is not statewright's
     return 500, "error"
 
 

@@ -236,7 +236,8 @@ def spec(*, metrics: bool = True) -> dict[str, Any]:
             "description": "Needs an agent identity (role agent or agent:queue=NAME). 200: the brief and a "
                            "task token, given out once; 204: none came within wait seconds (capped at 30).",
             "parameters": [{"name": "queue", "in": "path", "required": True, "schema": {"type": "string"}},
-                           _query("wait", {"type": "number", "minimum": 0, "maximum": 30}, "Seconds to wait for work (0)")],
+                           _query("wait", {"type": "number", "minimum": 0, "maximum": 30},
+                                  "Seconds to wait for work (0)")],
             "responses": {"200": _json("Object", "The work: task, step, attempt, brief, token"),
                           "204": {"description": "No work came"}, **_errors("401", "403", "422")},
         }},
@@ -257,18 +258,22 @@ def spec(*, metrics: bool = True) -> dict[str, Any]:
             "responses": {"200": _json("Object", "How the task took it: status, repair turn, reason"),
                           **_errors("401", "403", "409", "422")},
         }},
-        "/openapi.json": {"get": {
-            "summary": "This document", "security": [],
-            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}},
-        }},
     }
+    for ops in paths.values():
+        for op in ops.values():
+            op["responses"]["503"] = _json("Error", "The database cannot be reached, or is not statewright's")
+    paths["/openapi.json"] = {"get": {
+        "summary": "This document", "security": [],
+        "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}},
+    }}
     if metrics:
         paths["/metrics"] = {"get": {
             "summary": "Prometheus metrics: tasks by status and age, approval queue time, step latency, "
                        "attempts, failures by reason code",
             "security": [],
             "responses": {"200": {"description": "Prometheus text format 0.0.4",
-                                  "content": {"text/plain": {"schema": {"type": "string"}}}}},
+                                  "content": {"text/plain": {"schema": {"type": "string"}}}},
+                          "503": _json("Error", "The database cannot be reached")},
         }}
     return {
         "openapi": "3.1.0",
