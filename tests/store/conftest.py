@@ -7,15 +7,15 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from statewright.store import open_store
-from statewright.store.sql import SqlStore
+from statewright.store.base import Store
 
 
 @pytest.fixture
-def opener(store_url: str) -> Iterator[Callable[[], SqlStore]]:
+def opener(store_url: str) -> Iterator[Callable[[], Store]]:
     """Open another store (connection) on the test's database; all are closed after."""
-    opened: list[SqlStore] = []
+    opened: list[Store] = []
 
-    def open_one() -> SqlStore:
+    def open_one() -> Store:
         s = open_store(store_url)
         opened.append(s)
         return s
@@ -26,5 +26,5 @@ def opener(store_url: str) -> Iterator[Callable[[], SqlStore]]:
 
 
 @pytest.fixture
-def store(opener: Callable[[], SqlStore]) -> SqlStore:
+def store(opener: Callable[[], Store]) -> Store:
     return opener()

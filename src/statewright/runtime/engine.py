@@ -39,9 +39,8 @@ from statewright.machine.task import transition
 from statewright.runtime import inputs, workspaces
 from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.users import Principal, Users
-from statewright.store import AppendRequest, NewCommand, open_store
+from statewright.store import AppendRequest, NewCommand, Store, open_store
 from statewright.store.base import Claim
-from statewright.store.sql import SqlStore
 
 _CONFLICT_RETRIES = 8
 _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
@@ -132,11 +131,12 @@ def total_cost(state: TaskState) -> dict[str, float]:
 
 class Engine:
     def __init__(
-        self, store: SqlStore, *, clock: Clock | None = None, workspace_root: Path | None = None,
+        self, store: Store, *, clock: Clock | None = None, workspace_root: Path | None = None,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
-        db_dir = Path(store.url).parent if not store.url.startswith("postgres") else Path(".statewright")
+        local = not store.url.startswith(("postgres", "memory:"))
+        db_dir = Path(store.url).parent if local else Path(".statewright")
         self.workspace_root = workspace_root or db_dir / "workspaces"
         self.users = Users(store, self.clock)
         self._defs: dict[str, Workflow] = {}

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from statewright._errors import StoreUnavailableError as StoreUnavailableError  # re-export
+from statewright.store.chain import Chain, RawEvent, RawPeopleRow
 
 
 @dataclass(frozen=True)
@@ -155,11 +156,20 @@ class PeopleLogEntry:
 
 
 class Store(Protocol):
-    """What the engine needs from a backend. Both SQLite and PostgreSQL implement it."""
+    """What the engine, its workers and the CLI need from a backend. The SQL stores (SQLite,
+    PostgreSQL: store/sql.py) and the in-memory store (store/memory.py) implement it."""
 
     url: str
+    chain: Chain  # how event rows and people log rows are linked
+    announces_work: bool  # True: wait_for_work wakes on new work, so idle waits can be long
 
     def close(self) -> None: ...
+
+    def schema_version(self) -> int: ...
+
+    def ensure_schema(self, *, upgrade: bool = True) -> int:
+        """Create a fresh schema, or apply pending migrations (``statewright db upgrade``)."""
+        ...
 
     def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None: ...
 
@@ -208,6 +218,36 @@ class Store(Protocol):
     def task_ids(self) -> list[str]: ...
 
     def has_event(self, event_id: str) -> bool: ...
+
+    def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """The outbox rows (of one task), due first, as plain dicts."""
+        ...
+
+    def timers(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """The timer rows (of one task), due first: timer_id, task_id, due_at_ms, purpose."""
+        ...
+
+    # --- what verify and db upgrade read and rewrite (runtime/verify.py) ------------------
+    def raw_events(self, task_id: str) -> list[RawEvent]:
+        """A task's event rows exactly as stored, in version order."""
+        ...
+
+    def raw_task(self, task_id: str) -> tuple[Any, ...] | None:
+        """The task row as stored: task_id, workflow, workflow_hash, status, version, state
+        (JSON text), created_at_ms, updated_at_ms, last_hash."""
+        ...
+
+    def logged_task_ids(self) -> list[str]:
+        """Every task id with a task row or an event row."""
+        ...
+
+    def rechain(self, task_id: str, version: int, links: Sequence[tuple[str, str]]) -> bool:
+        """Replace the links of events 1..``version`` while the task is still at ``version``."""
+        ...
+
+    def replace_projection(self, task_id: str, version: int, state: Mapping[str, Any]) -> bool:
+        """Write ``state`` as the projection while the task is still at ``version``."""
+        ...
 
     def claim(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1) -> list[Claim]: ...
 
@@ -262,6 +302,10 @@ class Store(Protocol):
     def tokens(self) -> list[TokenRow]: ...
 
     def people_log(self) -> list[PeopleLogEntry]: ...
+
+    def raw_people_log(self) -> list[RawPeopleRow]:
+        """The people log's rows exactly as stored, in seq order."""
+        ...
 
     def people_problems(self) -> list[str]:
         """What does not match the people log: a broken chain, an edited row, a person,
