@@ -58,7 +58,7 @@ def open_store(url: str | Path | None = None, *, create: bool = True, chain: Cha
     if is_memory_url(target):
         from statewright.store.memory import MemoryStore
 
-        return MemoryStore(target, chain=chain)
+        return MemoryStore(target, chain=chain, create=create)
     if target.startswith(("postgresql://", "postgres://")):
         from statewright.store.postgres import PostgresStore
 

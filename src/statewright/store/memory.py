@@ -21,7 +21,7 @@ from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._crash import crash_point
-from statewright._errors import StaleLeaseError, VersionConflictError
+from statewright._errors import NotAStatewrightDatabaseError, StaleLeaseError, VersionConflictError
 from statewright.store.base import (
     AppendRequest,
     AppendResult,
@@ -35,7 +35,7 @@ from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.memory_people import MemoryPeople
 from statewright.store.schema import SCHEMA_VERSION
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "database_exists"]
 
 _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _MISSING = object()
@@ -138,11 +138,24 @@ _NAMED: dict[str, Database] = {}
 _NAMED_LOCK = threading.Lock()
 
 
-def _database(name: str) -> Database:
+def _name(url: str) -> str:
+    return url.removeprefix("memory:").lstrip("/")
+
+
+def _database(name: str, create: bool) -> Database:
     if not name:
         return Database()
     with _NAMED_LOCK:
+        if name not in _NAMED and not create:
+            msg = f"memory:{name}: no in-memory database of that name in this process"
+            raise NotAStatewrightDatabaseError(msg)
         return _NAMED.setdefault(name, Database())
+
+
+def database_exists(url: str) -> bool:
+    """Whether this process holds the named in-memory database ``url`` (``memory:NAME``)."""
+    with _NAMED_LOCK:
+        return bool(_name(url)) and _name(url) in _NAMED
 
 
 class _Refused(Exception):
@@ -152,10 +165,10 @@ class _Refused(Exception):
 class MemoryStore(MemoryPeople):
     announces_work = False  # idle workers poll, as on SQLite
 
-    def __init__(self, url: str = "memory:", *, chain: Chain | None = None) -> None:
+    def __init__(self, url: str = "memory:", *, chain: Chain | None = None, create: bool = True) -> None:
         self.url = url
         self.chain = chain if chain is not None else Chain()
-        self.db = _database(url.removeprefix("memory:").lstrip("/"))
+        self.db = _database(_name(url), create)
 
     def close(self) -> None:
         """Nothing to release: a named database lives as long as the process."""
