@@ -24,7 +24,8 @@ from statewright.definition import (
 )
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import transition
-from statewright.runtime.engine import Engine, TaskView
+from statewright.runtime.engine import Engine
+from statewright.runtime.run import run_task
 from statewright.runtime.users import Principal
 from statewright.runtime.worker import Worker
 
@@ -46,7 +47,6 @@ __all__ = [
     "TaskNotFoundError",
     "TaskState",
     "TaskStatus",
-    "TaskView",
     "TransientError",
     "VersionConflictError",
     "Worker",
@@ -54,6 +54,7 @@ __all__ = [
     "WorkflowBuilder",
     "__version__",
     "load_workflow",
+    "run_task",
     "transition",
     "workflow_from_dict",
     "workflow_from_yaml",

@@ -255,16 +255,15 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     waiting for a person, 5 halted, 6 cancelled; 1 when the command itself failed."""
     from statewright.definition import load_workflow
     from statewright.machine.state import TaskStatus
+    from statewright.runtime.run import SETTLED
     from statewright.runtime.worker import Worker
 
     wf = load_workflow(file)
     data = _parse_input(input_, wf)
     engine = _engine(db, create=True, in_memory=True)
     tid = engine.submit(wf, data, key=key)
-    settled = {TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED, TaskStatus.CANCELLED,
-               TaskStatus.AWAITING_APPROVAL}
     progress = _Progress(engine, tid)
-    Worker(engine).run(until=lambda: progress.seen().status in settled)
+    Worker(engine).run(until=lambda: progress.seen().status in SETTLED)
     _print_show(engine, tid)
     st = engine.state(tid)
     if st.status is TaskStatus.AWAITING_APPROVAL:

@@ -20,6 +20,7 @@ from statewright._canonical import canonical_json
 from statewright._errors import AuthenticationError, PermissionDeniedError
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
+from statewright.runtime.run import run_task
 from statewright.store import open_store
 from statewright.store.chain import KEY_ENV, Chain, key_id, legacy_link, link_format
 from store.backends import SQL_BACKENDS, raw_sql
@@ -272,12 +273,12 @@ def test_the_approved_step_does_not_run_on_a_role_the_log_took_away(
         carol = engine.users.authenticate(engine.users.issue_token(root, "carol").token)
         effect = tmp_path / "shipped"
         tid = engine.submit(gate(effect), {"workspace": str(tmp_path)})
-        assert engine.run_task(tid).status == "awaiting_approval"
+        assert run_task(engine, tid).status == "awaiting_approval"
         engine.approve(tid, carol, proposal_hash=hash_of(engine, tid))
         engine.users.drop_roles(root, "carol", ["maintainer"])
         restore(World(store_url, engine, w.tokens, w.ids))
 
-        st = engine.run_task(tid).state
+        st = run_task(engine, tid)
 
         halt = st.halt
         refused = not effect.exists() and halt is not None and halt.reason == "approval_revoked"

@@ -467,12 +467,12 @@ def test_engine_submit_with_a_key_returns_the_same_task(store: Store, tmp_path: 
 
 def test_a_task_runs_to_completion_through_a_real_worker(store: Store, tmp_path: Path) -> None:
     """Submit, then the worker claims, runs both steps and records them: completed, chain intact."""
-    from statewright import Engine
+    from statewright import Engine, run_task
 
     engine = Engine(store, workspace_root=tmp_path / "ws")
     tid = engine.submit(_two_step_workflow(), {})
-    view = engine.run_task(tid, lease_seconds=5)
-    assert view.status == "completed"
+    st = run_task(engine, tid, lease_seconds=5)
+    assert st.status == "completed" and st == engine.state(tid)
     assert [e.type for e in store.events(tid)] == ["TaskSubmitted", "AttemptReported", "AttemptReported"]
     assert verify_chain(store.raw_events(tid)) == []
     assert store.outbox() == [] and store.timers() == []

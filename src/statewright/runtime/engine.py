@@ -66,16 +66,6 @@ class Report:
     reduced: tuple[TaskState, Sequence[Command], AppendRequest] | None = None  # see Engine.reduce
 
 
-@dataclass(frozen=True)
-class TaskView:
-    """What a caller of ``run_task`` gets back."""
-
-    task_id: str
-    status: str
-    state: TaskState
-    cost: Mapping[str, float]
-
-
 def _random_hex(n: int) -> str:
     """The first ``n`` hex digits of a uuid4. uuid is imported on first use: importing it
     (and the platform module it pulls in) is a noticeable part of ``import statewright``."""
@@ -118,15 +108,6 @@ def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand
         else:
             out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms))
     return out
-
-
-def total_cost(state: TaskState) -> dict[str, float]:
-    total: dict[str, float] = {"tokens_in": 0, "tokens_out": 0, "money_usd": 0.0, "seconds": 0.0}
-    for a in state.attempts:
-        for k, v in a.cost.items():
-            if isinstance(v, int | float):
-                total[k] = total.get(k, 0) + v
-    return total
 
 
 class Engine:
@@ -417,17 +398,3 @@ class Engine:
         if self.store.load(task_id) is None:
             raise TaskNotFoundError(task_id)
         return [event_from_dict(r.body) for r in self.store.events(task_id)]
-
-    def run_task(self, task_id: str, *, lease_seconds: float = 30.0) -> TaskView:
-        """Work in-process until the task ends or parks at a human step."""
-        from statewright.runtime.worker import Worker
-
-        settled = {
-            TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED,
-            TaskStatus.CANCELLED, TaskStatus.AWAITING_APPROVAL,
-        }
-        Worker(self, lease_seconds=lease_seconds).run(
-            until=lambda: self.state(task_id).status in settled
-        )
-        st = self.state(task_id)
-        return TaskView(task_id=task_id, status=st.status.value, state=st, cost=total_cost(st))

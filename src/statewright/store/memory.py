@@ -14,14 +14,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._crash import crash_point
-from statewright._errors import NotAStatewrightDatabaseError, StaleLeaseError, VersionConflictError
+from statewright._errors import StaleLeaseError, VersionConflictError
 from statewright.store.base import (
     AppendRequest,
     AppendResult,
@@ -33,131 +32,20 @@ from statewright.store.base import (
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.memory_people import MemoryPeople
+from statewright.store.memory_tables import (
+    CommandRow,
+    TaskRow,
+    TimerRow,
+    Txn,
+    database,
+    database_exists,
+    name_of,
+)
 from statewright.store.schema import SCHEMA_VERSION
 
 __all__ = ["MemoryStore", "database_exists"]
 
 _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-_MISSING = object()
-
-
-@dataclass(frozen=True)
-class _Task:
-    task_id: str
-    workflow: str
-    workflow_hash: str
-    status: str
-    version: int
-    state: str  # JSON text, as the SQL stores keep it
-    idem_key: str | None
-    last_hash: str
-    created_at_ms: int
-    updated_at_ms: int
-
-
-@dataclass(frozen=True)
-class _Command:
-    command_id: str
-    task_id: str
-    type: str
-    body: str
-    available_at_ms: int
-    lease_owner: str | None = None
-    lease_expires_ms: int | None = None
-    token: int = 0
-    deliveries: int = 0
-    failures: int = 0
-    last_error: str = ""
-
-
-@dataclass(frozen=True)
-class _Timer:
-    timer_id: str
-    task_id: str
-    due_at_ms: int
-    purpose: str
-    lease_owner: str | None = None
-    lease_expires_ms: int | None = None
-    token: int = 0
-
-
-class Txn:
-    """The writes of one transaction, each with how to undo it."""
-
-    def __init__(self) -> None:
-        self._undo: list[tuple[dict[Any, Any], Any, Any]] = []
-
-    def put(self, table: dict[Any, Any], key: Any, value: Any) -> None:
-        self._undo.append((table, key, table.get(key, _MISSING)))
-        table[key] = value
-
-    def delete(self, table: dict[Any, Any], key: Any) -> bool:
-        if key not in table:
-            return False
-        self._undo.append((table, key, table[key]))
-        del table[key]
-        return True
-
-    def rollback(self) -> None:
-        for table, key, old in reversed(self._undo):
-            if old is _MISSING:
-                table.pop(key, None)
-            else:
-                table[key] = old
-        self._undo.clear()
-
-
-class Database:
-    """The tables of one in-memory database."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.definitions: dict[str, tuple[str, int, str]] = {}  # hash -> (name, version, body)
-        self.tasks: dict[str, _Task] = {}
-        self.events: dict[str, tuple[RawEvent, ...]] = {}
-        self.event_ids: dict[str, tuple[str, int]] = {}  # event id -> (task id, version)
-        self.idem_keys: dict[str, str] = {}
-        self.outbox: dict[str, _Command] = {}
-        self.timers: dict[str, _Timer] = {}
-        self.users: dict[str, tuple[tuple[str, ...], bool, int]] = {}  # name -> (roles, active, updated)
-        self.tokens: dict[str, tuple[str, str, int, int | None]] = {}  # id -> (hash, name, issued, revoked)
-        self.people_log: dict[int, Any] = {}  # seq -> RawPeopleRow
-
-    @contextmanager
-    def txn(self) -> Iterator[Txn]:
-        with self.lock:
-            txn = Txn()
-            try:
-                yield txn
-            except BaseException:
-                txn.rollback()
-                raise
-
-
-_NAMED: dict[str, Database] = {}
-_NAMED_LOCK = threading.Lock()
-
-
-def _name(url: str) -> str:
-    return url.removeprefix("memory:").lstrip("/")
-
-
-def _database(name: str, create: bool) -> Database:
-    if not name:
-        return Database()
-    with _NAMED_LOCK:
-        if name not in _NAMED and not create:
-            msg = f"memory:{name}: no in-memory database of that name in this process"
-            raise NotAStatewrightDatabaseError(msg)
-        return _NAMED.setdefault(name, Database())
-
-
-def database_exists(url: str) -> bool:
-    """Whether this process holds the named in-memory database ``url`` (``memory:NAME``)."""
-    with _NAMED_LOCK:
-        return bool(_name(url)) and _name(url) in _NAMED
-
-
 class _Refused(Exception):
     """One append of a batch is refused: the whole batch is undone."""
 
@@ -168,7 +56,7 @@ class MemoryStore(MemoryPeople):
     def __init__(self, url: str = "memory:", *, chain: Chain | None = None, create: bool = True) -> None:
         self.url = url
         self.chain = chain if chain is not None else Chain()
-        self.db = _database(_name(url), create)
+        self.db = database(name_of(url), create)
 
     def close(self) -> None:
         """Nothing to release: a named database lives as long as the process."""
@@ -264,7 +152,7 @@ class MemoryStore(MemoryPeople):
                 raise VersionConflictError(task_id, 0, row.version)
             prev = GENESIS_HASH
             h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, enc.body)
-            txn.put(db.tasks, task_id, _Task(task_id, workflow, workflow_hash, status, version, enc.state_json,
+            txn.put(db.tasks, task_id, TaskRow(task_id, workflow, workflow_hash, status, version, enc.state_json,
                                              idem_key, h, at_ms, at_ms))
             if idem_key is not None:
                 txn.put(db.idem_keys, idem_key, task_id)
@@ -299,9 +187,9 @@ class MemoryStore(MemoryPeople):
             if c.command_id in db.outbox or c.command_id in db.timers:
                 raise VersionConflictError(task_id, req.expected_version, version)  # as a unique index refuses
             if c.timer:
-                txn.put(db.timers, c.command_id, _Timer(c.command_id, task_id, c.available_at_ms, c.purpose))
+                txn.put(db.timers, c.command_id, TimerRow(c.command_id, task_id, c.available_at_ms, c.purpose))
                 continue
-            row_c = _Command(c.command_id, task_id, c.type, body_json, c.available_at_ms)
+            row_c = CommandRow(c.command_id, task_id, c.type, body_json, c.available_at_ms)
             if req.claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
                 worker_id, lease_expires_ms = req.claim_for
                 row_c = replace(row_c, lease_owner=worker_id, lease_expires_ms=lease_expires_ms, token=1, deliveries=1)
@@ -482,14 +370,14 @@ class _Encoded:
     command_bodies: tuple[str, ...]  # canonical; "" for a timer
 
 
-def _claim(c: _Command) -> Claim:
+def _claim(c: CommandRow) -> Claim:
     return Claim(
         command_id=c.command_id, task_id=c.task_id, type=c.type, body=json.loads(c.body), token=c.token,
         deliveries=c.deliveries, failures=c.failures, lease_expires_ms=int(c.lease_expires_ms or 0),
     )
 
 
-def _stored(r: _Task) -> StoredTask:
+def _stored(r: TaskRow) -> StoredTask:
     return StoredTask(
         task_id=r.task_id, workflow=r.workflow, workflow_hash=r.workflow_hash, status=r.status,
         version=r.version, state=json.loads(r.state), created_at_ms=r.created_at_ms, updated_at_ms=r.updated_at_ms,

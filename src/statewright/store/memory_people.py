@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from statewright._canonical import canonical_json
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
 from statewright._names import ADMIN_ROLE, person_name_problem, scoped_role_problem
 from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, TokenRow
 from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawPeopleRow, check_chain, link_format
+from statewright.store.memory_tables import Database, Txn
 from statewright.store.people import BOOTSTRAP_ACTOR, _body_problem, _one_line, _Replay, _shown
-
-if TYPE_CHECKING:
-    from statewright.store.memory import Database, Txn
 
 
 class MemoryPeople:
