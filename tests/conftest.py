@@ -18,6 +18,7 @@ import pytest
 
 from statewright.runtime.engine import Engine
 from statewright.store import open_store
+from statewright.store.memory import drop_database
 from store.backends import BACKENDS, fresh_pg_schema, skip_unreachable_postgres
 
 _OPERATOR_ENV = (
@@ -46,7 +47,10 @@ def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
     """A place for a fresh database: a named in-memory database, a SQLite file, or a new
     PostgreSQL schema."""
     if backend == "memory":
-        yield f"memory:{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+        url = f"memory:{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+        open_store(url).close()  # made now: a command refuses a memory database it would make
+        yield url
+        drop_database(url)
         return
     if backend == "sqlite":
         (tmp_path / "db").mkdir()

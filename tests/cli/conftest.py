@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from statewright.store import open_store
+from statewright.store.memory import drop_database
 from store.backends import fresh_pg_schema
 
 from .support import HOMES
@@ -72,6 +73,7 @@ def db(backend: str, tmp_path: Path) -> Iterator[Path | str]:
         open_store(url).close()  # made now: a command refuses a memory database it would make
         HOMES[url] = tmp_path
         yield url
+        drop_database(url)
     elif backend == "sqlite":
         yield tmp_path / "state.db"
     else:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from statewright.runtime.clock import FakeClock
+from statewright.store.memory import drop_database
 from store.backends import fresh_pg_schema
 
 from .support import EFFECT_SCRIPT
@@ -28,7 +29,9 @@ def db(backend: str, tmp_path: Path) -> Iterator[Path | str]:
     """The test's database: a SQLite file, or the URL of an in-memory database or of a fresh
     PostgreSQL schema."""
     if backend == "memory":
-        yield f"memory:{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+        url = f"memory:{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+        yield url
+        drop_database(url)
     elif backend == "sqlite":
         yield tmp_path / "state.db"
     else:

@@ -39,11 +39,12 @@ from statewright.store.memory_tables import (
     Txn,
     database,
     database_exists,
+    drop_database,
     name_of,
 )
 from statewright.store.schema import SCHEMA_VERSION
 
-__all__ = ["MemoryStore", "database_exists"]
+__all__ = ["MemoryStore", "database_exists", "drop_database"]
 
 _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 class _Refused(Exception):
@@ -184,7 +185,7 @@ class MemoryStore(MemoryPeople):
                 txn.delete(db.timers, tid)
         claimed = None
         for c, body_json in zip(req.commands, enc.command_bodies, strict=True):
-            if c.command_id in db.outbox or c.command_id in db.timers:
+            if c.command_id in (db.timers if c.timer else db.outbox):
                 raise VersionConflictError(task_id, req.expected_version, version)  # as a unique index refuses
             if c.timer:
                 txn.put(db.timers, c.command_id, TimerRow(c.command_id, task_id, c.available_at_ms, c.purpose))
@@ -246,10 +247,10 @@ class MemoryStore(MemoryPeople):
             if row is None or row.version != version or len(links) != version:
                 return False
             rows = self.db.events.get(task_id, ())
-            txn.put(self.db.events, task_id, tuple(
-                r._replace(prev_hash=prev, hash=h) if r.version <= version else r
-                for r, (prev, h) in zip(rows, [*links, *[("", "")] * (len(rows) - len(links))], strict=True)
-            ))
+            if len(rows) != version:
+                return False
+            txn.put(self.db.events, task_id,
+                    tuple(r._replace(prev_hash=prev, hash=h) for r, (prev, h) in zip(rows, links, strict=True)))
             txn.put(self.db.tasks, task_id, replace(row, last_hash=links[-1][1]))
         return True
 

@@ -248,7 +248,8 @@ class MemoryPeople:
                                  for tid, (h, name, _, revoked) in self.db.tokens.items()}
             for tid in sorted(set(replay.tokens) | set(stored_tokens)):
                 if replay.tokens.get(tid) != stored_tokens.get(tid):
-                    problems.append(f"token {tid!r}: the table differs from the people log")
+                    problems.append(f"token {tid!r}: the table differs from the people log "
+                                    "(a token written, moved or un-revoked behind statewright's back)")
         return [_one_line(p) for p in problems]
 
     def rechain_people(self, last_hash: str, links: Sequence[tuple[str, str]]) -> bool:

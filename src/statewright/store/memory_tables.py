@@ -126,6 +126,12 @@ def database(name: str, create: bool) -> Database:
         return _NAMED.setdefault(name, Database())
 
 
+def drop_database(url: str) -> None:
+    """Forget the named in-memory database ``url``; stores still open on it keep its tables."""
+    with _NAMED_LOCK:
+        _NAMED.pop(name_of(url), None)
+
+
 def database_exists(url: str) -> bool:
     """Whether this process holds the named in-memory database ``url`` (``memory:NAME``)."""
     with _NAMED_LOCK:
