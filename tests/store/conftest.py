@@ -1,4 +1,5 @@
-"""The store backend is a parameter: every test here runs on SQLite and on PostgreSQL."""
+"""The store backend is a parameter: every test here runs on the in-memory store, SQLite and
+PostgreSQL, but for those that edit SQL rows behind the store's back (``SQL_BACKENDS``)."""
 
 from __future__ import annotations
 

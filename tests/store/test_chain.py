@@ -1,4 +1,4 @@
-"""The hash chain's formats and keys, on both backends: every write path links rows in the
+"""The hash chain's formats and keys, on every backend: every write path links rows in the
 store's format (keyed with STATEWRIGHT_CHAIN_KEY), legacy chains keep verifying, and
 ``statewright db upgrade`` rewrites a chain that verifies in the current format (keying it
 when a key is set) and leaves a damaged one alone."""
