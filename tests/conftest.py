@@ -3,12 +3,13 @@
 
 Every test starts without the statewright variables an operator's shell may hold (a
 database, a token, a chain key, a crash point). Tests that run on every store backend take
-``store_url`` (or ``backend``): a SQLite file, then a fresh PostgreSQL schema. ``open_engine``
-opens engines on ``store_url`` with what a suite's ``engine_defaults`` gives (a fake clock, a
-workspace root) and closes them after the test."""
+``store_url`` (or ``backend``): an in-memory database, a SQLite file, then a fresh
+PostgreSQL schema. ``open_engine`` opens engines on ``store_url`` with what a suite's
+``engine_defaults`` gives (a fake clock, a workspace root) and closes them after the test."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import pytest
 
 from statewright.runtime.engine import Engine
 from statewright.store import open_store
-from store.backends import fresh_pg_schema, skip_unreachable_postgres
+from statewright.store.memory import drop_database
+from store.backends import BACKENDS, fresh_pg_schema, skip_unreachable_postgres
 
 _OPERATOR_ENV = (
     "STATEWRIGHT_DB", "STATEWRIGHT_USERS", "STATEWRIGHT_TOKEN", "STATEWRIGHT_CHAIN_KEY",
@@ -35,14 +37,21 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A place for a fresh database: a SQLite file, or a new PostgreSQL schema."""
+    """A place for a fresh database: a named in-memory database, a SQLite file, or a new
+    PostgreSQL schema."""
+    if backend == "memory":
+        url = f"memory:{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+        open_store(url).close()  # made now: a command refuses a memory database it would make
+        yield url
+        drop_database(url)
+        return
     if backend == "sqlite":
         (tmp_path / "db").mkdir()
         yield str(tmp_path / "db" / "state.db")

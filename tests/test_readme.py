@@ -13,13 +13,16 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_python_example_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The example completes its task after the approval and prints its history. Its first
-    block is the module of steps, written where it says; the second is the script."""
+    """The example completes its task after the approval and prints its history. Its YAML
+    block is the workflow file and its first Python block the module of steps, each written
+    where its first line says; the second Python block is the script."""
     text = README.read_text(encoding="utf-8")
     section = text[text.index("## Python") : text.index("## Reliability")]
+    [workflow] = re.findall(r"```yaml\n(.*?)```", section, re.S)
     steps, script = re.findall(r"```python\n(.*?)```", section, re.S)
-    name = steps.splitlines()[0].removeprefix("# ").strip()
-    (tmp_path / name).write_text(steps, encoding="utf-8")
+    for block in (workflow, steps):
+        name = block.splitlines()[0].removeprefix("# ").strip()
+        (tmp_path / name).write_text(block, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     exec(compile(script, "README.md", "exec"), {})

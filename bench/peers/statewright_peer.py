@@ -1,4 +1,4 @@
-"""statewright: ``Engine.run_task`` to the approval, ``engine.approve`` by hash, ``run_task`` again."""
+"""statewright: ``run_task`` to the approval, ``engine.approve`` by hash, ``run_task`` again."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def trivial(ctx: Any) -> bool:
 
 
 def setup(directory: Path) -> Callable[[int], None]:
-    from statewright import Engine, WorkflowBuilder
+    from statewright import Engine, WorkflowBuilder, run_task
     from statewright.store import open_store
 
     engine = Engine(open_store(f"sqlite:///{directory / 'statewright.db'}"))
@@ -36,11 +36,11 @@ def setup(directory: Path) -> Callable[[int], None]:
 
     def run_one(i: int) -> None:
         task_id = engine.submit(workflow, {"n": i})
-        view = engine.run_task(task_id)
-        assert view.status == "awaiting_approval", view.status
-        engine.approve(task_id, alice, proposal_hash=view.state.current.proposal_hash)
-        view = engine.run_task(task_id)
-        assert view.status == "completed", view.status
+        state = run_task(engine, task_id)
+        assert state.status == "awaiting_approval", state.status
+        engine.approve(task_id, alice, proposal_hash=state.current.proposal_hash)
+        state = run_task(engine, task_id)
+        assert state.status == "completed", state.status
 
     return run_one
 

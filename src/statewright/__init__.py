@@ -25,7 +25,8 @@ from statewright.definition import (
 )
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import transition
-from statewright.runtime.engine import Engine, TaskView
+from statewright.runtime.engine import Engine
+from statewright.runtime.run import run_task
 from statewright.runtime.users import Principal
 from statewright.runtime.worker import Worker
 
@@ -48,7 +49,6 @@ __all__ = [
     "TaskState",
     "TaskStatus",
     "TaskTokenError",
-    "TaskView",
     "TransientError",
     "VersionConflictError",
     "Worker",
@@ -56,6 +56,7 @@ __all__ = [
     "WorkflowBuilder",
     "__version__",
     "load_workflow",
+    "run_task",
     "transition",
     "workflow_from_dict",
     "workflow_from_yaml",

@@ -25,7 +25,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _db_option(fn: F) -> F:
     return click.option(
         "--db", envvar="STATEWRIGHT_DB", default=DEFAULT_DB, show_default=True,
-        help="SQLite path or postgresql:// URL (env STATEWRIGHT_DB).",
+        help="SQLite path or postgresql:// URL (env STATEWRIGHT_DB); 'run' also takes memory:.",
     )(fn)
 
 
@@ -100,10 +100,24 @@ def _guard(fn: F) -> F:
     return inner  # type: ignore[return-value]
 
 
-def _engine(db: str, *, create: bool = False) -> Any:
+def _engine(db: str, *, create: bool = False, in_memory: bool = False) -> Any:
+    """The engine on ``db``. An in-memory database (``memory:``) ends with the process, so
+    only a command that does all its work in one process takes one (``in_memory``: run);
+    the others refuse it, unless this process already holds that database (a program that
+    drives the commands in-process, as the tests do)."""
     from statewright.runtime.engine import Engine
-    from statewright.store import open_store
+    from statewright.store import is_memory_url, open_store
 
+    if is_memory_url(db) and not in_memory:
+        from statewright.store.memory import database_exists
+
+        if not database_exists(db):
+            ctx = click.get_current_context(silent=True)
+            name = " ".join(["statewright", *(ctx.command_path.split()[1:] if ctx is not None else [])])
+            raise InputError(f"--db {db} names an in-memory database, which ends with the process; '{name}' "
+                             "needs one that other processes can open (a SQLite path or a postgresql:// URL); "
+                             "only 'statewright run' works in memory")
+        create = True
     if create:
         _refuse_missing_directory(db)
     engine = Engine(open_store(db, create=create))
@@ -241,16 +255,15 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     waiting for a person, 5 halted, 6 cancelled; 1 when the command itself failed."""
     from statewright.definition import load_workflow
     from statewright.machine.state import TaskStatus
+    from statewright.runtime.run import SETTLED
     from statewright.runtime.worker import Worker
 
     wf = load_workflow(file)
     data = _parse_input(input_, wf)
-    engine = _engine(db, create=True)
+    engine = _engine(db, create=True, in_memory=True)
     tid = engine.submit(wf, data, key=key)
-    settled = {TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED, TaskStatus.CANCELLED,
-               TaskStatus.AWAITING_APPROVAL}
     progress = _Progress(engine, tid)
-    Worker(engine).run(until=lambda: progress.seen().status in settled)
+    Worker(engine).run(until=lambda: progress.seen().status in SETTLED)
     _print_show(engine, tid)
     st = engine.state(tid)
     if st.status is TaskStatus.AWAITING_APPROVAL:

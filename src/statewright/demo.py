@@ -19,6 +19,7 @@ from statewright.definition.loader import workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.runtime.engine import Engine
 from statewright.runtime.history import history_lines, proposal_lines
+from statewright.runtime.run import run_task
 from statewright.store import open_store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -91,13 +92,13 @@ def run_demo(workdir: str | None = None) -> int:
     say("an admin added alice (role maintainer) and issued her a token")
     tid = engine.submit(wf, {"workspace": str(repo), "bug": "add() gives the wrong sum", "base_ref": "main"})
     say(f"submitted task {tid}; working until it ends or parks at a human step...")
-    view = engine.run_task(tid)
-    if view.status != "awaiting_approval" or view.state.current is None:
-        say(f"unexpected: the task is {view.status}")
+    st = run_task(engine, tid)
+    if st.status != "awaiting_approval" or st.current is None:
+        say(f"unexpected: the task is {st.status}")
         _print(engine, tid)
         return 1
-    h = view.state.current.proposal_hash
-    say(f"\nthe task waits at '{view.state.current.step}' for a maintainer, who reviews this proposal:")
+    h = st.current.proposal_hash
+    say(f"\nthe task waits at '{st.current.step}' for a maintainer, who reviews this proposal:")
     for line in proposal_lines(engine.state(tid)):
         say("  " + line)
     say(f"its hash is what an approval quotes:\n  {h}")
@@ -108,7 +109,7 @@ def run_demo(workdir: str | None = None) -> int:
     say(f"  statewright approve {tid} --as alice --hash {h} --db {shlex.quote(str(db))}")
     env = {**os.environ, "STATEWRIGHT_TOKEN": alice.token}
     subprocess.run(cmd, check=True, env=env)
-    view = engine.run_task(tid)
+    st = run_task(engine, tid)
     say("")
     _print(engine, tid)
     merged = _git(repo, "log", "--oneline", "-1", "main")
@@ -121,7 +122,7 @@ def run_demo(workdir: str | None = None) -> int:
     say(f"\nthe demo's repository and database are left in {base} (remove it when done); look again with:")
     say(f"  statewright show {tid} --db {shlex.quote(str(db))}")
     engine.close()
-    return 0 if view.status == "completed" and passing.returncode == 0 else 1
+    return 0 if st.status == "completed" and passing.returncode == 0 else 1
 
 
 def _print(engine: Engine, tid: str) -> None:

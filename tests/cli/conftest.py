@@ -1,11 +1,20 @@
-"""Fixtures for the command-line tests: a clean environment, a database path, and the
-workflow files the tests submit."""
+"""Fixtures for the command-line tests: a clean environment, a database on each store
+backend (``db``; a module whose tests read a SQLite file's rows, or start real processes,
+pins ``backend``), and the workflow files the tests submit."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from statewright.store import open_store
+from statewright.store.memory import drop_database
+from store.backends import fresh_pg_schema
+
+from .support import HOMES
 
 BUILD = """\
 workflow: build
@@ -56,8 +65,21 @@ steps:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "state.db"
+def db(backend: str, tmp_path: Path) -> Iterator[Path | str]:
+    """The test's database: a SQLite file, a fresh PostgreSQL schema, or an in-memory
+    database this process holds (the commands run in this process, so they share it)."""
+    if backend == "memory":
+        url = f"memory:{tmp_path.name}-{uuid.uuid4().hex[:8]}"
+        open_store(url).close()  # made now: a command refuses a memory database it would make
+        HOMES[url] = tmp_path
+        yield url
+        drop_database(url)
+    elif backend == "sqlite":
+        yield tmp_path / "state.db"
+    else:
+        with fresh_pg_schema() as (url, _name):
+            HOMES[url] = tmp_path
+            yield url
 
 
 @pytest.fixture

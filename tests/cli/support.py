@@ -71,18 +71,37 @@ def event_count(db: Path) -> int:
     return len(snapshot(db)["sw_events"])
 
 
-def admin(db: Path) -> Path:
+# The directory a test keeps its files in beside a database named by a URL (the ``db``
+# fixture registers it); a SQLite file's is its own directory.
+HOMES: dict[str, Path] = {}
+
+
+def home(db: Path | str) -> Path:
+    """Where the test keeps files beside ``db`` (token files)."""
+    return HOMES[db] if isinstance(db, str) else db.parent
+
+
+def sw_worker(*args: str | Path, db: Path | str) -> subprocess.CompletedProcess[str]:
+    """``statewright worker ARGS --db DB`` in a process of its own; an in-memory database
+    lives only in this process, so there the worker runs here, its result in the same shape."""
+    if isinstance(db, str) and db.startswith("memory:"):
+        result = sw("worker", *args, "--db", db)
+        return subprocess.CompletedProcess(["worker", *args], result.exit_code, result.stdout, result.stderr)
+    return sw_process("worker", *args, "--db", db)
+
+
+def admin(db: Path | str) -> Path:
     """The token file of the database's first admin, ``root`` (bootstrapped on first use)."""
-    path = db.parent / "root.token"
+    path = home(db) / "root.token"
     if not path.exists():
         ok(sw("users", "bootstrap", "root", "--out", path, "--db", db))
     return path
 
 
-def person(db: Path, name: str, *roles: str) -> Path:
+def person(db: Path | str, name: str, *roles: str) -> Path:
     """The token file of ``name``, whom the admin adds with ``roles``."""
     root = admin(db)
     ok(sw("users", "add", name, *[a for r in roles for a in ("--role", r)], "--token-file", root, "--db", db))
-    path = db.parent / f"{name}.token"
+    path = home(db) / f"{name}.token"
     ok(sw("users", "token", name, "--out", path, "--token-file", root, "--db", db))
     return path

@@ -30,6 +30,13 @@ class Parked:
 
 
 @pytest.fixture
+def backend() -> str:
+    """A SQLite file: these tests read its rows to see that nothing changed, and refusals
+    come from real processes too."""
+    return "sqlite"
+
+
+@pytest.fixture
 def parked(files: dict[str, Path], db: Path) -> Parked:
     for name, roles in {"bob": ["author", "maintainer"], "carol": ["maintainer"], "erin": ["author"],
                         "ops": ["operator"]}.items():

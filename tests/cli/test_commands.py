@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .support import admin, ended, ok, person, refusal, snapshot, sw, sw_process
+from store.backends import SQL_BACKENDS
+
+from .support import admin, ended, home, ok, person, refusal, snapshot, sw, sw_process, sw_worker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASK_ID = re.compile(r"^t-[0-9a-f]{19}$")
@@ -102,7 +104,7 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
     assert ok(sw("users", "add", "alice", "--role", "maintainer", "--token-file", root, "--db", db)).strip() == (
         "alice: maintainer"
     )
-    alice = db.parent / "alice.token"
+    alice = home(db) / "alice.token"
     ok(sw("users", "token", "alice", "--out", alice, "--token-file", root, "--db", db))
     out = ended(sw("run", files["gate"], "--db", db), "awaiting_approval")
     tid, proposal = approve_hint(out)
@@ -116,7 +118,7 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
     approved = ok(sw("approve", tid, "--as", "alice", "--hash", proposal, "--comment", "looks right",
                      "--token-file", alice, "--db", db))
     assert approved.strip() == f"approved by alice; task {tid} is running"
-    worker = sw_process("worker", "--until-idle", "--db", db)
+    worker = sw_worker("--until-idle", db=db)
 
     assert worker.returncode == 0, worker.stderr
     # ship (the wait for the approval was announced when it was committed: no command)
@@ -156,7 +158,7 @@ def test_retry_and_cancel_are_audited(files: dict[str, Path], db: Path, tmp_path
                  "--db", db)).strip() == (
         f"retried; task {tid} is running"
     )
-    assert sw_process("worker", "--until-idle", "--db", db).returncode == 0
+    assert sw_worker("--until-idle", db=db).returncode == 0
     history = ok(sw("show", tid, "--db", db))
     assert "status completed" in history
     assert "OPER retry          by ops: created the flag" in history
@@ -223,6 +225,7 @@ steps:
 """
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # real worker processes share the database
 def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db: Path, tmp_path: Path) -> None:
     """--until-idle would leave the task waiting on its 1 s timer; --until-done works it to
     the end. Each claim and each outcome is one log line (task, step, attempt, result,
@@ -273,3 +276,25 @@ def test_an_unreachable_postgresql_url_is_one_line() -> None:
     assert result.stderr.splitlines() == [
         result.stderr.strip()
     ] and result.stderr.startswith("error: cannot connect to PostgreSQL at postgresql://nobody@127.0.0.1:1/x: ")
+
+
+@pytest.mark.parametrize("command", [["submit", "{build}", "--input", "{{\"n\": 1}}"], ["worker", "--until-idle"],
+                                     ["tasks"], ["verify"], ["users", "bootstrap", "ada"]])
+def test_memory_is_for_run_only_and_other_commands_refuse_it_in_one_line(
+    files: dict[str, Path], command: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run --db memory:` works a task to its end in one process, leaving no database; a
+    command whose work must outlive its process refuses an in-memory database in one line."""
+    monkeypatch.chdir(tmp_path)
+    out = ended(sw("run", files["build"], "--input", '{"n": 1}', "--db", "memory:"), "completed")
+    assert "status completed" in out.splitlines()[0]
+    args = [a.format(build=files["build"]) for a in command]
+    for db in ("memory:", "memory:fresh-name"):
+        line = refusal(sw(*args, "--db", db))
+        assert line == (f"error: --db {db} names an in-memory database, which ends with the process; "
+                        f"'statewright {' '.join(command[:2] if command[0] == 'users' else command[:1])}' needs one "
+                        "that other processes can open (a SQLite path or a postgresql:// URL); only "
+                        "'statewright run' works in memory")
+    result = sw_process("run", files["build"], "--input", '{"n": 1}', "--db", "memory:")
+    assert result.returncode == 0 and "status completed" in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db" or p.name.startswith("memory")) == []

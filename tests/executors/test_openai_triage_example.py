@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from fakes.openai_server import FakeOpenAIServer, tool_call_reply
-from statewright import Engine, load_workflow, workflow_from_dict
+from statewright import Engine, load_workflow, run_task, workflow_from_dict
 from statewright.executors import validate_agent_spec, validate_code_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "openai-triage" / "triage.yaml"
@@ -58,11 +58,11 @@ def test_a_valid_report_completes_early(
     engine = Engine.open(tmp_path / "state.db", workspace_root=tmp_path / "workspaces")
     try:
         workflow = workflow_from_dict(pointed_at(server), str(EXAMPLE))
-        view = engine.run_task(engine.submit(workflow, REPORT))
+        st = run_task(engine, engine.submit(workflow, REPORT))
     finally:
         engine.close()
-    assert view.status == "completed_early"
-    (attempt,) = view.state.attempts
+    assert st.status == "completed_early"
+    (attempt,) = st.attempts
     assert attempt.verdict == {"outcome": "valid", "summary": "crash on save",
                                "labels": ["bug", "crash"]}
     (request,) = server.requests
@@ -82,10 +82,10 @@ def test_an_invalid_report_flows_on_to_the_triager(
     engine = Engine.open(tmp_path / "state.db", workspace_root=tmp_path / "workspaces")
     try:
         workflow = workflow_from_dict(pointed_at(server), str(EXAMPLE))
-        view = engine.run_task(engine.submit(workflow, REPORT))
+        st = run_task(engine, engine.submit(workflow, REPORT))
     finally:
         engine.close()
-    assert view.status == "awaiting_approval"
-    assert [a.step for a in view.state.attempts] == ["classify", "draft-reply"]
-    assert view.state.attempts[1].verdict == {"reply": "Thanks! Which editor version and OS?"}
+    assert st.status == "awaiting_approval"
+    assert [a.step for a in st.attempts] == ["classify", "draft-reply"]
+    assert st.attempts[1].verdict == {"reply": "Thanks! Which editor version and OS?"}
     assert len(server.requests) == 2

@@ -21,6 +21,7 @@ from statewright.executors import ExecContext
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
 from statewright.runtime.worker import Worker
+from store.backends import SQL_BACKENDS
 
 STEP = '''
 import os, socket, subprocess, sys
@@ -64,6 +65,7 @@ def _worker_argv(store_url: str) -> list[str]:
 
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # workers in other processes share the database
 def test_a_killed_workers_step_processes_die_and_the_next_delivery_is_told(
     open_engine: Callable[..., Engine], store_url: str, tmp_path: Path,
 ) -> None:

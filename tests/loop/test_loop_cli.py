@@ -91,6 +91,19 @@ def test_bad_input_is_one_line(tmp_path: Path, db: Path, args: tuple[str, ...], 
     assert says in _one_line_error(_cli(*[a.replace("{ann}", str(ann)) for a in args], db=db))
 
 
+@pytest.mark.parametrize("url", ["memory:", "memory:name", "postgresql://postgres@127.0.0.1:5432/test"])
+def test_a_db_url_the_loop_cannot_use_is_one_line_and_makes_nothing(
+    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop's runs live in a SQLite file: a memory or PostgreSQL URL is refused in one line,
+    and no file named after the URL appears."""
+    monkeypatch.chdir(tmp_path)
+    path = write_loop(tmp_path / "l", [{"id": "1"}])
+    line = _one_line_error(_cli("run", str(path), "--db", url))
+    assert line == f"error: --db {url}: the outer loop keeps its runs in a SQLite file; give a file path"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l"]
+
+
 def test_read_commands_do_not_create_a_database(tmp_path: Path) -> None:
     """status and show on a missing database say so and create nothing."""
     db = tmp_path / "none.db"

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from statewright import workflow_from_dict
@@ -18,6 +19,7 @@ from statewright.cli import cli
 from statewright.machine.state import TaskStatus
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
+from store.backends import SQL_BACKENDS
 
 from .receivers import HttpReceiver
 from .test_notify import BASE, SECRET, STEPS, drain, hook, sent
@@ -46,6 +48,7 @@ def test_a_wait_step_checking_on_its_own_timers_is_reported_stuck_once(
     assert state.attempts[-1].checks == 5
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # a worker in another process shares the database
 def test_a_worker_killed_after_sending_leaves_a_repeat_under_the_same_key(
     open_engine: Callable[..., Engine], http: HttpReceiver, store_url: str, tmp_path: Path,
 ) -> None:

@@ -15,6 +15,7 @@ from statewright._errors import AccessError, ApprovalError, InputError, Statewri
 from statewright.machine.events import ApprovalGranted
 from statewright.runtime.clock import FakeClock, SystemClock
 from statewright.runtime.engine import Engine
+from statewright.runtime.run import run_task
 from statewright.runtime.users import Principal
 from statewright.store import open_store
 from store.backends import fresh_pg_schema
@@ -68,9 +69,9 @@ def _world(backend: str, url: str, where: Path) -> Iterator[World]:
     stale = hash_of(engine, waiting)
     engine.approve(waiting, bob, proposal_hash=stale)
     other = engine.submit(gate(where / "shipped"), {"workspace": str(where)})
-    engine.run_task(other)
+    run_task(engine, other)
     halted = engine.submit(flag(where / "never"), {"workspace": str(where)})
-    engine.run_task(halted)
+    run_task(engine, halted)
     assert engine.state(halted).status.value == "halted"
     past = Engine(open_store(url), clock=FakeClock(SystemClock().now_ms() - 2 * 3_600_000))
     expired = past.submit(duty(), {})

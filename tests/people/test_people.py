@@ -15,7 +15,7 @@ import statewright.cli
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
 from statewright.runtime.engine import Engine
 from statewright.store import open_store
-from store.backends import raw_sql
+from store.backends import SQL_BACKENDS, raw_sql
 from tally import tally
 
 from .support import People, duty, hash_of, one_error_line, run_cli, snapshot
@@ -39,6 +39,7 @@ def test_bootstrap_makes_the_first_admin_once(engine: Engine) -> None:
         ("system:bootstrap", "bootstrap", "ada"), ("system:bootstrap", "issue_token", "ada")]
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_a_token_is_stored_only_as_its_sha256(engine: Engine, store_url: str, tmp_path: Path) -> None:
     """No table holds the token's text; sw_tokens holds its sha256."""
     people = People(engine, tmp_path)
@@ -133,6 +134,7 @@ def test_an_old_users_file_is_imported_by_an_admin(store_url: str, tmp_path: Pat
                                                              "--db", store_url))
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_at_a_terminal_approve_shows_the_proposal_and_asks(
     engine: Engine, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -197,6 +199,7 @@ TAMPER = {
 
 
 @pytest.mark.parametrize("case", sorted(TAMPER))
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_rows_written_behind_the_logs_back_are_found(
     case: str, backend: str, engine: Engine, store_url: str, tmp_path: Path
 ) -> None:

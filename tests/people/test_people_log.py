@@ -20,9 +20,10 @@ from statewright._canonical import canonical_json
 from statewright._errors import AuthenticationError, PermissionDeniedError
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
+from statewright.runtime.run import run_task
 from statewright.store import open_store
 from statewright.store.chain import KEY_ENV, Chain, key_id, legacy_link, link_format
-from store.backends import raw_sql
+from store.backends import SQL_BACKENDS, raw_sql
 from tally import tally
 
 from .support import People, gate, hash_of, run_cli
@@ -195,6 +196,7 @@ def modes() -> Iterator[object]:
 
 
 @pytest.mark.parametrize(("case", "keyed"), list(modes()))
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_a_forged_grant_is_found_by_verify_and_refused(
     case: Case, keyed: bool, backend: str, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,6 +257,7 @@ RESTORES = {
 
 
 @pytest.mark.parametrize("case", sorted(RESTORES))
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_the_approved_step_does_not_run_on_a_role_the_log_took_away(
     case: str, backend: str, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -270,12 +273,12 @@ def test_the_approved_step_does_not_run_on_a_role_the_log_took_away(
         carol = engine.users.authenticate(engine.users.issue_token(root, "carol").token)
         effect = tmp_path / "shipped"
         tid = engine.submit(gate(effect), {"workspace": str(tmp_path)})
-        assert engine.run_task(tid).status == "awaiting_approval"
+        assert run_task(engine, tid).status == "awaiting_approval"
         engine.approve(tid, carol, proposal_hash=hash_of(engine, tid))
         engine.users.drop_roles(root, "carol", ["maintainer"])
         restore(World(store_url, engine, w.tokens, w.ids))
 
-        st = engine.run_task(tid).state
+        st = run_task(engine, tid)
 
         halt = st.halt
         refused = not effect.exists() and halt is not None and halt.reason == "approval_revoked"
@@ -294,6 +297,7 @@ def formats(url: str) -> set[str]:
     return {link_format(str(h)).name for (h,) in raw_sql(url, "SELECT hash FROM sw_user_log")}
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_a_legacy_people_log_verifies_and_db_upgrade_keys_it(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -357,6 +361,7 @@ def test_a_keyed_people_log_cannot_be_checked_without_the_key(
     assert f"keyed with key id {kid}, not the key given (key id {key_id(b'another-key-entirely')})" in other.stdout
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_db_upgrade_leaves_a_damaged_people_log_as_it_is(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An edited log is never re-linked (that would bless the edit): db upgrade names it and
     exits 1; verify keeps finding it."""
@@ -371,6 +376,7 @@ def test_db_upgrade_leaves_a_damaged_people_log_as_it_is(store_url: str, monkeyp
     assert "people: hash chain broken at people log row 3" in run_cli("verify", "--db", store_url).stdout
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_bootstrap_is_refused_once_the_log_has_changes(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Deleting every admin's row does not open the bootstrap again: the log is not empty."""
     w = build(store_url, True, monkeypatch)

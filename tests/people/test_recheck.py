@@ -12,6 +12,7 @@ import pytest
 
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
+from statewright.runtime.run import run_task
 from statewright.store import open_store
 from tally import tally
 
@@ -52,11 +53,11 @@ def test_the_approved_step_does_not_run_once_the_approval_no_longer_holds(
         carol = people.add("carol", "maintainer")
         effect = tmp_path / "shipped"
         tid = engine.submit(gate(effect), {"workspace": str(tmp_path)})
-        assert engine.run_task(tid).status == "awaiting_approval"
+        assert run_task(engine, tid).status == "awaiting_approval"
         engine.approve(tid, carol, proposal_hash=hash_of(engine, tid))
 
         CHANGES[case](people)
-        st = engine.run_task(tid).state
+        st = run_task(engine, tid)
 
         halt = st.halt
         refused = not effect.exists() and st.status is TaskStatus.HALTED and halt is not None \
@@ -74,7 +75,7 @@ def test_the_approved_step_does_not_run_once_the_approval_no_longer_holds(
         assert st.current.step == "approve"
         dave = people.add("dave", "maintainer")
         engine.approve(tid, dave, proposal_hash=hash_of(engine, tid))
-        assert engine.run_task(tid).status == "completed"
+        assert run_task(engine, tid).status == "completed"
         assert effect.read_text(encoding="utf-8") == "shipped\n"
     finally:
         engine.close()
@@ -94,8 +95,8 @@ def test_a_step_never_sees_the_token_of_whoever_started_the_worker(
     engine = Engine(open_store(store_url), workspace_root=tmp_path / "ws")
     try:
         tid = engine.submit(wf, {})
-        view = engine.run_task(tid)
-        assert view.status == "completed"
-        assert view.state.attempts[-1].output.strip() == "token=none"
+        st = run_task(engine, tid)
+        assert st.status == "completed"
+        assert st.attempts[-1].output.strip() == "token=none"
     finally:
         engine.close()

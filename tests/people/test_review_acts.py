@@ -22,7 +22,6 @@ from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.verify import verify_task
 from statewright.runtime.worker import Worker
-from store.backends import raw_sql
 
 
 @pytest.fixture
@@ -196,12 +195,12 @@ def test_a_scope_taken_away_after_the_approval_stops_the_approved_work(engine: E
 
 @pytest.mark.parametrize("role", ["finance:", "finance:region", "finance:region=eu,region=us", "finance:re gion=eu",
                                   "finance:region=e u", ":region=eu"])
-def test_a_malformed_scoped_role_is_refused_with_one_line(engine: Engine, role: str, store_url: str) -> None:
+def test_a_malformed_scoped_role_is_refused_with_one_line(engine: Engine, role: str) -> None:
     people = People(engine)
-    before = raw_sql(store_url, "SELECT COUNT(*) FROM sw_user_log")
+    before = (engine.store.people_log(), engine.store.people())
     with pytest.raises(InputError, match="optionally scoped as NAME:KEY=VALUE"):
         engine.users.add(people.admin, "zed", [role])
-    assert raw_sql(store_url, "SELECT COUNT(*) FROM sw_user_log") == before
+    assert (engine.store.people_log(), engine.store.people()) == before
 
 
 # --- the review and the task list -------------------------------------------------------------

@@ -22,7 +22,7 @@ from statewright.machine.state import Outcome, TaskState, TaskStatus
 from statewright.runtime.engine import Engine
 from statewright.runtime.screen import MAX_ARTIFACT_CHARS, MAX_NOTE_CHARS
 from statewright.runtime.worker import Worker
-from store.backends import raw_sql
+from store.backends import SQL_BACKENDS, raw_sql
 from tally import tally
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +35,8 @@ SCHEMA = {
 }
 ROUTES: tuple[Any, ...] = ("continue", "halt", {"loop_back": "prepare", "max_attempts": 2})
 RUN_BOUND_SECONDS = 120.0  # only bounds a broken (hung) run; a good one takes a few seconds
+
+pytestmark = pytest.mark.parametrize("backend", SQL_BACKENDS)  # rows read back from the database with SQL
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from statewright.runtime import engine as engine_module
 from statewright.runtime.engine import Engine
 from statewright.runtime.worker import Worker
 from statewright.store import AppendRequest, AppendResult
-from store.backends import raw_sql
+from store.backends import SQL_BACKENDS, raw_sql
 from tally import tally
 
 AGENTS = "poison.agents"
@@ -177,6 +177,7 @@ def test_a_reducer_that_raises_fails_the_command_once(
           outcome=st.attempts_of("work")[-1].reason, worker_alive=True)
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_a_task_whose_definition_no_longer_loads_does_not_stop_the_worker(
     open_engine: Callable[..., Engine], backend: str, store_url: str, tmp_path: Path,
 ) -> None:
@@ -203,6 +204,7 @@ def test_a_task_whose_definition_no_longer_loads_does_not_stop_the_worker(
           worker_alive=True)
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_a_committer_that_cannot_go_on_releases_its_leases_and_stops(
     engine: Engine, backend: str, store_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -238,6 +240,7 @@ STUCK_WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_statewright_worker_that_cannot_go_on_prints_one_line_and_exits_non_zero(
     engine: Engine, backend: str, store_url: str, tmp_path: Path,
 ) -> None:
@@ -258,6 +261,7 @@ def test_statewright_worker_that_cannot_go_on_prints_one_line_and_exits_non_zero
     assert raw_sql(store_url, "SELECT command_id FROM sw_outbox WHERE lease_owner IS NOT NULL") == []
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_statewright_worker_survives_a_deep_verdict_and_a_fifo(
     engine: Engine, backend: str, store_url: str, tmp_path: Path,
 ) -> None:

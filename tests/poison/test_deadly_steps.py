@@ -25,7 +25,7 @@ from statewright.machine.state import Outcome, TaskStatus
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.worker import MAX_DELIVERIES, Worker
-from store.backends import raw_sql
+from store.backends import SQL_BACKENDS, raw_sql
 from tally import tally
 
 DEADLY = "poison.deadly"
@@ -171,6 +171,7 @@ KILLS = {"exit_process": ("os._exit(1) in a code step", 1),
 
 
 @pytest.mark.parametrize("fn", sorted(KILLS))
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # workers in other processes share the database
 def test_a_step_that_kills_its_worker_is_failed_and_routed_and_the_fleet_goes_on(
     open_engine: Callable[..., Engine], backend: str, store_url: str, tmp_path: Path, fn: str,
 ) -> None:

@@ -119,13 +119,23 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split() if path.exists() else []
 
 
-def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row statewright keeps, for before/after comparisons."""
+def snapshot(db: Path | str) -> dict[str, Any]:
+    """Every row statewright keeps, for before/after comparisons, on any backend."""
+    tables = ("sw_tasks", "sw_events", "sw_outbox", "sw_timers", "sw_definitions")
+    if str(db).startswith("memory:"):
+        from statewright.store.memory import MemoryStore
+
+        mem = MemoryStore(str(db)).db  # its rows are immutable: copies of the tables hold them
+        return {name: dict(getattr(mem, name)) for name in ("tasks", "events", "outbox", "timers", "definitions")}
+    if str(db).startswith("postgresql://"):
+        from store.backends import raw_sql
+
+        return {table: raw_sql(str(db), f"SELECT * FROM {table} ORDER BY 1, 2") for table in tables}
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         return {
             table: conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-            for table in ("sw_tasks", "sw_events", "sw_outbox", "sw_timers", "sw_definitions")
+            for table in tables
         }
     finally:
         conn.close()

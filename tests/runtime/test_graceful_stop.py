@@ -16,11 +16,13 @@ import pytest
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
 from statewright.runtime.worker import Worker
+from store.backends import SQL_BACKENDS
 
 from . import rt_steps
 from .support import clean_env, code, drain, effect_workflow, lines, worker_argv, workflow
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # a worker in another process shares the database
 def test_sigterm_mid_command_finishes_it_releases_every_lease_and_exits_0(
     open_engine: Callable[..., Engine], db: Path, workspace: Path, effect_script: Path, tmp_path: Path,
 ) -> None:

@@ -19,6 +19,7 @@ from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.schedules import Fired, due_slots, fire_due, load_schedules, run_schedules
 from statewright.runtime.worker import Worker
+from store.backends import SQL_BACKENDS
 
 WORKFLOW = """\
 workflow: report
@@ -258,6 +259,7 @@ schedules:
         engine.close()
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # the scheduler is another process
 def test_schedule_run_starts_the_due_slot_and_stops_cleanly_on_sigterm(tmp_path: Path, store_url: str) -> None:
     """A real scheduler process: it starts the minute's slot (on time: within its minute of
     grace), says so on a line of its own at once, and exits 0 on SIGTERM."""

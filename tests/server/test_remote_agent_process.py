@@ -20,7 +20,7 @@ from remote.support import People, attempts, people, remote_flow, settle
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.server.agents import agent_routes
-from store.backends import raw_sql
+from store.backends import SQL_BACKENDS, raw_sql
 
 STATEWRIGHT = str(Path(sys.executable).with_name("statewright"))
 
@@ -89,6 +89,7 @@ def test_one_piece_of_work_with_once(engine: Engine, serve: Callable[[Starlette]
     assert {"STATEWRIGHT_BRIEF", "STATEWRIGHT_VERDICT", "STATEWRIGHT_TASK_ID"} <= set(seen["env"])
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # the server and its worker share the database
 def test_an_agent_killed_mid_step_misses_its_heartbeat(
     engine: Engine, clock: FakeClock, serve: Callable[[Starlette], str], store_url: str, tmp_path: Path,
 ) -> None:

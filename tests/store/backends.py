@@ -1,4 +1,5 @@
-"""The backends the store tests run on: a SQLite file, or a fresh PostgreSQL schema.
+"""The backends the store tests run on: an in-memory database, a SQLite file, or a fresh
+PostgreSQL schema.
 
 PostgreSQL comes from ``STATEWRIGHT_TEST_PG_URL`` (default: user ``postgres``, then ``root``,
 at 127.0.0.1:5432/test). When no server answers, PostgreSQL tests are skipped with one
@@ -18,6 +19,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+# Every backend the store offers, the ``backend`` fixture's parameters. A test of what only a
+# SQL database has (its schema, rows edited behind the store's back) runs on SQL_BACKENDS:
+# @pytest.mark.parametrize("backend", SQL_BACKENDS).
+SQL_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+BACKENDS = ["memory", *SQL_BACKENDS]
 DEFAULT_PG_URLS = (
     "postgresql://postgres@127.0.0.1:5432/test",
     "postgresql://root@127.0.0.1:5432/test",

@@ -1,4 +1,4 @@
-"""The hash chain's formats and keys, on both backends: every write path links rows in the
+"""The hash chain's formats and keys, on every backend: every write path links rows in the
 store's format (keyed with STATEWRIGHT_CHAIN_KEY), legacy chains keep verifying, and
 ``statewright db upgrade`` rewrites a chain that verifies in the current format (keying it
 when a key is set) and leaves a damaged one alone."""
@@ -16,6 +16,7 @@ from statewright.machine.events import AttemptReported
 from statewright.runtime.engine import Engine
 from statewright.runtime.verify import OLDER_PROJECTION, verify_task
 from statewright.store import AppendRequest, open_store
+from statewright.store.base import Store
 from statewright.store.chain import (
     GENESIS_HASH,
     KEY_ENV,
@@ -27,9 +28,8 @@ from statewright.store.chain import (
     legacy_link,
     link_format,
 )
-from statewright.store.sql import SqlStore
 
-from .backends import raw_sql
+from .backends import SQL_BACKENDS, raw_sql
 from .test_conformance import T0, event, step, submit
 from .test_tamper import WF, Tasks, build, rows
 
@@ -40,7 +40,7 @@ def run(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=True)
 
 
-def broken(store: SqlStore, task_id: str, chain: Chain) -> list[int]:
+def broken(store: Store, task_id: str, chain: Chain) -> list[int]:
     """Versions whose link does not verify under ``chain``."""
     bad, prev = [], GENESIS_HASH
     for r in store.raw_events(task_id):
@@ -50,7 +50,7 @@ def broken(store: SqlStore, task_id: str, chain: Chain) -> list[int]:
     return bad
 
 
-def test_every_write_path_links_rows_with_the_stores_key(opener: Callable[[], SqlStore]) -> None:
+def test_every_write_path_links_rows_with_the_stores_key(opener: Callable[[], Store]) -> None:
     """The first append, a later one (PostgreSQL: its one-statement form) and a group commit
     all write HMAC links under the key; they verify with it and not without it."""
     store = opener()
@@ -74,7 +74,7 @@ def test_every_write_path_links_rows_with_the_stores_key(opener: Callable[[], Sq
         assert broken(store, tid, Chain(b"some-other-key-of-16+")) == list(range(1, n + 1))
 
 
-def test_an_append_after_a_rechain_links_to_the_new_last_link(opener: Callable[[], SqlStore]) -> None:
+def test_an_append_after_a_rechain_links_to_the_new_last_link(opener: Callable[[], Store]) -> None:
     """A store that remembers a task's last link from before ``rechain`` does not chain to it."""
     store, other = opener(), opener()
     submit(store, "t1")
@@ -138,6 +138,7 @@ def make_legacy(t: Tasks, task_id: str) -> None:
     raw_sql(t.url, "UPDATE sw_tasks SET last_hash = ? WHERE task_id = ?", (prev, task_id))
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_legacy_chains_verify_and_db_upgrade_rewrites_them(
     backend: str, store_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -163,6 +164,7 @@ def test_legacy_chains_verify_and_db_upgrade_rewrites_them(
     assert run("verify", "--db", store_url).exit_code == 0
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_db_upgrade_with_a_key_keys_sound_chains_and_leaves_damaged_ones(
     backend: str, store_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -215,6 +217,7 @@ def test_verify_reads_a_task_again_when_a_worker_appends_meanwhile(
         engine.close()
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_a_projection_from_an_older_statewright_is_named_and_upgraded(
     store_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -27,7 +27,7 @@ from statewright.store import open_store
 from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawEvent
 from tally import tally
 
-from .backends import raw_sql
+from .backends import SQL_BACKENDS, raw_sql
 
 KEY = "k" * 40
 WRONG_KEY = b"not-the-operators-key-at-all"
@@ -301,7 +301,7 @@ def test_tampering_is_detected(case: Case, backend: str, store_url: str, monkeyp
     assert summary == f"verified 2 tasks: {len(named)} differ"
 
 
-@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_an_event_under_a_task_id_with_a_line_break_is_one_line(
     backend: str, store_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:

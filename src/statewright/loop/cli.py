@@ -71,6 +71,9 @@ def _db_option(fn: F) -> F:
 
 
 def _open(db: str, *, create: bool) -> LoopStore:
+    if db.startswith(("memory:", "postgresql://", "postgres://")):
+        msg = f"--db {db}: the outer loop keeps its runs in a SQLite file; give a file path"
+        raise InputError(msg)
     if not create and not Path(db).exists():
         msg = f"no statewright database at {db}; start a loop with 'statewright loop run FILE'"
         raise InputError(msg)

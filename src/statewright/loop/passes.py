@@ -195,6 +195,7 @@ class EnginePassRunner:
 
     def run_pass(self, item: WorkItem, brief: str, attempt: int) -> PassResult:
         from statewright.runtime.engine import Engine  # lazy: the engine is optional here
+        from statewright.runtime.run import run_task
 
         engine: Any = Engine.open(self.db_path)
         try:
@@ -203,7 +204,7 @@ class EnginePassRunner:
                 {"item": dict(item.data), "brief": brief, "attempt": attempt},
                 key=pass_key(item, attempt),
             )
-            view = engine.run_task(task_id)
+            view = run_task(engine, task_id)
         finally:
             close = getattr(engine, "close", None)
             if callable(close):

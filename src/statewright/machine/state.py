@@ -150,6 +150,17 @@ class TaskState:
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
+    @property
+    def cost(self) -> dict[str, float]:
+        """What the task's attempts cost so far, summed: tokens_in, tokens_out, money_usd,
+        seconds, and any other figure an attempt reported."""
+        total: dict[str, float] = {"tokens_in": 0, "tokens_out": 0, "money_usd": 0.0, "seconds": 0.0}
+        for a in self.attempts:
+            for k, v in a.cost.items():
+                if isinstance(v, int | float):
+                    total[k] = total.get(k, 0) + v
+        return total
+
     def attempts_of(self, step_id: str, *, epoch: int | None = None) -> list[Attempt]:
         return [
             a

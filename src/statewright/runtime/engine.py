@@ -44,9 +44,8 @@ from statewright.machine.task import transition
 from statewright.runtime import inputs, workspaces
 from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.users import Principal, Users
-from statewright.store import AppendRequest, NewCommand, open_store
+from statewright.store import AppendRequest, NewCommand, Store, open_store
 from statewright.store.base import Claim
-from statewright.store.sql import SqlStore
 
 log = logging.getLogger("statewright.worker")
 _CONFLICT_RETRIES = 8
@@ -71,16 +70,6 @@ class Report:
     state: TaskState
     complete: tuple[str, int] | None = None
     reduced: tuple[TaskState, Sequence[Command], AppendRequest] | None = None  # see Engine.reduce
-
-
-@dataclass(frozen=True)
-class TaskView:
-    """What a caller of ``run_task`` gets back."""
-
-    task_id: str
-    status: str
-    state: TaskState
-    cost: Mapping[str, float]
 
 
 def _random_hex(n: int) -> str:
@@ -155,22 +144,14 @@ def remote_closed(old: TaskState, new: TaskState) -> str | None:
     return cur.command_id if old.workflow.step(cur.step).remote is not None else None
 
 
-def total_cost(state: TaskState) -> dict[str, float]:
-    total: dict[str, float] = {"tokens_in": 0, "tokens_out": 0, "money_usd": 0.0, "seconds": 0.0}
-    for a in state.attempts:
-        for k, v in a.cost.items():
-            if isinstance(v, int | float):
-                total[k] = total.get(k, 0) + v
-    return total
-
-
 class Engine:
     def __init__(
-        self, store: SqlStore, *, clock: Clock | None = None, workspace_root: Path | None = None,
+        self, store: Store, *, clock: Clock | None = None, workspace_root: Path | None = None,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
-        db_dir = Path(store.url).parent if not store.url.startswith("postgres") else Path(".statewright")
+        local = not store.url.startswith(("postgres", "memory:"))
+        db_dir = Path(store.url).parent if local else Path(".statewright")
         self.workspace_root = workspace_root or db_dir / "workspaces"
         self.users = Users(store, self.clock)
         self._defs: dict[str, Workflow] = {}
@@ -481,10 +462,3 @@ class Engine:
         if self.store.load(task_id) is None:
             raise TaskNotFoundError(task_id)
         return [event_from_dict(r.body) for r in self.store.events(task_id)]
-
-    def run_task(self, task_id: str, *, lease_seconds: float = 30.0) -> TaskView:
-        """Work in-process until the task ends or parks at a human step."""
-        from statewright.runtime.worker import Worker
-
-        st = Worker(self, lease_seconds=lease_seconds).run_one(task_id)
-        return TaskView(task_id=task_id, status=st.status.value, state=st, cost=total_cost(st))

@@ -16,7 +16,7 @@ one task, in one place.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from statewright._names import holds_role, scope_text
 from statewright._time import when
@@ -25,12 +25,18 @@ from statewright.machine.paths import RefError
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import approver_scope
 from statewright.runtime.history import proposal_view
-
-if TYPE_CHECKING:
-    from statewright.runtime.engine import Engine
+from statewright.runtime.users import Users
 
 
-def review(engine: Engine, task_id: str) -> dict[str, Any]:
+class Reader(Protocol):
+    """What a review reads: a task's state and the people (an ``Engine`` is one)."""
+
+    users: Users
+
+    def state(self, task_id: str) -> TaskState: ...
+
+
+def review(engine: Reader, task_id: str) -> dict[str, Any]:
     st = engine.state(task_id)
     out: dict[str, Any] = {
         "task_id": st.task_id,
@@ -95,7 +101,7 @@ def _attempt(a: Any) -> dict[str, Any]:
             "reason": a.reason, "detail": a.detail, "ended": when(a.ended_at_ms)}
 
 
-def _approvers(engine: Engine, st: TaskState) -> dict[str, Any]:
+def _approvers(engine: Reader, st: TaskState) -> dict[str, Any]:
     """Who may approve: the role needed, and the active people holding it for this task,
     less those who acted in a step separation of duty names."""
     assert st.current is not None

@@ -26,8 +26,7 @@ from statewright.machine.paths import RefError
 from statewright.machine.state import Outcome, TaskState
 from statewright.machine.task import approver_scope
 from statewright.runtime.clock import Clock
-from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, TokenRow
-from statewright.store.sql import SqlStore
+from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, Store, TokenRow
 
 TOKEN_ENV = "STATEWRIGHT_TOKEN"
 _TOKEN = re.compile(r"swt_[A-Za-z0-9_-]{43}")
@@ -84,7 +83,7 @@ def read_token(token_file: str | Path | None = None) -> str:
 class Users:
     """People, roles and tokens of one store. Changes take the acting admin's Principal."""
 
-    def __init__(self, store: SqlStore, clock: Clock) -> None:
+    def __init__(self, store: Store, clock: Clock) -> None:
         self.store = store
         self.clock = clock
 
@@ -201,7 +200,7 @@ def _issue(issued: Issued) -> PeopleChange:
                         token_hash=token_hash(issued.token))
 
 
-def approval_problem(store: SqlStore, state: TaskState, step_id: str) -> str | None:
+def approval_problem(store: Store, state: TaskState, step_id: str) -> str | None:
     """Why a step of ``state`` may not run now (None when it may): authorisation is checked
     again when the work an approval let through is about to run. Each human step before
     ``step_id`` whose latest attempt is an approval must still hold: its approver active,

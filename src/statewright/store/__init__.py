@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from statewright.store.base import (
@@ -19,13 +18,12 @@ from statewright.store.base import (
 )
 from statewright.store.chain import Chain, chain_from_env
 
-if TYPE_CHECKING:
-    from statewright.store.sql import SqlStore
-
 DEFAULT_DB = ".statewright/state.db"
+MEMORY_PREFIX = "memory:"
 
 __all__ = [
     "DEFAULT_DB",
+    "MEMORY_PREFIX",
     "AppendRequest",
     "AppendResult",
     "Claim",
@@ -35,6 +33,7 @@ __all__ = [
     "StoredTask",
     "TimerClaim",
     "default_db",
+    "is_memory_url",
     "open_store",
 ]
 
@@ -43,19 +42,29 @@ def default_db() -> str:
     return os.environ.get("STATEWRIGHT_DB") or DEFAULT_DB
 
 
-def open_store(url: str | Path | None = None, *, create: bool = True, chain: Chain | None = None) -> SqlStore:
-    """``postgresql://...`` opens PostgreSQL (the ``[postgres]`` extra); anything else is a
-    SQLite path, optionally ``sqlite:///path?synchronous=NORMAL``. Event rows are linked by
-    ``chain``, by default keyed when STATEWRIGHT_CHAIN_KEY is set (see store/chain.py)."""
+def is_memory_url(url: str | Path | None) -> bool:
+    """True for a URL of the in-memory store (``memory:`` or ``memory:NAME``)."""
+    return isinstance(url, str) and url.startswith(MEMORY_PREFIX)
+
+
+def open_store(url: str | Path | None = None, *, create: bool = True, chain: Chain | None = None) -> Store:
+    """``postgresql://...`` opens PostgreSQL (the ``[postgres]`` extra); ``memory:`` a new
+    in-memory store, ``memory:NAME`` the process's in-memory database of that name (both
+    gone when the process ends); anything else is a SQLite path, optionally
+    ``sqlite:///path?synchronous=NORMAL``. Event rows are linked by ``chain``, by default
+    keyed when STATEWRIGHT_CHAIN_KEY is set (see store/chain.py)."""
     target = str(url) if url is not None else default_db()
     chain = chain if chain is not None else chain_from_env()
-    store: SqlStore
+    if is_memory_url(target):
+        from statewright.store.memory import MemoryStore
+
+        return MemoryStore(target, chain=chain, create=create)
     if target.startswith(("postgresql://", "postgres://")):
         from statewright.store.postgres import PostgresStore
 
-        store = PostgresStore(target)
-        store.chain = chain
-        return store
+        pg = PostgresStore(target)
+        pg.chain = chain
+        return pg
     synchronous = "FULL"
     if target.startswith("sqlite:"):
         parts = urlsplit(target)
@@ -64,6 +73,6 @@ def open_store(url: str | Path | None = None, *, create: bool = True, chain: Cha
         synchronous = q.get("synchronous", ["FULL"])[0]
     from statewright.store.sqlite import SQLiteStore
 
-    store = SQLiteStore(target, synchronous=synchronous, create=create)
-    store.chain = chain
-    return store
+    lite = SQLiteStore(target, synchronous=synchronous, create=create)
+    lite.chain = chain
+    return lite

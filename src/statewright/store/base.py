@@ -10,9 +10,13 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statewright._errors import StoreUnavailableError as StoreUnavailableError  # re-export
+from statewright.store.chain import Chain, RawEvent, RawPeopleRow
+
+if TYPE_CHECKING:
+    from statewright.store.remote import RemoteRow
 
 
 @dataclass(frozen=True)
@@ -156,11 +160,20 @@ class PeopleLogEntry:
 
 
 class Store(Protocol):
-    """What the engine needs from a backend. Both SQLite and PostgreSQL implement it."""
+    """What the engine, its workers and the CLI need from a backend. The SQL stores (SQLite,
+    PostgreSQL: store/sql.py) and the in-memory store (store/memory.py) implement it."""
 
     url: str
+    chain: Chain  # how event rows and people log rows are linked
+    announces_work: bool  # True: wait_for_work wakes on new work, so idle waits can be long
 
     def close(self) -> None: ...
+
+    def schema_version(self) -> int: ...
+
+    def ensure_schema(self, *, upgrade: bool = True) -> int:
+        """Create a fresh schema, or apply pending migrations (``statewright db upgrade``)."""
+        ...
 
     def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None: ...
 
@@ -181,6 +194,7 @@ class Store(Protocol):
         complete_timer: tuple[str, int] | None = None,
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
+        complete_remote: str | None = None,
     ) -> AppendResult: ...
 
     def encode(self, request: AppendRequest) -> AppendRequest:
@@ -210,6 +224,36 @@ class Store(Protocol):
 
     def has_event(self, event_id: str) -> bool: ...
 
+    def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """The outbox rows (of one task), due first, as plain dicts."""
+        ...
+
+    def timers(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """The timer rows (of one task), due first: timer_id, task_id, due_at_ms, purpose."""
+        ...
+
+    # --- what verify and db upgrade read and rewrite (runtime/verify.py) ------------------
+    def raw_events(self, task_id: str) -> list[RawEvent]:
+        """A task's event rows exactly as stored, in version order."""
+        ...
+
+    def raw_task(self, task_id: str) -> tuple[Any, ...] | None:
+        """The task row as stored: task_id, workflow, workflow_hash, status, version, state
+        (JSON text), created_at_ms, updated_at_ms, last_hash."""
+        ...
+
+    def logged_task_ids(self) -> list[str]:
+        """Every task id with a task row or an event row."""
+        ...
+
+    def rechain(self, task_id: str, version: int, links: Sequence[tuple[str, str]]) -> bool:
+        """Replace the links of events 1..``version`` while the task is still at ``version``."""
+        ...
+
+    def replace_projection(self, task_id: str, version: int, state: Mapping[str, Any]) -> bool:
+        """Write ``state`` as the projection while the task is still at ``version``."""
+        ...
+
     def claim(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
     ) -> list[Claim]: ...
@@ -234,6 +278,22 @@ class Store(Protocol):
     def drop_timer(self, timer_id: str, token: int) -> None: ...
 
     def next_due_ms(self, *, task_id: str | None = None) -> int | None: ...
+
+    # --- remote attempts (store/remote.py) ------------------------------------------------
+    def park_remote(
+        self, command_id: str, token: int, task_id: str, queue: str, body: Mapping[str, Any], now_ms: int,
+        timeout_due_ms: int | None, heartbeat_ms: int,
+    ) -> None: ...
+
+    def claim_remote(self, queue: str, agent: str, token_hash: str, now_ms: int) -> RemoteRow | None: ...
+
+    def remote_by_token(self, token_hash: str) -> RemoteRow | None: ...
+
+    def heartbeat_remote(self, token_hash: str, now_ms: int) -> RemoteRow | None: ...
+
+    def remote_row(self, command_id: str) -> RemoteRow | None: ...
+
+    def remote_rows(self, queue: str | None = None) -> list[RemoteRow]: ...
 
     def counts_by_status(self) -> dict[str, int]: ...
 
@@ -267,6 +327,10 @@ class Store(Protocol):
     def tokens(self) -> list[TokenRow]: ...
 
     def people_log(self) -> list[PeopleLogEntry]: ...
+
+    def raw_people_log(self) -> list[RawPeopleRow]:
+        """The people log's rows exactly as stored, in seq order."""
+        ...
 
     def people_problems(self) -> list[str]:
         """What does not match the people log: a broken chain, an edited row, a person,
