@@ -796,6 +796,12 @@ def _attach_optional() -> None:
         pass
     else:
         cli.add_command(mcp_verdict_command, "mcp-verdict")
+    try:
+        from statewright.integrations.github.cli import github
+    except ImportError:
+        pass
+    else:
+        cli.add_command(github)
 
 
 _attach_optional()

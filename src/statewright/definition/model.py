@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from statewright.definition.github import GithubProjection
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 
 
@@ -123,6 +124,7 @@ class Workflow:
     reject_codes: tuple[str, ...] = DEFAULT_REJECT_CODES
     content_hash: str = ""
     source: str = "<definition>"
+    github: GithubProjection | None = None  # labels on the task's issue or pull request
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def index_of(self, step_id: str) -> int:

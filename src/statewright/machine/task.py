@@ -48,6 +48,7 @@ from statewright.machine.events import (
     TaskSubmitted,
     TimerFired,
 )
+from statewright.machine.labels import label_commands
 from statewright.machine.paths import MISSING_REFERENCE, RefError, parse_ref, resolve
 from statewright.machine.state import (
     Approval,
@@ -95,7 +96,10 @@ def transition(state: TaskState, event: Event) -> Result:
         raise IllegalEventError(msg, status=state.status.value, event_type=event.type)
     handler = _HANDLERS[event.type]
     new, commands = handler(state, event)
-    return replace(new, version=state.version + 1, updated_at_ms=event.at_ms), commands
+    new = replace(new, version=state.version + 1, updated_at_ms=event.at_ms)
+    if new.workflow.github is not None:  # the labels on its issue or pull request follow
+        commands = [*commands, *label_commands(state, new)]
+    return new, commands
 
 
 def is_machine_actor(actor: str) -> bool:

@@ -1,0 +1,34 @@
+"""Scripted stand-ins for review.yaml's agents (no model): a validator, a generator that
+also fixes, and a reviewer that requests changes ``input.failing_reviews`` times.
+
+Each is a python agent ``(brief, ctx) -> {"verdict": ..., "note": ...}``; the verdict goes
+through the step's output schema, the note is kept and never read as a verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def validate(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    issue = brief["input"]
+    if not str(issue.get("body", "")).strip():
+        return {"verdict": {"approved": False, "must_fix": ["say what to build"],
+                            "summary": "the issue has no description"}}
+    return {"verdict": {"approved": True, "summary": f"#{issue['number']} says what to build"}}
+
+
+def generate(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    issue = brief["input"]
+    fixed = [item for prior in brief.get("prior_attempts", []) for item in prior.get("must_fix", [])]
+    branch = f"statewright/{issue['number']}"
+    summary = f"implements #{issue['number']}" + (f", fixing: {'; '.join(fixed)}" if fixed else "")
+    return {"verdict": {"summary": summary, "branch": branch, "fixed": fixed},
+            "note": f"attempt {brief['attempt']} pushed to {branch}"}
+
+
+def review(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    failing = int(brief["input"].get("failing_reviews", 0))
+    if brief["attempt"] <= failing:
+        return {"verdict": {"approved": False, "must_fix": [f"review {brief['attempt']}: handle the empty case"],
+                            "summary": "changes requested"}}
+    return {"verdict": {"approved": True, "summary": "looks right"}}
