@@ -1,5 +1,6 @@
 """Scripted stand-ins for review.yaml's agents (no model): a validator, a generator that
-also fixes, and a reviewer that requests changes ``input.failing_reviews`` times.
+also fixes, and a reviewer that requests changes ``input.failing_reviews`` times (or as often as
+the issue's body asks with "needs N fixes").
 
 Each is a python agent ``(brief, ctx) -> {"verdict": ..., "note": ...}``; the verdict goes
 through the step's output schema, the note is kept and never read as a verdict."""
@@ -27,8 +28,17 @@ def generate(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 
 def review(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    failing = int(brief["input"].get("failing_reviews", 0))
+    issue = brief["input"]
+    failing = int(issue.get("failing_reviews") or _fixes_asked(str(issue.get("body", ""))))
     if brief["attempt"] <= failing:
         return {"verdict": {"approved": False, "must_fix": [f"review {brief['attempt']}: handle the empty case"],
                             "summary": "changes requested"}}
     return {"verdict": {"approved": True, "summary": "looks right"}}
+
+
+def _fixes_asked(body: str) -> int:
+    words = body.split()
+    for i, word in enumerate(words[1:-1], start=1):
+        if words[i - 1] == "needs" and word.isdigit() and words[i + 1].startswith("fix"):
+            return int(word)
+    return 0
