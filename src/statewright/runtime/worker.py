@@ -466,6 +466,12 @@ class Worker:
             log.warning("task %s: labels not synced, given up: %s", claim.task_id, why)
         except TaskNotFoundError:
             pass
+        except StoreError:
+            raise
+        except Exception as exc:  # poison (a GitHub answer no one expected): logged, never the task's failure
+            from statewright.runtime.screen import describe
+
+            log.warning("task %s: labels not synced: %s", claim.task_id, self._redactor.text(describe(exc)))
         crash_point("after_effect")
         self.store.ack(claim.command_id, claim.token)
         with self._cv:

@@ -132,3 +132,21 @@ def test_without_a_good_token_the_task_still_runs(
     assert engine.state(tid).status is TaskStatus.AWAITING_APPROVAL
     assert github.labels(REPO, 13) == set()
     assert engine.store.claim("probe", engine.clock.now_ms(), 1000, 10) == []  # nothing left behind
+
+
+def test_a_step_never_sees_the_workers_github_token(engine: Engine, github: FakeGitHub) -> None:
+    """The worker calls GitHub with its own GITHUB_TOKEN; a step's process does not get it
+    (the step below fails if it can read the variable)."""
+    from statewright.definition.loader import workflow_from_dict
+
+    wf = workflow_from_dict({
+        "workflow": "no-token", "input_schema": {"type": "object", "properties": {
+            "repository": {"type": "string"}, "number": {"type": "integer"}}},
+        "github": {"repo": REPO, "terminal": {"completed": "done", "halted": "failed"}},
+        "steps": [{"id": "peek", "kind": "code", "owner": "ci",
+                   "run": {"command": ["sh", "-c", 'test -z "$GITHUB_TOKEN$GITHUB_API_URL"']}}],
+    }, "<no-token>")
+    tid = engine.submit(wf, {"repository": REPO, "number": 14})
+    drain(engine)
+    assert engine.state(tid).status is TaskStatus.COMPLETED
+    assert github.labels(REPO, 14) == {"done"}
