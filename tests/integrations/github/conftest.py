@@ -51,10 +51,10 @@ def engine(open_engine: Callable[..., Engine]) -> Engine:
 
 @pytest.fixture
 def people(engine: Engine) -> dict[str, Principal]:
-    """alice (maintainer) and bob (developer, no approval role), with their tokens."""
+    """alice (maintainer), bob (developer, no approval role) and olga (operator), with tokens."""
     root = engine.users.authenticate(engine.users.bootstrap("root").token)
     out = {}
-    for name, roles in (("alice", ["maintainer"]), ("bob", ["developer"])):
+    for name, roles in (("alice", ["maintainer"]), ("bob", ["developer"]), ("olga", ["operator"])):
         engine.users.add(root, name, roles)
         out[name] = engine.users.authenticate(engine.users.issue_token(root, name).token)
     return out

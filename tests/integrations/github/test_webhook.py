@@ -109,6 +109,29 @@ def test_an_approval_label_from_someone_who_may_not_approve_is_refused(
     assert any(why in c for c in github.comments_on(REPO, 24))
 
 
+def test_an_approval_label_binds_to_the_proposal_the_pull_request_shows(
+    engine: Engine, config: WebhookConfig, github: FakeGitHub, people: dict[str, Principal],
+) -> None:
+    """Evidence added while the task waits builds a new proposal. Until a worker shows it on
+    the pull request, a label approves what the pull request shows, the old one, and is
+    refused; once it is shown, the same label approves the new one."""
+    _, answer = send(engine, config, "issues", p.issue_opened(36))
+    tid = answer["task_id"]
+    drain(engine)
+    old = engine.state(tid).current
+    engine.add_evidence(tid, people["olga"], {"benchmark": "2% faster"}, note="measured after the review")
+    new = engine.state(tid).current
+    assert old is not None and new is not None and new.proposal_hash != old.proposal_hash
+    status, answer = send(engine, config, "issues", p.labeled(36, "review-approved", "octocat"))
+    assert (status, answer["refused"]) == (409, "the proposal changed since the pull request showed it; review "
+                                                "the new one")
+    drain(engine)  # the worker shows the new proposal
+    assert new.proposal_hash in github.comments_on(REPO, 36)[-1]
+    status, _ = send(engine, config, "issues", p.labeled(36, "review-approved", "octocat"))
+    assert status == 200
+    assert engine.state(tid).approvals[-1].proposal_hash == new.proposal_hash
+
+
 def test_racing_label_events_start_no_second_fix(
     engine: Engine, config: WebhookConfig, github: FakeGitHub, people: dict[str, Principal],
 ) -> None:
