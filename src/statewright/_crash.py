@@ -3,14 +3,17 @@
 ``STATEWRIGHT_CRASH_AT=after_claim`` makes the process SIGKILL itself the first time it
 passes that point; ``STATEWRIGHT_CRASH_AT=in_append_txn:5`` the fifth time (so a test can
 die in the middle of a commit that carries several outcomes). Points: after_claim,
-before_effect, after_effect, in_append_txn, after_append."""
+before_effect, after_effect, in_append_txn, after_append, after_notify (a notification was
+sent, its outcome not yet recorded)."""
 
 from __future__ import annotations
 
 import os
 import signal
 
-CRASH_POINTS = frozenset({"after_claim", "before_effect", "after_effect", "in_append_txn", "after_append"})
+CRASH_POINTS = frozenset(
+    {"after_claim", "before_effect", "after_effect", "in_append_txn", "after_append", "after_notify"}
+)
 _TARGET, _, _NTH = os.environ.get("STATEWRIGHT_CRASH_AT", "").partition(":")
 _AT_PASS = int(_NTH) if _NTH.isdigit() and int(_NTH) > 0 else 1
 _passes = 0

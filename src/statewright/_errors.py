@@ -3,7 +3,8 @@
     StatewrightError
     ├── DefinitionError (ValueError)        a workflow or loop file breaks a rule
     ├── IllegalEventError                   the reducer refuses an event; state unchanged
-    │   └── ApprovalError                   the approver may not act (role, duty, hash, expiry)
+    │   └── ApprovalError                   the approver may not act (role, duty, hash, expiry);
+    │                                       its ``refusal`` says which kind of no it is
     ├── StoreError
     │   ├── VersionConflictError            a stale expected version lost the race
     │   ├── StaleLeaseError                 a report carries an old fencing token
@@ -12,6 +13,8 @@
     │   └── SchemaVersionError              the database is from a newer statewright
     ├── TaskNotFoundError (LookupError)
     ├── InputError (ValueError)             bad task input or bad CLI input
+    │   ├── TaskStateError                  the act does not apply to the task as it stands now
+    │   └── KeyReusedError                  an idempotency key already names other work
     ├── WorkerStoppedError                  a worker could not go on; its leases were released
     ├── AccessError                         a person could not be identified, or may not act
     │   ├── AuthenticationError             no token, or one that is unknown or revoked
@@ -22,6 +25,8 @@
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 
 class StatewrightError(Exception):
@@ -99,6 +104,21 @@ class InputError(StatewrightError, ValueError):
     """Bad input: malformed JSON, input that fails the schema, a bad option."""
 
 
+class TaskStateError(InputError):
+    """The act does not apply to the task as it stands (retrying a task that is not halted,
+    cancelling one that ended). Nothing changed."""
+
+
+class KeyReusedError(InputError):
+    """A submit's idempotency key already names a task of other input or another workflow:
+    a repeat must be the same submission."""
+
+    def __init__(self, msg: str, *, key: str, task_id: str) -> None:
+        self.key = key
+        self.task_id = task_id
+        super().__init__(msg)
+
+
 class WorkerStoppedError(StatewrightError):
     """A worker could not go on (an outcome, and even its failure, could not be recorded);
     it released its leases and stopped."""
@@ -116,8 +136,25 @@ class PermissionDeniedError(AccessError):
     """The token's person lacks the role the act needs, or is not the person ``--as`` names."""
 
 
+class Refusal(StrEnum):
+    """Why an approval or rejection was refused: the person may not (``not_allowed``: an
+    agent, the wrong role or scope, separation of duty), the hash is not the current
+    proposal's or the task waits at another step (``stale``), the window closed
+    (``expired``), or nothing waits for an approval (``not_waiting``)."""
+
+    NOT_ALLOWED = "not_allowed"
+    STALE = "stale"
+    EXPIRED = "expired"
+    NOT_WAITING = "not_waiting"
+
+
 class ApprovalError(IllegalEventError):
     """The approver may not act on this step (role, separation of duty, hash, expiry)."""
+
+    def __init__(self, msg: str, *, refusal: Refusal = Refusal.NOT_ALLOWED, status: str = "",
+                 event_type: str = "") -> None:
+        self.refusal = refusal
+        super().__init__(msg, status=status, event_type=event_type)
 
 
 class ExecutorError(StatewrightError):

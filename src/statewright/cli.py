@@ -335,14 +335,9 @@ def tasks(status: str | None, workflow: str | None, waiting_for_me: bool, token_
 
 
 def _task_row(r: Any) -> dict[str, Any]:
-    from statewright._time import when
+    from statewright.runtime.history import task_row
 
-    halt = r.state.get("halt") or {}
-    step = (r.state.get("current") or {}).get("step") or halt.get("step")
-    why = f"{halt.get('reason', '')}: {halt.get('detail', '')}".rstrip(": ") if r.status == "halted" else ""
-    return {"task_id": r.task_id, "workflow": r.workflow, "status": r.status, "version": r.version,
-            "step": step, "halt_reason": halt.get("reason"), "why": why[:80], "updated_at_ms": r.updated_at_ms,
-            "updated": when(r.updated_at_ms)}
+    return task_row(r)
 
 
 @cli.command()
@@ -385,6 +380,13 @@ def _print_show(engine: Any, task_id: str) -> None:
     for step_id, result in st.results.items():
         text = json.dumps(result, ensure_ascii=False, sort_keys=True)
         click.echo(f"  {step_id}: {text if len(text) <= 100 else text[:99] + '…'}")
+    from statewright.runtime.notify import notification_lines
+
+    notices = notification_lines(engine.events(task_id))
+    if notices:
+        click.echo("notifications:")
+    for line in notices:
+        click.echo("  " + line)
     _print_proposal(st)
 
 
@@ -531,6 +533,91 @@ def evidence(task_id: str, as_name: str | None, path: str, note: str, token_file
     waits = st.status.value == "awaiting_approval"
     again = " (its proposal was built again: review it before approving)" if waits else ""
     click.echo(f"evidence added to task {task_id} by {who.name}; it is {st.status.value}{again}")
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8420, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--metrics-port", type=click.IntRange(0, 65535),
+              help="Serve /metrics on this port (on the same host) instead of beside the API.")
+@click.option("--workflow", "workflow_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A workflow POST /api/tasks may start, by its name (repeatable).")
+@click.option("--hooks", "hooks_file", type=click.Path(dir_okay=False),
+              help="A hooks file: POST /api/hooks/NAME starts its workflow (README: Serving).")
+@click.option("--loop-db", help="The SQLite file of the outer loop's runs (default: --db when it is a SQLite "
+                                "file, else .statewright/state.db).")
+@_db_option
+@_guard
+def serve(host: str, port: int, metrics_port: int | None, workflow_files: tuple[str, ...], hooks_file: str | None,
+          loop_db: str | None, db: str) -> None:
+    """Serve the HTTP API (needs the [web] extra): tasks, reviews, approvals, the operator
+    queue, loop runs, /metrics and signed webhooks. Every call but /openapi.json, /metrics
+    and the hooks takes 'Authorization: Bearer TOKEN'."""
+    from statewright.definition import load_workflow
+
+    try:
+        import uvicorn
+
+        from statewright.server import create_app, load_hooks
+    except ImportError as exc:
+        raise InputError(f"statewright serve needs the web extra ({exc.name} is missing): "
+                         "pip install 'statewright[web]'") from None
+    workflows = [load_workflow(f) for f in workflow_files]
+    hooks = load_hooks(hooks_file) if hooks_file else {}
+    if loop_db is None:
+        loop_db = ".statewright/state.db" if db.startswith(("postgresql://", "postgres://")) else db
+    sockets = [_listen(host, port, "--port")]
+    if metrics_port is not None:
+        sockets.append(_listen(host, metrics_port, "--metrics-port"))
+    engine = _engine(db, create=True)
+    app = create_app(lambda: engine, workflows=workflows, hooks=hooks, loop_db=loop_db,
+                     metrics=metrics_port is None)
+    apps: list[Any] = [app]
+    if metrics_port is not None:
+        from starlette.applications import Starlette
+
+        from statewright.server.app import metrics_routes
+
+        apps.append(Starlette(routes=metrics_routes(engine)))
+    for sock, what in zip(sockets, ("API", "metrics"), strict=False):
+        shown_host, shown_port = sock.getsockname()[:2]
+        click.echo(f"statewright {what} on http://{shown_host}:{shown_port} (database {_shown_db(db)})", err=True)
+    _serve_all(uvicorn, apps, sockets)
+
+
+def _listen(host: str, port: int, option: str) -> Any:
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise InputError(f"--host {host}: cannot resolve it ({exc.strerror or exc})") from None
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(128)  # connections wait in the backlog until the server takes them
+    except OSError as exc:
+        sock.close()
+        raise InputError(f"{option} {port}: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    return sock
+
+
+def _serve_all(uvicorn: Any, apps: list[Any], sockets: list[Any]) -> None:
+    import asyncio
+
+    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on" if i == 0 else "off"))
+               for i, app in enumerate(apps)]
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, sockets, strict=True)]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for s in servers:  # one stopped (a signal reaches only one): stop the others too
+            s.should_exit = True
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
 
 
 @cli.group()
@@ -781,6 +868,66 @@ def demo(workdir: str | None) -> None:
     from statewright.demo import run_demo
 
     sys.exit(run_demo(workdir))
+
+
+@cli.group()
+def schedule() -> None:
+    """Start tasks from cron schedules (a schedules file; needs the [schedule] extra)."""
+
+
+@schedule.command("run")
+@click.argument("file")
+@click.option("--once", is_flag=True, help="Start what is due now, then exit.")
+@_db_option
+@_guard
+def schedule_run(file: str, once: bool, db: str) -> None:
+    """Start one task per due slot of each schedule in FILE, under the slot's key (two
+    schedulers on one database start a slot once); run until SIGTERM/Ctrl-C, or --once.
+    Workers (statewright worker) run the tasks."""
+    import signal
+    import threading
+
+    from statewright.runtime.schedules import Fired, load_schedules, run_schedules
+
+    schedules = _load_schedules(file, load_schedules)
+    engine = _engine(db, create=True)
+    stop = threading.Event()
+    if not once:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: stop.set())
+
+    def fired(f: Fired) -> None:
+        how = "started" if f.started else "was already started as"
+        click.echo(f"schedule {f.schedule.name}: slot {f.schedule.shown(f.slot_ms)} {how} task {f.task_id}")
+
+    def failed(exc: StatewrightError) -> None:
+        click.echo(f"error: {exc}; trying again at the next look", err=True)
+
+    run_schedules(engine, schedules, stop=stop, once=once, on_fire=fired, on_error=None if once else failed)
+
+
+@schedule.command("list")
+@click.argument("file")
+@click.option("--count", default=3, show_default=True, type=click.IntRange(1, 100), help="Next slots to show.")
+@_guard
+def schedule_list(file: str, count: int) -> None:
+    """Check FILE and show each schedule's next slots as dates in its time zone."""
+    from statewright.runtime.clock import SystemClock
+    from statewright.runtime.schedules import load_schedules
+
+    schedules = _load_schedules(file, load_schedules)
+    now = SystemClock().now_ms()
+    click.echo("NAME\tCRON\tTIMEZONE\tCATCH_UP\tWORKFLOW\tNEXT")
+    for s in schedules:
+        nexts = ", ".join(s.shown(ms) for ms in s.next_slots_ms(now, count))
+        click.echo(f"{s.name}\t{s.cron}\t{s.timezone}\t{s.catch_up.value}\t{s.workflow.name}\t{nexts}")
+
+
+def _load_schedules(file: str, load: Callable[[str], Any]) -> Any:
+    try:
+        return load(file)
+    except ModuleNotFoundError as exc:
+        raise InputError(f"schedules need the cron library: pip install 'statewright[schedule]' ({exc})") from None
 
 
 def _attach_optional() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import admin, ended, ok, person, refusal, sw, sw_process
+from .support import admin, ended, ok, person, refusal, snapshot, sw, sw_process
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASK_ID = re.compile(r"^t-[0-9a-f]{19}$")
@@ -57,18 +57,24 @@ def test_validate_lists_every_problem_of_a_bad_file_and_exits_1(files: dict[str,
 
 
 def test_submit_prints_the_id_and_the_same_key_gives_the_same_task(files: dict[str, Path], db: Path) -> None:
-    """submit prints the new task id; a second submit with the same --key returns the first task."""
+    """submit prints the new task id; the same submission again with the same --key returns
+    the first task, and the key with other input is refused in one line, changing nothing."""
     first = ok(sw("submit", files["build"], "--input", '{"n": 1}', "--db", db)).strip()
     keyed = ok(sw("submit", files["build"], "--input", '{"n": 2}', "--key", "order-42", "--db", db)).strip()
-    again = ok(sw("submit", files["build"], "--input", '{"n": 3}', "--key", "order-42", "--db", db)).strip()
+    again = ok(sw("submit", files["build"], "--input", '{"n": 2}', "--key", "order-42", "--db", db)).strip()
+    before = snapshot(db)
+    other = refusal(sw("submit", files["build"], "--input", '{"n": 3}', "--key", "order-42", "--db", db))
 
     assert TASK_ID.match(first) and TASK_ID.match(keyed)
     assert again == keyed != first
+    assert other == (f"error: key 'order-42' already names task {keyed}, submitted with other input; "
+                     "a repeat must be the same submission (use a new key for new work)")
+    assert snapshot(db) == before
     listed = tasks_json(db)
     assert sorted(t["task_id"] for t in listed) == sorted([first, keyed])
     assert {t["status"] for t in listed} == {"running"} and {t["step"] for t in listed} == {"build"}
     shown = json.loads(ok(sw("show", keyed, "--json", "--db", db)))
-    assert shown["state"]["input"] == {"n": 2}  # the first submission under the key won
+    assert shown["state"]["input"] == {"n": 2}
 
 
 def test_submit_reads_the_input_from_a_file(files: dict[str, Path], db: Path, tmp_path: Path) -> None:

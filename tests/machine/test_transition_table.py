@@ -20,12 +20,14 @@ from statewright.machine.events import (
     CheckReported,
     Event,
     EvidenceAdded,
+    NotificationSent,
     TaskCancelled,
     TaskRetried,
     TaskSubmitted,
     TimerFired,
 )
-from statewright.machine.task import LEGAL
+from statewright.machine.state import new_task
+from statewright.machine.task import LEGAL, transition
 from strategies import Driver
 
 AGENT = {"type": "command", "command": ["python", "fixer.py"]}
@@ -159,6 +161,10 @@ def natural(d: Driver, event_type: str) -> Event:
         TaskRetried.type: {"actor": "olga", "reason": "runner was down"},
         EvidenceAdded.type: {"actor": "olga", "evidence": {"id": "callback-2"}, "note": "the callback"},
         TaskCancelled.type: {"actor": "olga", "reason": "duplicate"},
+        NotificationSent.type: {
+            "command_id": "t1/halted-0/email-0123456789ab", "idempotency_key": "t1/halted-0/email-0123456789ab",
+            "event": "halted", "target": "email ops@example.com", "delivered": True,
+        },
     }[event_type]
     return d.make(EVENT_TYPES[event_type], **fields)
 
@@ -174,7 +180,7 @@ ILLEGAL = None
 TS, AR, CR, TF = (TaskSubmitted.type, AttemptReported.type, CheckReported.type, TimerFired.type)
 AG, AJ, RT, CX = (ApprovalGranted.type, ApprovalRejected.type, TaskRetried.type,
                   TaskCancelled.type)
-AC, EV = ArtifactsCaptured.type, EvidenceAdded.type
+AC, EV, NS = ArtifactsCaptured.type, EvidenceAdded.type, NotificationSent.type
 
 
 def _evidence_kept(d: Driver) -> None:
@@ -199,6 +205,16 @@ def _halted_at(step: str, reason: str) -> Callable[[Driver], None]:
 
 
 CANCEL = Legal(TaskStatus.CANCELLED, (), _cancelled_check)
+
+
+def _only_version_moved(d: Driver) -> None:
+    replayed = new_task("t1", d.state.workflow)
+    for event in d.events[:-1]:
+        replayed, _ = transition(replayed, event)
+    before, after = replayed.to_dict(), d.state.to_dict()
+    for changed in ("version", "updated_at_ms"):
+        before.pop(changed), after.pop(changed)
+    assert after == before
 
 TABLE: dict[tuple[str, str], Legal | None] = {
     ("new", TS): Legal(TaskStatus.RUNNING, (("RunStep", "implement", 1),),
@@ -265,6 +281,14 @@ TABLE: dict[tuple[str, str], Legal | None] = {
     ("halted", EV): Legal(TaskStatus.HALTED, (), _evidence_kept),
     **{(name, AC): ILLEGAL for name in ("new", "running_ai", "running_check", "waiting",
                                          "awaiting_approval", "halted")},
+    # A notification's outcome is recorded whatever the task is doing, and changes nothing else.
+    ("new", NS): ILLEGAL,
+    **{(name, NS): Legal(status, (), _only_version_moved)
+       for name, status in (("running_ai", TaskStatus.RUNNING), ("running_check", TaskStatus.RUNNING),
+                            ("capturing", TaskStatus.RUNNING), ("waiting", TaskStatus.WAITING),
+                            ("awaiting_approval", TaskStatus.AWAITING_APPROVAL),
+                            ("completed", TaskStatus.COMPLETED), ("completed_early", TaskStatus.COMPLETED_EARLY),
+                            ("halted", TaskStatus.HALTED), ("cancelled", TaskStatus.CANCELLED))},
 }
 
 

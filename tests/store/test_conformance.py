@@ -448,13 +448,17 @@ def _two_step_workflow() -> Any:
 
 
 def test_engine_submit_with_a_key_returns_the_same_task(store: SqlStore, tmp_path: Path) -> None:
-    """Engine.submit under one idempotency key twice gives one task."""
+    """Engine.submit under one idempotency key twice gives one task; the key with other input
+    is refused and adds nothing."""
     from statewright import Engine
+    from statewright._errors import KeyReusedError
 
     engine = Engine(store, workspace_root=tmp_path / "ws")
     first = engine.submit(_two_step_workflow(), {"n": 1}, key="deploy-42")
-    again = engine.submit(_two_step_workflow(), {"n": 2}, key="deploy-42")
+    again = engine.submit(_two_step_workflow(), {"n": 1}, key="deploy-42")
     assert first == again
+    with pytest.raises(KeyReusedError, match=f"key 'deploy-42' already names task {first}, submitted with other input"):
+        engine.submit(_two_step_workflow(), {"n": 2}, key="deploy-42")
     assert store.task_ids() == [first]
 
 

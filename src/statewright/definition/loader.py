@@ -54,6 +54,7 @@ from statewright.definition.model import (
     StepKind,
     Workflow,
 )
+from statewright.definition.notify import NotifyEvent, parse_targets, parse_workflow_notify
 from statewright.definition.references import reference_problems
 from statewright.machine.paths import RefError, parse_ref
 
@@ -69,14 +70,16 @@ REVIEW_SCHEMA: Mapping[str, Any] = {
 }
 BUILTIN_SCHEMAS: Mapping[str, Mapping[str, Any]] = {"review": REVIEW_SCHEMA}
 
-_TOP_FIELDS = {"workflow", "version", "description", "input_schema", "steps", "reject_codes", "github"}
+_TOP_FIELDS = {
+    "workflow", "version", "description", "input_schema", "steps", "reject_codes", "notify", "github",
+}
 _COMMON_STEP_FIELDS = {
-    "id", "kind", "owner", "description", "on_failure", "on_success", "timeout", "retry",
+    "id", "kind", "owner", "description", "on_failure", "on_success", "timeout", "retry", "stuck_after",
 }
 _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.AI: {"agent", "instructions", "output_schema", "outcomes", "protected"},
     StepKind.HUMAN: {"approvers", "separate_from", "expires_after", "instructions", "proposal", "artifacts",
-                      "reject_codes"},
+                      "reject_codes", "notify"},
     StepKind.WAIT: {"check", "every", "max_checks"},
     StepKind.CODE: {"run", "output_schema", "outcomes", "protected", "on_conflict"},
 }
@@ -191,6 +194,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
     input_schema = data.get("input_schema")
     if input_schema is not None:
         input_schema = _check_schema(input_schema, "input_schema", problems)
+    notify = parse_workflow_notify(data["notify"], problems.items) if "notify" in data else {}
     raw_steps = data.get("steps")
     steps: list[Step] = []
     if raw_steps is None:
@@ -214,6 +218,10 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
             seen.add(step.id)
             steps.append(step)
         _check_routes(steps, problems)
+        for step in steps:
+            if step.stuck_after_seconds is not None and not notify.get(NotifyEvent.STUCK):
+                problems.add(f"step {step.id!r}", "stuck_after needs someone to tell: add notify: {stuck: "
+                                                  "[TARGET...]} to the workflow")
         for step_id, problem in reference_problems(steps, input_schema):
             problems.add(f"step {step_id!r}", problem)
     github = parse_github(data["github"], steps, problems.add) if "github" in data else None
@@ -226,6 +234,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         description=description,
         input_schema=input_schema,
         reject_codes=reject_codes,
+        notify=notify,
         github=github,
         # A file that leaves out 'version' means version 1 and hashes like one that says so.
         content_hash=sha256_hex({**data, "version": version}),
@@ -532,6 +541,13 @@ def _parse_step(
     retry = RetryPolicy()
     if "retry" in raw:
         retry = _parse_retry(raw["retry"], f"{where} retry", problems)
+    targets = parse_targets(raw["notify"], f"{where} notify", problems.items) if "notify" in raw else ()
+    stuck_after = None
+    if "stuck_after" in raw:
+        stuck_after = _duration(raw["stuck_after"], f"{where} stuck_after", problems)
+        if stuck_after == 0:
+            problems.add(f"{where} stuck_after", "must be greater than zero")
+            stuck_after = None
     result_limit: dict[str, int] = {}
     if "result_limit" in raw:
         try:
@@ -566,6 +582,8 @@ def _parse_step(
         proposal=proposal,
         artifacts=artifacts,
         on_conflict=on_conflict,
+        notify=targets,
+        stuck_after_seconds=stuck_after,
         **result_limit,
     )
 

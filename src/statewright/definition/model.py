@@ -10,6 +10,7 @@ from typing import Any
 
 from statewright.definition.github import GithubProjection
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
+from statewright.definition.notify import NotifyEvent, NotifyTarget
 
 
 class StepKind(StrEnum):
@@ -106,6 +107,8 @@ class Step:
     artifacts: tuple[str, ...] = ()  # a human step's artifacts: workspace files, or "diff"
     on_conflict: Route | None = None  # a code step whose effect answered ``conflict``
     result_limit_bytes: int = DEFAULT_RESULT_LIMIT_BYTES  # its result, written as JSON
+    notify: tuple[NotifyTarget, ...] = ()  # a human step: told when it waits for approval
+    stuck_after_seconds: float | None = None  # the workflow's notify.stuck is told after this long here
 
 
 #: The reasons a rejection may give when a workflow declares none (seed 002's rejection codes).
@@ -124,6 +127,7 @@ class Workflow:
     reject_codes: tuple[str, ...] = DEFAULT_REJECT_CODES
     content_hash: str = ""
     source: str = "<definition>"
+    notify: Mapping[NotifyEvent, tuple[NotifyTarget, ...]] = field(default_factory=dict)  # halted, stuck
     github: GithubProjection | None = None  # labels on the task's issue or pull request
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -140,6 +144,13 @@ class Workflow:
     def reject_codes_of(self, step: Step) -> tuple[str, ...]:
         """The reason codes a rejection at ``step`` may give."""
         return step.reject_codes or self.reject_codes
+
+    def targets(self, event: NotifyEvent, step: Step | None = None) -> tuple[NotifyTarget, ...]:
+        """Who is told of ``event``: a human step's own targets for an approval, the
+        workflow's for a halt or a stuck task."""
+        if event is NotifyEvent.APPROVAL:
+            return step.notify if step is not None else ()
+        return self.notify.get(event, ())
 
     def describe(self) -> str:
         """One readable line of steps with their routes."""

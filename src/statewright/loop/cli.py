@@ -32,7 +32,7 @@ from statewright.loop.definition import load_loop
 from statewright.loop.model import LineKind, LoopStatus
 from statewright.loop.runner import LoopRunner, loop_is_running
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
-from statewright.loop.store import LoopStore, RunRow, StoredLine
+from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict
 
 if TYPE_CHECKING:
     from statewright.runtime.users import Principal
@@ -146,7 +146,7 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
                     "paused": outcome.paused,
                     "reason": outcome.reason,
                     "awaiting_approval": pending,
-                    "lines": [_line_dict(line) for line in lines],
+                    "lines": [line_dict(line) for line in lines],
                 },
                 indent=2,
             )
@@ -179,7 +179,7 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
     with _open(db, create=False) as store:
         runs = store.runs(loop=loop_name, limit=limit)
         pending = store.pending_approvals()
-        rows = [_run_dict(r, running=loop_is_running(db, r.loop)) for r in runs]
+        rows = [run_dict(r, running=loop_is_running(db, r.loop)) for r in runs]
         for row, r in zip(rows, runs, strict=True):
             if not row["running"] and not r.status.is_terminal:  # resumable: how did it stop?
                 lines = store.lines(r.run_id) if r.lines else []
@@ -224,7 +224,7 @@ def show_cmd(run_id: str, db: str, as_json: bool) -> None:
         run = store.run(run_id)
         lines = store.lines(run.run_id)
     if as_json:
-        payload = _run_dict(run, running=False) | {"lines": [_line_dict(x) for x in lines]}
+        payload = run_dict(run, running=False) | {"lines": [line_dict(x) for x in lines]}
         click.echo(json.dumps(payload, indent=2))
         return
     click.echo(f"run {run.run_id} of loop {run.loop}: {run.status} {run.state.reason}".rstrip())
@@ -446,41 +446,6 @@ def _decide(
         f"run {row.run_id}: item {row.item_id} {row.decision} by {row.who}"
         f" (fingerprint {row.fingerprint[:12]}); run 'statewright loop run FILE' to carry on"
     )
-
-
-def _run_dict(run: RunRow, *, running: bool) -> dict[str, Any]:
-    s = run.state
-    return {
-        "run": run.run_id,
-        "loop": run.loop,
-        "status": str(run.status),
-        "reason": s.reason,
-        "passes": s.passes,
-        "since_last_close": s.passes_since_last_close,
-        "tokens_spent": s.tokens_spent,
-        "money_spent_usd": s.money_spent_usd,
-        "line_count": run.lines,
-        "held": run.held,
-        "cleared_by": run.cleared_by,
-        "cleared_reason": run.cleared_reason,
-        "running": running,
-        "owner_pid": run.owner_pid,
-        "items": {i.id: {"status": str(i.status), "attempts": i.attempts} for i in s.items},
-    }
-
-
-def _line_dict(line: StoredLine) -> dict[str, Any]:
-    return {
-        "seq": line.seq,
-        "state": str(line.state),
-        "event": line.event,
-        "written": line.written,
-        "summary": line.summary,
-        "next_state": str(line.next_state),
-        "kind": str(line.kind),
-        "event_type": line.event_type,
-        "at_ms": line.at_ms,
-    }
 
 
 def _print_lines(lines: Sequence[StoredLine]) -> None:

@@ -563,3 +563,40 @@ def _approval_row(row: sqlite3.Row) -> ApprovalRow:
 def _jsonable(value: Any) -> Any:
     """Round-trip through JSON with a fallback for odd values (Paths, sets)."""
     return json.loads(json.dumps(value, default=str, allow_nan=False))
+
+
+def run_dict(run: RunRow, *, running: bool) -> dict[str, Any]:
+    """A run as plain JSON types (``loop status --json`` and the HTTP API)."""
+    s = run.state
+    return {
+        "run": run.run_id,
+        "loop": run.loop,
+        "status": str(run.status),
+        "reason": s.reason,
+        "passes": s.passes,
+        "since_last_close": s.passes_since_last_close,
+        "tokens_spent": s.tokens_spent,
+        "money_spent_usd": s.money_spent_usd,
+        "line_count": run.lines,
+        "held": run.held,
+        "cleared_by": run.cleared_by,
+        "cleared_reason": run.cleared_reason,
+        "running": running,
+        "owner_pid": run.owner_pid,
+        "items": {i.id: {"status": str(i.status), "attempts": i.attempts} for i in s.items},
+    }
+
+
+def line_dict(line: StoredLine) -> dict[str, Any]:
+    """A record line as plain JSON types (``loop show --json`` and the HTTP API)."""
+    return {
+        "seq": line.seq,
+        "state": str(line.state),
+        "event": line.event,
+        "written": line.written,
+        "summary": line.summary,
+        "next_state": str(line.next_state),
+        "kind": str(line.kind),
+        "event_type": line.event_type,
+        "at_ms": line.at_ms,
+    }

@@ -79,6 +79,21 @@ class StartTimer(Command):
 
 
 @dataclass(frozen=True)
+class Notify(Command):
+    """Tell one target (``NotifyTarget.to_dict()``) of ``event`` (``NotifyEvent``): a task
+    waits for approval, halted, or is stuck. ``idempotency_key`` is TASK/EVENT/TARGET: a
+    receiver that sees it twice has seen one notification. ``facts`` are what the message
+    says (status, step, reason, proposal hash, ...); the worker writes the message and the
+    review link, and reads any secret from its own environment."""
+
+    type: ClassVar[str] = "Notify"
+    event: str = ""
+    target: Mapping[str, str] = field(default_factory=dict)
+    idempotency_key: str = ""
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class SyncLabels(Command):
     """Make the labels of the task's issue or pull request in ``repo`` show its state as of
     ``version`` (``machine.labels``): remove the stale ones, add the current. A worker reads
@@ -92,7 +107,7 @@ class SyncLabels(Command):
 
 
 COMMAND_TYPES: Mapping[str, type[Command]] = {
-    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer, SyncLabels)
+    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer, Notify, SyncLabels)
 }
 
 

@@ -157,6 +157,27 @@ class TaskCancelled(Event):
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class NotificationSent(Event):
+    """A Notify command ended: ``delivered``, or given up with ``error`` (a reason code:
+    ``retries_exhausted``, ``refused``, ``secret_missing``, ``not_configured``,
+    ``task_moved_on``, ``notify_error``, ``handling_error``) and ``detail``. It changes
+    nothing else in the task: a notification never blocks or fails it. ``target`` is the
+    target as shown (kind and host or address)."""
+
+    type: ClassVar[str] = "NotificationSent"
+    command_id: str = ""
+    step: str = ""
+    attempt: int = 0
+    event: str = ""
+    target: str = ""
+    idempotency_key: str = ""
+    delivered: bool = False
+    error: str | None = None
+    detail: str = ""
+    tries: int = 1
+
+
 EVENT_TYPES: Mapping[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -170,6 +191,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         EvidenceAdded,
         TaskRetried,
         TaskCancelled,
+        NotificationSent,
     )
 }
 

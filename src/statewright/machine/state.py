@@ -75,6 +75,7 @@ class Current:
     expires_at_ms: int | None = None
     key: str = ""  # the idempotency key of an ai, code or wait step's attempt
     captured: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # a human step's artifacts
+    stuck_timer_id: str = ""  # the step's stuck_after timer, until it fires
 
 
 @dataclass(frozen=True)

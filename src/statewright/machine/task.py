@@ -11,7 +11,9 @@ continue, or on a loop-back) starts a new attempt under a new key; an operator's
 halted step and a repair turn run again under the key of the attempt they repeat, so a
 target that saw the first write can refuse the second. Command ids stay unique per run
 (``TASK/STEP/ATTEMPT``, ``.../repair``, ``.../check-N``): a report's event id is made from
-its command id."""
+its command id. A notification's key (and command id) is ``TASK/EVENT/TARGET``: EVENT is
+``STEP/ATTEMPT/approval`` (``approval-N`` when evidence built the proposal again),
+``STEP/ATTEMPT/stuck`` or ``halted-EPOCH``, TARGET the target's kind and a hash of it."""
 
 from __future__ import annotations
 
@@ -20,16 +22,18 @@ from functools import lru_cache
 from typing import Any
 
 from statewright._canonical import canonical_json
-from statewright._errors import CONFLICT, ApprovalError, IllegalEventError
+from statewright._errors import CONFLICT, ApprovalError, IllegalEventError, Refusal
 from statewright._names import holds_role, is_agent_name, person_name_problem, scope_text
 from statewright._time import when
 from statewright.approvals.proposal import artifact_hashes, proposal_hash
 from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
+from statewright.definition.notify import NotifyEvent
 from statewright.machine._records import replace
 from statewright.machine.brief import build_brief, cut_output
 from statewright.machine.commands import (
     CaptureArtifacts,
     Command,
+    Notify,
     RequestApproval,
     RunCheck,
     RunStep,
@@ -43,6 +47,7 @@ from statewright.machine.events import (
     CheckReported,
     Event,
     EvidenceAdded,
+    NotificationSent,
     TaskCancelled,
     TaskRetried,
     TaskSubmitted,
@@ -67,22 +72,25 @@ Result = tuple[TaskState, list[Command]]
 _ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 KEY_HASH_DIGITS = 16  # hex digits of the approved proposal hash a key carries
 
-#: Which events each status accepts. Everything else is illegal.
+#: Which events each status accepts. Everything else is illegal. A notification's outcome is
+#: recorded whatever the task has done since (it may have ended); a TimerFired while running
+#: is the step's stuck_after timer, and only that one.
+_NOTIFIED = NotificationSent.type
 LEGAL: Mapping[TaskStatus, frozenset[str]] = {
     TaskStatus.NEW: frozenset({TaskSubmitted.type}),
     TaskStatus.RUNNING: frozenset(
         {AttemptReported.type, CheckReported.type, ArtifactsCaptured.type, EvidenceAdded.type,
-         TaskCancelled.type}
+         TaskCancelled.type, TimerFired.type, _NOTIFIED}
     ),
-    TaskStatus.WAITING: frozenset({TimerFired.type, EvidenceAdded.type, TaskCancelled.type}),
+    TaskStatus.WAITING: frozenset({TimerFired.type, EvidenceAdded.type, TaskCancelled.type, _NOTIFIED}),
     TaskStatus.AWAITING_APPROVAL: frozenset(
         {ApprovalGranted.type, ApprovalRejected.type, TimerFired.type, EvidenceAdded.type,
-         TaskCancelled.type}
+         TaskCancelled.type, _NOTIFIED}
     ),
-    TaskStatus.HALTED: frozenset({TaskRetried.type, EvidenceAdded.type, TaskCancelled.type}),
-    TaskStatus.COMPLETED: frozenset(),
-    TaskStatus.COMPLETED_EARLY: frozenset(),
-    TaskStatus.CANCELLED: frozenset(),
+    TaskStatus.HALTED: frozenset({TaskRetried.type, EvidenceAdded.type, TaskCancelled.type, _NOTIFIED}),
+    TaskStatus.COMPLETED: frozenset({_NOTIFIED}),
+    TaskStatus.COMPLETED_EARLY: frozenset({_NOTIFIED}),
+    TaskStatus.CANCELLED: frozenset({_NOTIFIED}),
 }
 
 
@@ -96,6 +104,8 @@ def transition(state: TaskState, event: Event) -> Result:
         raise IllegalEventError(msg, status=state.status.value, event_type=event.type)
     handler = _HANDLERS[event.type]
     new, commands = handler(state, event)
+    if new.status is TaskStatus.HALTED and state.status is not TaskStatus.HALTED and new.halt is not None:
+        commands = [*commands, *_halt_notices(new, new.halt)]
     new = replace(new, version=state.version + 1, updated_at_ms=event.at_ms)
     if new.workflow.github is not None:  # the labels on its issue or pull request follow
         commands = [*commands, *label_commands(state, new)]
@@ -129,7 +139,25 @@ def idempotency_key(state: TaskState, index: int, attempt: int) -> str:
 
 def _enter(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result:
     """Start the step at ``index``: a new attempt, under a new idempotency key unless
-    ``key`` (an operator's retry) names the key of the attempt it runs again."""
+    ``key`` (an operator's retry) names the key of the attempt it runs again. A step with
+    ``stuck_after`` also starts its stuck timer, while the attempt is still in flight."""
+    new, commands = _start(state, index, at_ms, key=key)
+    wf = state.workflow
+    if index >= len(wf.steps) or wf.steps[index].stuck_after_seconds is None:
+        return new, commands
+    step = wf.steps[index]
+    cur = new.current
+    number = len(state.attempts_of(step.id)) + 1
+    if cur is None or cur.step != step.id or cur.attempt != number:
+        return new, commands  # the attempt already ended (a proposal that could not be built)
+    timer_id = f"{state.task_id}/{step.id}/{number}/stuck"
+    due = at_ms + int((step.stuck_after_seconds or 0) * 1000)
+    timer = StartTimer(command_id=timer_id, task_id=state.task_id, step=step.id, attempt=number,
+                       timer_id=timer_id, due_at_ms=due, purpose="stuck")
+    return replace(new, current=replace(cur, stuck_timer_id=timer_id)), [*commands, timer]
+
+
+def _start(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result:
     wf = state.workflow
     if index >= len(wf.steps):
         return replace(state, status=TaskStatus.COMPLETED, current=None, step_index=index), []
@@ -192,7 +220,10 @@ def _await_approval(state: TaskState, step: Step, at_ms: int) -> Result:
         RequestApproval(
             command_id=f"{cid}/notify", task_id=state.task_id, step=step.id, attempt=cur.attempt,
             proposal_hash=h, role=step.approvers_role or "", expires_at_ms=expires,
-        )
+        ),
+        *_notices(state, NotifyEvent.APPROVAL, step, cur.attempt, {
+            "proposal_hash": h, "role": step.approvers_role or "", "expires_at_ms": expires,
+        }),
     ]
     if expires is not None:
         cmds.append(
@@ -202,6 +233,32 @@ def _await_approval(state: TaskState, step: Step, at_ms: int) -> Result:
             )
         )
     return state, cmds
+
+
+# --- notifications ------------------------------------------------------------------------
+
+
+def _notices(state: TaskState, event: NotifyEvent, step: Step, attempt: int, facts: Mapping[str, Any], *,
+             again: int = 0) -> list[Command]:
+    """One Notify command per target of ``event``, each under its own idempotency key
+    TASK/EVENT/TARGET (a halt's event is named by the epoch it ended: a task halts at most
+    once per epoch; ``again``: the proposal of an approval built again, the Nth time)."""
+    ref = f"halted-{state.epoch}" if event is NotifyEvent.HALTED else f"{step.id}/{attempt}/{event.value}"
+    ref += f"-{again}" if again else ""
+    common = {"workflow": state.workflow.name, "status": state.status.value, **facts}
+    out: list[Command] = []
+    for target in state.workflow.targets(event, step):
+        key = f"{state.task_id}/{ref}/{target.target_id}"
+        out.append(Notify(command_id=key, task_id=state.task_id, step=step.id, attempt=attempt, event=event.value,
+                          target=target.to_dict(), idempotency_key=key, facts=common))
+    return out
+
+
+def _halt_notices(state: TaskState, halt: HaltInfo) -> list[Command]:
+    step = state.workflow.step(halt.step)
+    attempts = state.attempts_of(step.id)
+    return _notices(state, NotifyEvent.HALTED, step, attempts[-1].number if attempts else 0,
+                    {"reason": halt.reason, "detail": cut_output(halt.detail)})
 
 
 # --- finishing attempts -------------------------------------------------------------------
@@ -506,6 +563,15 @@ def _on_captured(state: TaskState, ev: ArtifactsCaptured) -> Result:
 
 def _on_timer(state: TaskState, ev: TimerFired) -> Result:
     cur = _current(state)
+    if cur.stuck_timer_id and ev.timer_id == cur.stuck_timer_id:  # at this step too long: tell, once
+        step = _step(state)
+        quiet = replace(state, current=replace(cur, stuck_timer_id=""))
+        return quiet, _notices(quiet, NotifyEvent.STUCK, step, cur.attempt, {
+            "stuck_after_seconds": step.stuck_after_seconds, "since_ms": cur.started_at_ms,
+        })
+    if state.status is TaskStatus.RUNNING:
+        msg = f"task {state.task_id}: timer {ev.timer_id!r} is not the step's stuck timer"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
     if not cur.timer_id or ev.timer_id != cur.timer_id:
         msg = f"task {state.task_id}: timer {ev.timer_id!r} is not the timer the task waits on"
         raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
@@ -534,7 +600,7 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
     step = _step(state)
     where = f"task {state.task_id}, step {step.id!r}"
     if ev.step and ev.step != step.id:
-        raise ApprovalError(f"{where}: the task waits at {step.id!r}, not {ev.step!r}")
+        raise ApprovalError(f"{where}: the task waits at {step.id!r}, not {ev.step!r}", refusal=Refusal.STALE)
     if not ev.actor:
         raise ApprovalError(f"{where}: an approver name is required")
     if is_machine_actor(ev.actor):
@@ -561,11 +627,12 @@ def _authorise(state: TaskState, ev: ApprovalGranted | ApprovalRejected, verb: s
                 "(separation of duty)"
             )
     if cur.expires_at_ms is not None and ev.at_ms >= cur.expires_at_ms:
-        raise ApprovalError(f"{where}: the approval window closed at {when(cur.expires_at_ms)}")
+        raise ApprovalError(f"{where}: the approval window closed at {when(cur.expires_at_ms)}",
+                            refusal=Refusal.EXPIRED)
     if ev.proposal_hash and ev.proposal_hash != cur.proposal_hash:
         raise ApprovalError(
             f"{where}: hash {ev.proposal_hash} is not the current proposal's, {cur.proposal_hash}; "
-            "review the current proposal"
+            "review the current proposal", refusal=Refusal.STALE,
         )
     return step
 
@@ -584,7 +651,7 @@ def _on_granted(state: TaskState, ev: ApprovalGranted) -> Result:
     _authorise(state, ev, "approve")
     cur = _current(state)
     if ev.proposal_hash != cur.proposal_hash:
-        raise ApprovalError(f"task {state.task_id}: an approval must quote the proposal hash")
+        raise ApprovalError(f"task {state.task_id}: an approval must quote the proposal hash", refusal=Refusal.STALE)
     approved = replace(
         state,
         approvals=(*state.approvals, Approval(cur.step, ev.actor, cur.proposal_hash, ev.at_ms, ev.token_id)),
@@ -674,8 +741,19 @@ def _propose_again(state: TaskState, at_ms: int) -> Result:
         RequestApproval(
             command_id=cid, task_id=state.task_id, step=step.id, attempt=cur.attempt,
             proposal_hash=h, role=step.approvers_role or "", expires_at_ms=cur.expires_at_ms,
-        )
+        ),
+        *_notices(state, NotifyEvent.APPROVAL, step, cur.attempt, {
+            "proposal_hash": h, "role": step.approvers_role or "", "expires_at_ms": cur.expires_at_ms,
+        }, again=len(state.evidence)),
     ]
+
+
+def _on_notified(state: TaskState, ev: NotificationSent) -> Result:
+    """Recorded in the log, and nothing else: a notification never changes the task."""
+    if not ev.command_id or not ev.idempotency_key:
+        msg = f"task {state.task_id}: a notification report needs its command id and idempotency key"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    return state, []
 
 
 def _on_cancelled(state: TaskState, ev: TaskCancelled) -> Result:
@@ -697,4 +775,5 @@ _HANDLERS: Mapping[str, Callable[[TaskState, Any], Result]] = {
     EvidenceAdded.type: _on_evidence,
     TaskRetried.type: _on_retried,
     TaskCancelled.type: _on_cancelled,
+    NotificationSent.type: _on_notified,
 }

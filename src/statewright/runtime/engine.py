@@ -14,8 +14,11 @@ from statewright._errors import (
     DefinitionError,
     IllegalEventError,
     InputError,
+    KeyReusedError,
+    Refusal,
     StaleLeaseError,
     TaskNotFoundError,
+    TaskStateError,
     VersionConflictError,
 )
 from statewright._json_limits import check_json_value
@@ -175,16 +178,17 @@ class Engine:
         key: str | None = None,
         task_id: str | None = None,
     ) -> str:
-        """Start a task; with ``key``, submitting again returns the same task id."""
+        """Start a task; with ``key``, submitting the same again returns the same task id, and
+        the key given with other input or another workflow is refused (KeyReusedError)."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
-        data = inputs.task_input(wf, input)
-        data = workspaces.pin_base(data)  # the protected paths' baseline, fixed now
+        given = inputs.task_input(wf, input)
         if key is not None:
             existing = self.store.task_by_key(key)
             if existing is not None:
-                return existing
+                return self._same_submission(existing, key, wf, given)
+        data = workspaces.pin_base(given)  # the protected paths' baseline, fixed now
         self.register(wf)
         now = self.clock.now_ms()
         for attempt in range(_CONFLICT_RETRIES):
@@ -203,12 +207,33 @@ class Engine:
             if not res.duplicate:
                 return tid
             existing = self.store.task_by_key(key) if key is not None else None
-            if existing is not None:
-                return existing  # submitted before under this key
+            if existing is not None and key is not None:
+                return self._same_submission(existing, key, wf, given)  # submitted before under this key
             if task_id is None:
                 continue  # a generated id that is taken: never join another submit's task
             return tid  # the caller's own task id, submitted before
         raise VersionConflictError(task_id or "t-?", 0, 1)
+
+    def _same_submission(self, task_id: str, key: str, wf: Workflow, given: Mapping[str, Any]) -> str:
+        """``task_id``, submitted under ``key`` before, when it is this submission again;
+        KeyReusedError when the workflow or the input differ. The ``base_commit`` a repo's
+        HEAD was pinned to counts only when the caller gave one."""
+        stored = self.store.load(task_id)
+        if stored is None:
+            raise TaskNotFoundError(task_id)
+        before = dict(stored.state.get("input") or {})
+        if "base_commit" not in given:
+            before.pop("base_commit", None)
+        if stored.workflow_hash != wf.content_hash:
+            why = (f"workflow {stored.workflow!r} ({stored.workflow_hash[:12]}), "
+                   f"not {wf.name!r} ({wf.content_hash[:12]})")
+        elif before != dict(given):
+            why = "other input"
+        else:
+            return task_id
+        msg = (f"key {key!r} already names task {task_id}, submitted with {why}; "
+               "a repeat must be the same submission (use a new key for new work)")
+        raise KeyReusedError(msg, key=key, task_id=task_id)
 
     def states(self, task_ids: Sequence[str]) -> dict[str, TaskState]:
         """The states of the tasks that exist among ``task_ids``, read in one query."""
@@ -362,7 +387,7 @@ class Engine:
             raise InputError(f"evidence refused: {problem}")
         st = self.state(task_id)
         if st.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.CANCELLED):
-            raise InputError(f"task {task_id} is {st.status.value}; evidence goes to a task that has not ended")
+            raise TaskStateError(f"task {task_id} is {st.status.value}; evidence goes to a task that has not ended")
         ev = EvidenceAdded(
             event_id=f"{task_id}:evidence:{_random_hex(8)}", at_ms=self.clock.now_ms(), actor=who.name,
             roles=who.roles, evidence=dict(evidence), note=note, token_id=who.token_id,
@@ -374,7 +399,7 @@ class Engine:
         who = self.users.check(by, role=OPERATOR_ROLE, act="retry")
         st = self.state(task_id)
         if st.status is not TaskStatus.HALTED:
-            raise InputError(_why_not(st, "retried", "only a halted task can be retried"))
+            raise TaskStateError(_why_not(st, "retried", "only a halted task can be retried"))
         ev = TaskRetried(
             event_id=f"{task_id}:retry:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             actor=who.name, reason=reason,
@@ -386,7 +411,7 @@ class Engine:
         who = self.users.check(by, role=OPERATOR_ROLE, act="cancel")
         st = self.state(task_id)
         if st.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.CANCELLED):
-            raise InputError(_why_not(st, "cancelled", "it has ended"))
+            raise TaskStateError(_why_not(st, "cancelled", "it has ended"))
         ev = TaskCancelled(
             event_id=f"{task_id}:cancel:{_random_hex(8)}", at_ms=self.clock.now_ms(),
             actor=who.name, reason=reason,
@@ -396,7 +421,8 @@ class Engine:
     def _awaiting(self, task_id: str) -> TaskState:
         st = self.state(task_id)
         if st.status is not TaskStatus.AWAITING_APPROVAL or st.current is None:
-            raise ApprovalError(_why_not(st, "approved or rejected", "nothing waits for an approval"))
+            raise ApprovalError(_why_not(st, "approved or rejected", "nothing waits for an approval"),
+                                refusal=Refusal.NOT_WAITING)
         return st
 
     # --- reading -----------------------------------------------------------------------
@@ -422,12 +448,5 @@ class Engine:
         """Work in-process until the task ends or parks at a human step."""
         from statewright.runtime.worker import Worker
 
-        settled = {
-            TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED,
-            TaskStatus.CANCELLED, TaskStatus.AWAITING_APPROVAL,
-        }
-        Worker(self, lease_seconds=lease_seconds).run(
-            until=lambda: self.state(task_id).status in settled
-        )
-        st = self.state(task_id)
+        st = Worker(self, lease_seconds=lease_seconds).run_one(task_id)
         return TaskView(task_id=task_id, status=st.status.value, state=st, cost=total_cost(st))

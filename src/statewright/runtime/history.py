@@ -7,6 +7,7 @@ from typing import Any
 
 from statewright.approvals.proposal import build_proposal
 from statewright.machine.state import Outcome, TaskState, TaskStatus
+from statewright.store.base import StoredTask
 
 
 def _short(text: str, n: int = 70) -> str:
@@ -71,6 +72,19 @@ def summary(state: TaskState) -> dict[str, Any]:
     if state.current and state.current.proposal_hash:
         d["proposal_hash"] = state.current.proposal_hash
     return d
+
+
+def task_row(r: StoredTask) -> dict[str, Any]:
+    """One task as ``statewright tasks --json`` and the HTTP API list it: where it stands,
+    and why a halted one halted (read from its stored row, without loading its workflow)."""
+    from statewright._time import when
+
+    halt = r.state.get("halt") or {}
+    step = (r.state.get("current") or {}).get("step") or halt.get("step")
+    why = f"{halt.get('reason', '')}: {halt.get('detail', '')}".rstrip(": ") if r.status == "halted" else ""
+    return {"task_id": r.task_id, "workflow": r.workflow, "status": r.status, "version": r.version,
+            "step": step, "halt_reason": halt.get("reason"), "why": why[:80], "updated_at_ms": r.updated_at_ms,
+            "updated": when(r.updated_at_ms)}
 
 
 def proposal_view(state: TaskState) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 from statewright.executors.base import Reason
 from statewright.machine._records import replace
 from statewright.machine.brief import cut_output
-from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event
+from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event, NotificationSent
 
 MAX_NOTE_CHARS = 20_000  # an agent's note (a command agent's stdout is cut to the same)
 MAX_OUTPUT_CHARS = 20_000  # a step's output
@@ -145,6 +145,10 @@ def failed_command(
         event = CheckReported(**common, check_number=_whole(body.get("check_number")))
     elif command_type == "CaptureArtifacts":
         event = ArtifactsCaptured(**common)
+    elif command_type == "Notify":  # given up: a notification never fails its task
+        return NotificationSent(**common, event=str(body.get("event", "")), delivered=False, error=reason.value,
+                                idempotency_key=str(body.get("idempotency_key") or command_id),
+                                detail=_text(detail, MAX_DETAIL_CHARS))
     else:
         event = AttemptReported(**common, actor=actor)
     failed = failed_instead(event, detail, reason)

@@ -42,8 +42,15 @@ from statewright._errors import (
 )
 from statewright.definition.model import RetryPolicy, Step, StepKind
 from statewright.machine._records import replace
-from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, Event, TimerFired
-from statewright.machine.state import TaskState
+from statewright.machine.events import (
+    ArtifactsCaptured,
+    AttemptReported,
+    CheckReported,
+    Event,
+    NotificationSent,
+    TimerFired,
+)
+from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
 from statewright.runtime import artifacts, workspaces
 from statewright.runtime.clock import SystemClock
@@ -54,8 +61,13 @@ from statewright.store.base import Claim
 
 if TYPE_CHECKING:
     from statewright.executors._isolation import Redactor
+    from statewright.runtime.notify import Notifier
 
 log = logging.getLogger("statewright.worker")
+SETTLED = frozenset({
+    TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.HALTED, TaskStatus.CANCELLED,
+    TaskStatus.AWAITING_APPROVAL,
+})  # where run_one hands a task back: ended, or waiting for a person
 
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
@@ -99,7 +111,10 @@ class Worker:
         batch: int = DEFAULT_BATCH,
         max_deliveries: int = MAX_DELIVERIES,
         rng: random.Random | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
+        from statewright.runtime.notify import Notifier
+
         self.engine = engine
         self.store = engine.store
         self.clock = engine.clock
@@ -110,6 +125,7 @@ class Worker:
         self.batch = max(1, batch)
         self.max_deliveries = max(1, max_deliveries)
         self.rng = rng or random.Random()
+        self.notifier = notifier or Notifier()
         self.stats = WorkerStats()
         self.stopping = threading.Event()
         self._held: dict[str, int] = {}
@@ -187,6 +203,105 @@ class Worker:
         if self._failure is not None:
             raise self._failure from self._failure_cause
         return self.stats
+
+    def run_one(self, task_id: str) -> TaskState:
+        """Work one task in the calling thread until it ends, parks at a human step, or is
+        cancelled: the pipeline of ``run`` without its executor and committer threads. Each
+        outcome's commit claims the task's next step for us, and the state that commit wrote
+        is the state the step starts from, so between two steps there is one commit and no
+        read. Only this task's commands and timers are claimed; a step another worker holds
+        is waited for. Leases are renewed by the heartbeat thread while a step runs."""
+        import statewright.executors  # noqa: F401  (as run() does)
+
+        self.stopping.clear()
+        heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
+        heartbeat.start()
+        try:
+            return self._work_one(task_id)
+        finally:
+            self.stopping.set()
+            heartbeat.join()
+            self._release_all()
+
+    def _work_one(self, task_id: str) -> TaskState:
+        claim: Claim | None = None
+        while True:
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise failure from self._failure_cause
+            if claim is None:
+                claim = self._claim_of(task_id)
+            if claim is None:
+                state = self.engine.state(task_id)
+                if state.status in SETTLED:
+                    return state
+                self._wait_for(task_id)
+                continue
+            with self._held_lock:
+                self._held[claim.command_id] = claim.token
+            try:
+                report = self._perform_held(claim)
+            except StoreError:
+                raise
+            except Exception as exc:
+                report = self._handling_failed(claim, exc)
+            if report is None:  # acknowledged, or given back to be retried later
+                self._unhold(claim.command_id, claim.token)
+                claim = None
+                continue
+            claim_for = self._claim_for()
+            try:
+                res = self.engine.apply_many([report], claim_for=claim_for)[0]
+            except StoreError:
+                raise
+            except Exception:
+                res = self._commit_alone(report, claim_for)
+            self._unhold(claim.command_id, claim.token)
+            claim = None
+            if isinstance(res, IllegalEventError):
+                assert report.complete is not None
+                self.store.ack(*report.complete)
+                continue
+            if isinstance(res, StaleLeaseError):
+                log.warning("lease on %s was lost; the report was refused", report.complete)
+                continue
+            crash_point("after_append")
+            self.stats.commands += 1
+            if res.claimed is not None:
+                self._chained[res.claimed.command_id] = res.state
+                claim = res.claimed
+            elif res.state.status in SETTLED:
+                return res.state
+
+    def _claim_of(self, task_id: str) -> Claim | None:
+        """The task's next due command, claimed for us; else the command a due timer of the
+        task starts."""
+        now = self.clock.now_ms()
+        claims = self.store.claim(self.worker_id, now, self.lease_ms, 1, task_id=task_id)
+        if claims:
+            return claims[0]
+        for t in self.store.claim_timers(self.worker_id, now, self.lease_ms, 1, task_id=task_id):
+            ev = TimerFired(event_id=f"{t.timer_id}:fired", at_ms=now, timer_id=t.timer_id)
+            try:
+                applied = self.engine.apply(task_id, ev, complete_timer=(t.timer_id, t.token),
+                                            claim_for=self._claim_for())
+            except (IllegalEventError, TaskNotFoundError):
+                self.store.drop_timer(t.timer_id, t.token)
+                continue
+            except StaleLeaseError:
+                continue
+            self.stats.timers += 1
+            if applied.claimed is not None:
+                self._chained[applied.claimed.command_id] = applied.state
+                return applied.claimed
+        return None
+
+    def _wait_for(self, task_id: str) -> None:
+        """Nothing of the task is claimable now: sleep until its next command or timer is due
+        (a timer of a wait step, a retry's backoff, or the lease of another worker's claim)."""
+        due = self.store.next_due_ms(task_id=task_id)
+        gap = self.idle_poll_seconds if due is None else (due - self.clock.now_ms()) / 1000
+        self.clock.sleep(max(0.0, min(gap, IDLE_WAIT_MAX_SECONDS)), self.stopping)
 
     def _guarded_loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
         """An extra thread's loop: a lost store (or any error outside one command's handling)
@@ -396,6 +511,9 @@ class Worker:
         if claim.deliveries > 1 and self.store.has_event(result_id):
             self.store.ack(claim.command_id, claim.token)  # outcome already recorded
             return None
+        if claim.type == "Notify":
+            self._notify(claim, result_id)
+            return None
         if claim.type == "SyncLabels":  # the task's labels on GitHub: a projection, never its state
             self._sync_labels(claim)
             return None
@@ -436,6 +554,80 @@ class Worker:
         report = self._reduce(claim, state, step, event)
         _log_outcome(claim, _outcome_of(report.event), time.monotonic() - started)
         return report
+
+    def _notify(self, claim: Claim, result_id: str) -> None:
+        """Send one notification and record how it ended. A failure worth another try gives
+        the command back for a backoff (``Notifier.retry``); when the tries are used up, or
+        another try cannot help, it is recorded as given up. The task is never failed."""
+        from statewright.definition.notify import target_from_dict
+        from statewright.runtime import notify
+        from statewright.runtime.screen import describe
+
+        body = claim.body
+        tries = claim.failures + 1
+        error: str | None = None
+        detail = ""
+        try:
+            shown = target_from_dict(body.get("target") or {}).describe()
+        except ValueError:
+            shown = "an unknown target"
+        try:
+            moved = self._moved_on(claim)
+            if moved:
+                error, detail = "task_moved_on", moved
+            else:
+                self.notifier.send(claim.task_id, body)
+                crash_point("after_notify")
+        except notify.Retry as exc:
+            if tries < self.notifier.retry.max_attempts:
+                delay = self.notifier.retry.backoff_seconds(tries, self.rng.random())
+                why = self._redactor.text(str(exc))
+                log.warning("task %s: %s notification to %s not sent (%s); try %d again in %.0f s", claim.task_id,
+                            body.get("event"), shown, why, tries + 1, delay)
+                with self._cv:
+                    self.stats.retries += 1
+                self.store.release(claim.command_id, claim.token, self.clock.now_ms() + int(delay * 1000),
+                                   failed=True, error=why)
+                return
+            error, detail = "retries_exhausted", f"{exc} (after {tries} tries)"
+        except notify.GiveUp as exc:
+            error, detail = exc.reason, str(exc)
+        except Exception as exc:  # a poisoned notification ends as given up, never stops the worker
+            error, detail = "notify_error", describe(exc)
+        event = NotificationSent(
+            event_id=result_id, at_ms=self.clock.now_ms(), command_id=claim.command_id,
+            step=str(body.get("step", "")), attempt=int(body.get("attempt") or 0), event=str(body.get("event", "")),
+            target=shown, idempotency_key=str(body.get("idempotency_key") or claim.command_id),
+            delivered=error is None, error=error, detail=self._redactor.text(detail)[:2000], tries=tries,
+        )
+        try:
+            self.engine.apply(claim.task_id, event, complete=(claim.command_id, claim.token))
+        except (IllegalEventError, TaskNotFoundError):
+            self.store.ack(claim.command_id, claim.token)
+        except StaleLeaseError:
+            return
+        if error is None:
+            log.info("task %s: %s notification sent to %s", claim.task_id, event.event, shown)
+        else:
+            log.warning("task %s: %s notification to %s given up (%s): %s", claim.task_id, event.event, shown,
+                        error, event.detail)
+        with self._cv:
+            self.stats.commands += 1
+
+    def _moved_on(self, claim: Claim) -> str:
+        """Why a notification no longer applies (its task left the step it is about, or is
+        no longer halted), or "" when it does."""
+        state = self.engine.state(claim.task_id)
+        event = claim.body.get("event")
+        if event == "halted":
+            return "" if state.status is TaskStatus.HALTED else f"the task is {state.status.value} now"
+        cur = state.current
+        if cur is None or (cur.step, cur.attempt) != (claim.body.get("step"), claim.body.get("attempt")):
+            return f"the task left step {claim.body.get('step')!r} (it is {state.status.value} now)"
+        shown = (claim.body.get("facts") or {}).get("proposal_hash")
+        if event == "approval" and shown != cur.proposal_hash:
+            return "the proposal was built again (new evidence); its own notification says so"
+        return ""
 
     def _sync_labels(self, claim: Claim) -> None:
         """Make the task's GitHub labels show its state (``integrations.github.labels``), with

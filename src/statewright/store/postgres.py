@@ -453,8 +453,10 @@ class PostgresStore(SqlStore):
                 (*_release_params(command_id, token, available_at_ms, failed, error, started), CHANNEL),
             )
 
-    def next_due_ms(self) -> int | None:
+    def next_due_ms(self, *, task_id: str | None = None) -> int | None:
         """The shared two MIN queries as one statement (one round trip)."""
+        if task_id is not None:
+            return super().next_due_ms(task_id=task_id)
         with self._stmt() as cur:
             row = cur.execute(
                 "SELECT LEAST((SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
@@ -577,7 +579,7 @@ def _one_statement_append(
     if terminal:
         but_command = " AND command_id <> %s" if complete else ""
         but_timer = " AND timer_id <> %s" if complete_timer else ""
-        ctes.append(f"xo AS (DELETE FROM sw_outbox WHERE task_id = %s{but_command})")
+        ctes.append(f"xo AS (DELETE FROM sw_outbox WHERE task_id = %s AND type <> 'Notify'{but_command})")
         ctes.append(f"xt AS (DELETE FROM sw_timers WHERE task_id = %s{but_timer})")
     if n_timers:
         ctes.append(

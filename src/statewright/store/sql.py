@@ -301,8 +301,8 @@ class SqlStore(PeopleSql, ABC):
             gone = self._x(cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", req.complete_timer)
             if gone.rowcount != 1:
                 raise StaleLeaseError(req.complete_timer[0], req.complete_timer[1], -1)
-        if req.terminal:
-            self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ?", (task_id,))
+        if req.terminal:  # what is left to do ends with the task; its notifications are still sent
+            self._x(cur, "DELETE FROM sw_outbox WHERE task_id = ? AND type <> 'Notify'", (task_id,))
             self._x(cur, "DELETE FROM sw_timers WHERE task_id = ?", (task_id,))
         claimed = None
         claim_for = req.claim_for
@@ -508,15 +508,20 @@ class SqlStore(PeopleSql, ABC):
         return [{"timer_id": r[0], "task_id": r[1], "due_at_ms": int(r[2]), "purpose": r[3]} for r in rows]
 
     # --- leases ----------------------------------------------------------------------
-    def claim(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1) -> list[Claim]:
+    def claim(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` commands that are due, oldest first; with ``task_id``, only
+        that task's."""
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
         with self._stmt() as cur:
             rows = self._x(
                 cur,
                 "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
                 " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
-                " WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
+                f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
                 f" ORDER BY available_at_ms LIMIT ?{self.skip_locked}) RETURNING {_CLAIM_COLS}",
-                (worker_id, now_ms + lease_ms, now_ms, now_ms, limit),
+                (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
             ).fetchall()
         return [_claim(r) for r in rows]
 
@@ -540,16 +545,19 @@ class SqlStore(PeopleSql, ABC):
         with self._stmt() as cur:
             self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
 
-    def claim_timers(self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10) -> list[TimerClaim]:
+    def claim_timers(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10, *, task_id: str | None = None
+    ) -> list[TimerClaim]:
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
         with self._stmt() as cur:
             rows = self._x(
                 cur,
                 "UPDATE sw_timers SET lease_owner = ?, lease_expires_ms = ?, token = token + 1"
                 " WHERE timer_id IN (SELECT timer_id FROM sw_timers WHERE due_at_ms <= ?"
-                " AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?)"
+                f" AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
                 f" ORDER BY due_at_ms LIMIT ?{self.skip_locked})"
                 " RETURNING timer_id, task_id, due_at_ms, purpose, token",
-                (worker_id, now_ms + lease_ms, now_ms, now_ms, limit),
+                (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
             ).fetchall()
         return [TimerClaim(str(r[0]), str(r[1]), int(r[2]), str(r[3]), int(r[4])) for r in rows]
 
@@ -557,17 +565,19 @@ class SqlStore(PeopleSql, ABC):
         with self._stmt() as cur:
             self._x(cur, "DELETE FROM sw_timers WHERE timer_id = ? AND token = ?", (timer_id, token))
 
-    def next_due_ms(self) -> int | None:
+    def next_due_ms(self, *, task_id: str | None = None) -> int | None:
+        """When a command or timer (of ``task_id``, or any) next becomes claimable."""
+        where, params = (" WHERE task_id = ?", (task_id,)) if task_id is not None else ("", ())
         with self._stmt() as cur:
             a = self._x(
                 cur,
                 "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
-                " ELSE lease_expires_ms END) FROM sw_outbox",
+                f" ELSE lease_expires_ms END) FROM sw_outbox{where}", params,
             ).fetchone()
             b = self._x(
                 cur,
                 "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN due_at_ms"
-                " ELSE lease_expires_ms END) FROM sw_timers",
+                f" ELSE lease_expires_ms END) FROM sw_timers{where}", params,
             ).fetchone()
         vals = [int(v[0]) for v in (a, b) if v is not None and v[0] is not None]
         return min(vals) if vals else None

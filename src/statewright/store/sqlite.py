@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,26 @@ class SQLiteStore(SqlStore):
                 self._depth = 0
                 cur.execute("COMMIT")
 
+    @contextmanager
+    def _stmt(self) -> Iterator[Any]:
+        """Reads and single-statement writes run in autocommit: each statement is its own
+        transaction, so a read takes no write lock and costs no BEGIN and COMMIT (WAL readers
+        never wait for the writer). Inside a ``_tx`` they join it."""
+        with self._lock:
+            yield self._conn.cursor()
+
+    def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        """A statement outside a transaction that finds the database locked changed nothing:
+        it is tried again, as BEGIN IMMEDIATE is, for up to BUSY_TIMEOUT_SECONDS."""
+        if self._depth:
+            return super()._x(cur, sql, params)
+        try:
+            return super()._x(cur, sql, params)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+        return _when_free(lambda: super(SQLiteStore, self)._x(cur, sql, params))
+
     def _is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc).upper()
 
@@ -107,13 +127,17 @@ def _begin_immediate(cur: Any) -> None:
     except sqlite3.OperationalError as exc:
         if not _is_busy(exc):
             raise
+    _when_free(lambda: cur.execute("BEGIN IMMEDIATE"))
+
+
+def _when_free(attempt: Callable[[], Any]) -> Any:
+    """Try ``attempt`` again after short, growing pauses while the database is locked."""
     deadline = time.monotonic() + BUSY_TIMEOUT_SECONDS
     pause = _FIRST_PAUSE_SECONDS
     while True:
         time.sleep(pause)
         try:
-            cur.execute("BEGIN IMMEDIATE")
-            return
+            return attempt()
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc) or time.monotonic() >= deadline:
                 raise

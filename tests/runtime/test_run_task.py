@@ -1,0 +1,115 @@
+"""``run_task`` works one task in the calling thread: only that task's commands and timers,
+one commit per step, and no read between two steps of the task it holds."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from statewright.machine.state import TaskStatus
+from statewright.runtime.clock import FakeClock
+from statewright.runtime.engine import Engine
+
+from .support import STEPS, code, workflow
+
+EIGHT = workflow("eight-steps", *(code(f"s{i}", "record") for i in range(1, 9)))
+WAIT_THEN_SHIP = workflow(
+    "wait-then-ship",
+    {"id": "wait-ci", "kind": "wait", "owner": "ops", "check": {"callable": f"{STEPS}:flag_exists"},
+     "every": "5m", "max_checks": 3},
+    code("ship", "record"),
+)
+
+
+@contextmanager
+def traced(engine: Engine) -> Iterator[list[str]]:
+    """Every statement the engine's SQLite connection runs, as SQLite traces it."""
+    conn = engine.store._conn  # type: ignore[attr-defined]
+    assert isinstance(conn, sqlite3.Connection)
+    seen: list[str] = []
+    conn.set_trace_callback(lambda sql: seen.append(" ".join(sql.split())))
+    try:
+        yield seen
+    finally:
+        conn.set_trace_callback(None)
+
+
+def transactions(statements: list[str]) -> list[list[str]]:
+    """The statements grouped into transactions (a statement outside one is its own)."""
+    out: list[list[str]] = []
+    current: list[str] | None = None
+    for sql in statements:
+        head = sql.split(None, 1)[0].upper()
+        if head == "BEGIN":
+            current = []
+        elif head in ("COMMIT", "ROLLBACK") and current is not None:
+            out.append(current)
+            current = None
+        elif current is not None:
+            current.append(sql)
+        else:
+            out.append([sql])
+    return out
+
+
+def test_run_task_works_only_its_own_task(open_engine: Callable[..., Engine], workspace: Path) -> None:
+    engine = open_engine()
+    other = engine.submit(EIGHT, {"workspace": str(workspace / "other")})
+    mine = engine.submit(EIGHT, {"workspace": str(workspace / "mine")})
+
+    view = engine.run_task(mine)
+
+    assert view.status == "completed"
+    assert engine.state(other).status is TaskStatus.RUNNING  # its first step not yet started
+    assert [c["lease_owner"] for c in engine.store.outbox(other)] == [None]
+    assert not (workspace / "other").exists()
+
+
+def test_between_two_steps_of_a_task_alone_there_is_one_commit_and_no_read(
+    open_engine: Callable[..., Engine], workspace: Path,
+) -> None:
+    engine = open_engine()
+    tid = engine.submit(EIGHT, {"workspace": str(workspace)})
+
+    with traced(engine) as seen:
+        assert engine.run_task(tid).status == "completed"
+
+    txs = transactions(seen)
+    writes = [tx for tx in txs if any(s.split(None, 1)[0] in ("INSERT", "UPDATE", "DELETE") for s in tx)]
+    # the claim of the first step, then one commit per step (each claiming the next step)
+    assert len(writes) == 1 + 8
+    assert writes[0][0].startswith("UPDATE sw_outbox")
+    step_commits = [tx for tx in txs if any(s.startswith("INSERT INTO sw_events") for s in tx)]
+    assert len(step_commits) == 8
+    first = txs.index(step_commits[0])
+    between = txs[first + 1:]
+    assert all(any(s.startswith("INSERT INTO sw_events") for s in tx) for tx in between), between
+    assert (workspace / "s8.calls").exists()
+
+
+def test_run_task_sleeps_through_a_wait_step_on_the_clock_it_was_given(
+    open_engine: Callable[..., Engine], clock: FakeClock, workspace: Path,
+) -> None:
+    engine = open_engine(clock=clock)
+    tid = engine.submit(WAIT_THEN_SHIP, {"workspace": str(workspace)})
+    started = clock.now_ms()
+
+    view = engine.run_task(tid)
+
+    assert view.status == "halted"  # the flag never appeared: three checks, five minutes apart
+    assert len((workspace / "wait-ci.calls").read_text().split()) == 3
+    assert clock.now_ms() - started >= 2 * 300_000
+    assert engine.store.timers(tid) == []
+
+
+def test_run_task_takes_up_a_wait_step_whose_condition_holds(
+    open_engine: Callable[..., Engine], clock: FakeClock, workspace: Path,
+) -> None:
+    engine = open_engine(clock=clock)
+    (workspace / "flag").write_text("", encoding="utf-8")
+    tid = engine.submit(WAIT_THEN_SHIP, {"workspace": str(workspace)})
+
+    assert engine.run_task(tid).status == "completed"
+    assert (workspace / "ship.calls").exists()
