@@ -90,3 +90,40 @@ def test_replay_without_a_secret_is_one_line(tmp_path: Path) -> None:
     assert result.output.strip() == (
         "Error: STATEWRIGHT_GITHUB_WEBHOOK_SECRET is not set; the receiver verifies every delivery with it")
     assert not (tmp_path / "state.db").exists()
+
+
+def test_serve_github_mounts_the_receiver(tmp_path: Path, github: FakeGitHub) -> None:
+    """``statewright serve --github FILE`` as a real process: a signed issues.opened delivery
+    starts the example's task; without the secret it refuses to start, in one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from server.test_serve_process import _lines
+
+    db = tmp_path / "state.db"
+    env = {**os.environ, "STATEWRIGHT_GITHUB_WEBHOOK_SECRET": p.SECRET}
+    argv = [sys.executable, "-m", "statewright", "serve", "--port", "0", "--db", str(db), "--github", str(EXAMPLE)]
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+    try:
+        (line,) = _lines(proc, 1)
+        api = line.split(" on ")[1].split(" ")[0]
+        headers, body = p.delivery("issues", p.issue_opened(43))
+        with httpx.Client(timeout=30) as client:
+            answer = client.post(f"{api}{PATH}", content=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["task_id"].startswith("t-")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+    env.pop("STATEWRIGHT_GITHUB_WEBHOOK_SECRET")
+    refused = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines() == [
+        "error: STATEWRIGHT_GITHUB_WEBHOOK_SECRET is not set; the receiver verifies every delivery with it"]
