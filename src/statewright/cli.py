@@ -567,10 +567,13 @@ def evidence(task_id: str, as_name: str | None, path: str, note: str, token_file
               help="A hooks file: POST /api/hooks/NAME starts its workflow (README: Serving).")
 @click.option("--loop-db", help="The SQLite file of the outer loop's runs (default: --db when it is a SQLite "
                                 "file, else .statewright/state.db).")
+@click.option("--github", "github_files", multiple=True, type=click.Path(dir_okay=False),
+              help="A workflow whose github key names the repository whose webhooks (POST /api/github/webhook) "
+                   "start and drive its tasks (repeatable; README: GitHub).")
 @_db_option
 @_guard
 def serve(host: str, port: int, metrics_port: int | None, workflow_files: tuple[str, ...], hooks_file: str | None,
-          loop_db: str | None, db: str) -> None:
+          loop_db: str | None, github_files: tuple[str, ...], db: str) -> None:
     """Serve the HTTP API (needs the [web] extra): tasks, reviews, approvals, the operator
     queue, loop runs, /metrics and signed webhooks. Every call but /openapi.json, /metrics
     and the hooks takes 'Authorization: Bearer TOKEN'."""
@@ -585,6 +588,11 @@ def serve(host: str, port: int, metrics_port: int | None, workflow_files: tuple[
                          "pip install 'statewright[web]'") from None
     workflows = [load_workflow(f) for f in workflow_files]
     hooks = load_hooks(hooks_file) if hooks_file else {}
+    github = None
+    if github_files:
+        from statewright.integrations.github.webhook import WebhookConfig
+
+        github = WebhookConfig.load(github_files)
     if loop_db is None:
         loop_db = ".statewright/state.db" if db.startswith(("postgresql://", "postgres://")) else db
     sockets = [_listen(host, port, "--port")]
@@ -592,7 +600,7 @@ def serve(host: str, port: int, metrics_port: int | None, workflow_files: tuple[
         sockets.append(_listen(host, metrics_port, "--metrics-port"))
     engine = _engine(db, create=True)
     app = create_app(lambda: engine, workflows=workflows, hooks=hooks, loop_db=loop_db,
-                     metrics=metrics_port is None)
+                     metrics=metrics_port is None, github=github)
     apps: list[Any] = [app]
     if metrics_port is not None:
         from starlette.applications import Starlette
@@ -1007,6 +1015,12 @@ def _attach_optional() -> None:
         pass
     else:
         cli.add_command(mcp_verdict_command, "mcp-verdict")
+    try:
+        from statewright.integrations.github.cli import github
+    except ImportError:
+        pass
+    else:
+        cli.add_command(github)
 
 
 _attach_optional()

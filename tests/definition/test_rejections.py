@@ -62,7 +62,8 @@ def deleter(sid: str, key: str) -> Edit:
 # (case id, edit, where the message points, the rule it states)
 CASES: list[tuple[str, Edit, str, str]] = [
     ("unknown top-level field", lambda d: d.__setitem__("owner", "me"),
-     "unknown field 'owner'", "allowed: description, input_schema, notify, reject_codes, steps, version, workflow"),
+     "unknown field 'owner'",
+     "allowed: description, github, input_schema, notify, reject_codes, steps, version, workflow"),
     ("unknown step field", setter("review", "max_retries", 2),
      "step 'review'", "unknown field 'max_retries' for a ai step"),
     ("a field of another kind", setter("implement", "max_checks", 3),

@@ -21,6 +21,7 @@ from statewright.definition._env import parse_step_env
 from statewright.definition._schemas import schema_problems
 from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.definition.durations import parse_duration_seconds
+from statewright.definition.github import parse_github
 from statewright.definition.limits import (
     DEFINITION_JSON_LIMITS,
     MAX_ATTEMPTS,
@@ -69,7 +70,9 @@ REVIEW_SCHEMA: Mapping[str, Any] = {
 }
 BUILTIN_SCHEMAS: Mapping[str, Mapping[str, Any]] = {"review": REVIEW_SCHEMA}
 
-_TOP_FIELDS = {"workflow", "version", "description", "input_schema", "steps", "reject_codes", "notify"}
+_TOP_FIELDS = {
+    "workflow", "version", "description", "input_schema", "steps", "reject_codes", "notify", "github",
+}
 _COMMON_STEP_FIELDS = {
     "id", "kind", "owner", "description", "on_failure", "on_success", "timeout", "retry", "stuck_after",
 }
@@ -221,6 +224,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
                                                   "[TARGET...]} to the workflow")
         for step_id, problem in reference_problems(steps, input_schema):
             problems.add(f"step {step_id!r}", problem)
+    github = parse_github(data["github"], steps, problems.add) if "github" in data else None
     if problems.items:
         raise DefinitionError(problems.items, source)
     return Workflow(
@@ -231,6 +235,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         input_schema=input_schema,
         reject_codes=reject_codes,
         notify=notify,
+        github=github,
         # A file that leaves out 'version' means version 1 and hashes like one that says so.
         content_hash=sha256_hex({**data, "version": version}),
         source=source,

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from statewright.definition.durations import parse_duration_seconds
+from statewright.definition.github import GithubProjection
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 from statewright.definition.notify import NotifyEvent, NotifyTarget
 
@@ -151,6 +152,7 @@ class Workflow:
     content_hash: str = ""
     source: str = "<definition>"
     notify: Mapping[NotifyEvent, tuple[NotifyTarget, ...]] = field(default_factory=dict)  # halted, stuck
+    github: GithubProjection | None = None  # labels on the task's issue or pull request
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def index_of(self, step_id: str) -> int:

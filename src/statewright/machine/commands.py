@@ -94,8 +94,21 @@ class Notify(Command):
     facts: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SyncLabels(Command):
+    """Make the labels of the task's issue or pull request in ``repo`` show its state as of
+    ``version`` (``machine.labels``): remove the stale ones, add the current. A worker reads
+    the task's state again when it performs it, so an old command never sets old labels."""
+
+    type: ClassVar[str] = "SyncLabels"
+    idempotency_key: str = ""
+    repo: str = ""
+    labels: tuple[str, ...] = ()
+    version: int = 0
+
+
 COMMAND_TYPES: Mapping[str, type[Command]] = {
-    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer, Notify)
+    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer, Notify, SyncLabels)
 }
 
 

@@ -53,6 +53,7 @@ from statewright.machine.events import (
     TaskSubmitted,
     TimerFired,
 )
+from statewright.machine.labels import label_commands
 from statewright.machine.paths import MISSING_REFERENCE, RefError, parse_ref, resolve
 from statewright.machine.state import (
     Approval,
@@ -105,7 +106,10 @@ def transition(state: TaskState, event: Event) -> Result:
     new, commands = handler(state, event)
     if new.status is TaskStatus.HALTED and state.status is not TaskStatus.HALTED and new.halt is not None:
         commands = [*commands, *_halt_notices(new, new.halt)]
-    return replace(new, version=state.version + 1, updated_at_ms=event.at_ms), commands
+    new = replace(new, version=state.version + 1, updated_at_ms=event.at_ms)
+    if new.workflow.github is not None:  # the labels on its issue or pull request follow
+        commands = [*commands, *label_commands(state, new)]
+    return new, commands
 
 
 def is_machine_actor(actor: str) -> bool:

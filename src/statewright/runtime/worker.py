@@ -40,7 +40,7 @@ from statewright._errors import (
     TransientError,
     WorkerStoppedError,
 )
-from statewright.definition.model import Step, StepKind
+from statewright.definition.model import RetryPolicy, Step, StepKind
 from statewright.machine._records import replace
 from statewright.machine.events import (
     ArtifactsCaptured,
@@ -80,6 +80,7 @@ PREFETCH_SECONDS = 0.005  # how much work (by the average step's duration) a wor
 _WORKSPACE_CACHE_SIZE = 1024  # resolved workspace paths a worker remembers
 WORKSPACE_RECHECK_SECONDS = 1.0  # how long a remembered workspace is trusted to still exist
 UNHANDLED_DELAY_SECONDS = 300.0  # a command no failure could be recorded for waits this long
+LABEL_TRIES = 8  # tries of one SyncLabels against a GitHub that fails in a way worth retrying
 MAX_DELIVERIES = 5  # starts without an outcome after which a command is failed, not run again
 
 
@@ -513,6 +514,9 @@ class Worker:
         if claim.type == "Notify":
             self._notify(claim, result_id)
             return None
+        if claim.type == "SyncLabels":  # the task's labels on GitHub: a projection, never its state
+            self._sync_labels(claim)
+            return None
         if claim.type == "RequestApproval":
             log.info(
                 "task %s waits for approval at %s (role %s, proposal %s)",
@@ -643,6 +647,46 @@ class Worker:
         except StaleLeaseError:
             log.warning("lease on %s was lost; another worker parks it", claim.command_id)
             return
+        with self._cv:
+            self.stats.commands += 1
+
+    def _sync_labels(self, claim: Claim) -> None:
+        """Make the task's GitHub labels show its state (``integrations.github.labels``), with
+        the worker's own GITHUB_TOKEN. A failure worth another try gives the command back for
+        a backoff; any other is logged: labels never fail or stop a task."""
+        crash_point("before_effect")
+        try:
+            from statewright.integrations.github.client import GitHub, GitHubError
+            from statewright.integrations.github.labels import sync
+        except ImportError as exc:
+            log.warning("task %s: labels not synced: %s (install statewright[github])", claim.task_id, exc)
+            self.store.ack(claim.command_id, claim.token)
+            return
+        tries = claim.failures + 1
+        try:
+            with GitHub() as client:
+                done = sync(lambda: self.engine.state(claim.task_id), client)
+            log.info("task %s: labels synced (added %s, removed %s)", claim.task_id, done.added, done.removed)
+        except GitHubError as exc:
+            why = self._redactor.text(str(exc))
+            if exc.retryable and tries < LABEL_TRIES:
+                delay = RetryPolicy().backoff_seconds(tries, self.rng.random())
+                log.warning("task %s: labels not synced (%s); try %d again in %.0f s", claim.task_id, why,
+                            tries + 1, delay)
+                self.store.release(claim.command_id, claim.token, self.clock.now_ms() + int(delay * 1000),
+                                   failed=True, error=why)
+                return
+            log.warning("task %s: labels not synced, given up: %s", claim.task_id, why)
+        except TaskNotFoundError:
+            pass
+        except StoreError:
+            raise
+        except Exception as exc:  # poison (a GitHub answer no one expected): logged, never the task's failure
+            from statewright.runtime.screen import describe
+
+            log.warning("task %s: labels not synced: %s", claim.task_id, self._redactor.text(describe(exc)))
+        crash_point("after_effect")
+        self.store.ack(claim.command_id, claim.token)
         with self._cv:
             self.stats.commands += 1
 

@@ -14,7 +14,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -42,6 +42,8 @@ def _agent_routes(api: Api) -> Sequence[BaseRoute]:
 
     return agent_routes(api.engine, authenticate=api.engine.users.authenticate)
 
+if TYPE_CHECKING:
+    from statewright.integrations.github.webhook import WebhookConfig
 
 #: Route lists mounted beside the API's own: each is called with the app's ``Api`` (the
 #: engine, the bearer check, ``endpoint`` and the refusals are in server/http.py) and returns
@@ -302,6 +304,7 @@ def create_app(
     hooks: Mapping[str, Hook] | None = None,
     loop_db: str | None = None,
     metrics: bool = True,
+    github: WebhookConfig | None = None,
 ) -> Starlette:
     """The API on the engine ``open_engine()`` returns (opened now, closed when the app
     shuts down). ``workflows`` are what POST /api/tasks may start, by name; ``loop_db`` is
@@ -316,6 +319,10 @@ def create_app(
     routes: list[BaseRoute] = [*api_routes(api), Route("/openapi.json", openapi, methods=["GET"])]
     if metrics:
         routes += metrics_routes(engine)
+    if github is not None:  # POST /api/github/webhook: the repositories of its workflows
+        from statewright.integrations.github.webhook import github_routes
+
+        routes += github_routes(engine, github)
     # Extra route lists (remote agents, ...) are mounted here, and only here.
     for factory in ROUTE_FACTORIES:
         routes += factory(api)

@@ -1,0 +1,2 @@
+"""Integrations with other systems: GitHub (labels as a projection of task state, webhooks
+as inputs)."""

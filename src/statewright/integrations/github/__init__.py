@@ -1,0 +1,2 @@
+"""GitHub: labels as a projection of task state (``labels``), over a small REST client
+(``client``), and ``statewright github`` (``cli``)."""
