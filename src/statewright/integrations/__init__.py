@@ -1,0 +1,1 @@
+"""Other systems statewright runs with: AWS Step Functions (``aws_sfn``)."""
