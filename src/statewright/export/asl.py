@@ -31,7 +31,7 @@ What Step Functions cannot express is refused with one line naming the step and 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,22 @@ class Queues:
     default: str = ""
     by_owner: Mapping[str, str] = field(default_factory=dict)
     dead_letter: str = ""
+
+    @classmethod
+    def parse(cls, values: Iterable[str], dead_letter: str = "") -> Queues:
+        """From ``--queue-url`` values: ``URL`` (the default) or ``OWNER=URL``."""
+        default, by_owner = "", {}
+        for value in values:
+            owner, sep, url = value.partition("=")
+            if sep and not owner.startswith(("https:", "http:")):
+                if not url:
+                    raise InputError(f"--queue-url {value!r}: give OWNER=URL with a URL")
+                by_owner[owner] = url
+            elif default:
+                raise InputError(f"--queue-url {value!r}: a second default queue; use OWNER=URL for an owner's own")
+            else:
+                default = value
+        return cls(default=default, by_owner=by_owner, dead_letter=dead_letter)
 
     def of(self, step: Step) -> str:
         url = self.by_owner.get(step.owner) or self.default

@@ -196,7 +196,7 @@ class SfnWorker:
             self.echo(json.dumps({k: body.get(k) for k in ("kind", "task", "workflow", "step", "reason", "detail")}))
         elif kind == "human":
             shown = ("kind", "task", "workflow", "step", "attempt", "role", "separate_from",
-                     "reject_codes", "proposal_hash", "task_token")
+                     "reject_codes", "proposal", "proposal_hash", "task_token")
             self.echo(json.dumps({k: body.get(k) for k in shown}))
         else:
             answer = self._answer_for(body)
@@ -313,7 +313,8 @@ class SfnWorker:
             if answer.ok:
                 self.sfn.send_task_success(taskToken=token, output=json.dumps(answer.output))
             else:
-                self.sfn.send_task_failure(taskToken=token, error=answer.error[:256], cause=answer.cause[:MAX_CAUSE])
+                self.sfn.send_task_failure(taskToken=token, error=answer.error[:256],
+                                           cause=(answer.cause or answer.error)[:MAX_CAUSE])
         except Exception as exc:  # a token that timed out or was answered: nothing waits for it
             log.warning("the answer for a task token was refused: %s", exc)
 
