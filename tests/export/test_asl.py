@@ -68,7 +68,7 @@ def test_a_retry_policy_becomes_the_states_retry() -> None:
     retry = to_asl(wf, Queues(default=Q))["States"]["c: run"]["Retry"]
     assert retry[0] == {"ErrorEquals": ["transient"], "MaxAttempts": 4, "IntervalSeconds": 2, "BackoffRate": 3.0,
                         "MaxDelaySeconds": 60, "JitterStrategy": "FULL"}
-    assert retry[1]["ErrorEquals"] == ["States.HeartbeatTimeout"] and retry[1]["MaxAttempts"] == 3
+    assert retry[1]["ErrorEquals"] == ["States.HeartbeatTimeout", "States.Timeout"] and retry[1]["MaxAttempts"] == 3
 
 
 @pytest.mark.parametrize(("wf", "expected"), [

@@ -25,8 +25,10 @@ INPUTS: dict[str, dict[str, Any]] = {
     "fix-bug": {"bug": "test_save fails"},
     "supplier-bank-change": {"supplier_id": "S-1", "account_fingerprint": "fp", "evidence": []},
 }
-# States no scripted answer reaches: time-driven ones (test_sfn_timing.py waits for them)
-# and an answer statewright refuses (a rejection without a reason code, test_sfn_worker.py).
+# States no scripted answer reaches: a clock's (an approval window, a silent worker:
+# test_sfn_timing.py), retries running out (test_sfn_worker.py; moto retries a task with the
+# outcome of the try before) and an answer statewright refuses (a rejection without a reason
+# code, test_sfn_worker.py).
 NOT_SCRIPTED = (": retries spent", ": worker lost", ": expired", ": not approved")
 GENERATED = 25
 

@@ -64,5 +64,6 @@ def test_a_worker_that_stops_heartbeating_is_replaced_then_the_step_fails_as_wor
     assert end["status"] == "SUCCEEDED"
     assert delivered[0] == ("build", 1) and delivered[-1] == ("ship", 1)
     assert asl["States"]["build: run"]["Retry"][1] == {
-        "ErrorEquals": ["States.HeartbeatTimeout"], "MaxAttempts": 1, "IntervalSeconds": 1, "BackoffRate": 1.0}
+        "ErrorEquals": ["States.HeartbeatTimeout", "States.Timeout"], "MaxAttempts": 1, "IntervalSeconds": 1,
+        "BackoffRate": 1.0}
     assert {"build: worker lost", "build: failed"} <= aws.entered(execution)

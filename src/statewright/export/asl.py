@@ -44,6 +44,8 @@ SEND_AND_WAIT = "arn:aws:states:::sqs:sendMessage.waitForTaskToken"
 DONE, DONE_EARLY, DEAD_LETTER, HALTED = "Completed", "Completed early", "Dead letter", "Halted"
 TRANSIENT = "transient"  # the error a worker answers for a retryable failure
 HALT_AT_ONCE = ("approval_revoked", "artifact_changed")  # the reducer halts on these, whatever the route
+# A worker that stopped heartbeating (its task has no TimeoutSeconds, so a timeout is that too)
+SILENT = ("States.HeartbeatTimeout", "States.Timeout")
 HEARTBEAT_SECONDS = 300  # a worker heartbeats well inside this; silence means it died
 MAX_STATE_NAME = 80  # Step Functions' limit on a state's name
 
@@ -218,7 +220,7 @@ class _Builder:
             catches.append({"ErrorEquals": halts, "ResultPath": "$.error", "Next": self._halt(s.id)})
         catches += [
             {"ErrorEquals": [TRANSIENT], "ResultPath": "$.error", "Next": f"{s.id}: retries spent"},
-            {"ErrorEquals": ["States.HeartbeatTimeout"], "ResultPath": "$.error", "Next": f"{s.id}: worker lost"},
+            {"ErrorEquals": list(SILENT), "ResultPath": "$.error", "Next": f"{s.id}: worker lost"},
         ]
         self._error(f"{s.id}: retries spent", "retries_exhausted", f"{s.id}: failed")
         self._error(f"{s.id}: worker lost", "worker_died", f"{s.id}: failed",
@@ -249,7 +251,7 @@ class _Builder:
             "JitterStrategy": "FULL" if p.jitter else "NONE",
         }]
         deliveries = p.max_deliveries or 3
-        retries.append({"ErrorEquals": ["States.HeartbeatTimeout"], "MaxAttempts": max(0, deliveries - 1),
+        retries.append({"ErrorEquals": list(SILENT), "MaxAttempts": max(0, deliveries - 1),
                         "IntervalSeconds": 1, "BackoffRate": 1.0})
         return retries
 
