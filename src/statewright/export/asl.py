@@ -90,14 +90,13 @@ class Queues:
         return url
 
 
-def to_asl(wf: Workflow, queues: Queues | None = None, *, express: bool = False,
+def to_asl(wf: Workflow, queues: Queues, *, express: bool = False,
            heartbeat_seconds: int = HEARTBEAT_SECONDS) -> dict[str, Any]:
     """The state machine definition of ``wf`` (raises InputError for what cannot run there)."""
     if express:
         msg = (f"step {wf.steps[0].id!r}: Express workflows cannot wait for a task token "
                "(.waitForTaskToken), and every statewright step waits for its worker; export as Standard")
         raise InputError(msg)
-    queues = queues or Queues(default="https://sqs.REGION.amazonaws.com/ACCOUNT/statewright")
     return _Builder(wf, queues, heartbeat_seconds).build()
 
 
@@ -204,9 +203,12 @@ class _Builder:
         return name
 
     def _error(self, name: str, reason: str, nxt: str, cause: str = "$.error.Cause") -> None:
-        """A state that names the failure ``reason`` at $.error and goes on to ``nxt``."""
-        cause_field = {"Cause.$": cause} if cause.startswith("$") else {"Cause": cause}
-        self.states[name] = {"Type": "Pass", "Parameters": {"Error": reason, **cause_field},
+        """A state that names the failure at $.error and goes on to ``nxt``: ``reason`` and
+        ``cause`` are text, or paths into the state when they start with ``$``."""
+        def field(key: str, value: str) -> dict[str, str]:
+            return {f"{key}.$": value} if value.startswith("$") else {key: value}
+
+        self.states[name] = {"Type": "Pass", "Parameters": {**field("Error", reason), **field("Cause", cause)},
                              "ResultPath": "$.error", "Next": nxt}
 
     def _catches(self, i: int, s: Step) -> list[dict[str, Any]]:
@@ -422,9 +424,7 @@ class _Builder:
             ],
             "Default": f"{s.id}: not approved",
         }
-        self._error(f"{s.id}: rejected", "", f"{s.id}: failed", "$.answer.actor")
-        self.states[f"{s.id}: rejected"]["Parameters"] = {"Error.$": "$.answer.reason_code",
-                                                           "Cause.$": "$.answer.actor"}
+        self._error(f"{s.id}: rejected", "$.answer.reason_code", f"{s.id}: failed", "$.answer.actor")
         self._error(f"{s.id}: not approved", "not_approved", f"{s.id}: failed", "$.answer.actor")
 
     def _ends(self) -> None:

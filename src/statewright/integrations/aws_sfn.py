@@ -167,11 +167,9 @@ class SfnWorker:
         any (or none). Returns the number of messages handled."""
         stop = stop or threading.Event()
         while not stop.is_set():
-            got = self.poll()
+            self.poll()
             if once:
                 break
-            if not got:
-                continue
         return self.handled
 
     def poll(self) -> int:
