@@ -57,6 +57,12 @@ def throttled(ctx):
 
 def refuse(ctx):
     return {"ok": False, "output": "the target said no"}
+
+
+def slow(ctx):
+    import time
+    time.sleep(0.4)
+    return {"ok": True, "output": {"done": True}}
 '''
 
 
@@ -209,3 +215,31 @@ def test_answer_refuses_an_agent_and_a_rejection_without_a_code() -> None:
     assert bad.exit_code == 1 and "never a person" in bad.output
     neither = runner.invoke(cli, ["sfn", "answer", "--token", "t", "--actor", "erin"])
     assert neither.exit_code == 1 and "--approve or --reject" in neither.output
+
+
+class Recorder:
+    """Stands in for the SQS and Step Functions clients: what the worker sent, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda **kwargs: self.calls.append((name, kwargs))
+
+
+def test_a_running_step_heartbeats_and_a_message_that_is_not_a_task_is_dropped(steps: Path) -> None:
+    """While a step runs its token gets heartbeats, then one answer; a body that is not a
+    JSON object is deleted without an answer and the worker goes on."""
+    wf = workflow(last="slow")
+    sqs, sfn = Recorder(), Recorder()
+    worker = SfnWorker([wf], "q", sqs=sqs, sfn=sfn, workspace_root=steps / "ws", heartbeat_seconds=0.15,
+                       echo=lambda line: None)
+    body = {"task_token": "tok", "task": "arn:aws:states:::execution:m:t1", "workflow_hash": wf.content_hash,
+            "step": "slow", "kind": "code", "attempt": 1, "input": {"topic": "x"}, "results": {}}
+    worker.handle({"Body": json.dumps(body), "ReceiptHandle": "r1"})
+    worker.handle({"Body": "not json", "ReceiptHandle": "r2"})
+    names = [name for name, _ in sfn.calls]
+    assert names.count("send_task_heartbeat") >= 2
+    assert names[-1] == "send_task_success" and json.loads(sfn.calls[-1][1]["output"]) == {"result": {"done": True}}
+    assert [kwargs["ReceiptHandle"] for name, kwargs in sqs.calls if name == "delete_message"] == ["r1", "r2"]
+    assert worker.handled == 1
