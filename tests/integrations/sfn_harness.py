@@ -183,6 +183,13 @@ class StepFunctions:
         self.serial += 1
         return str(self.sqs.create_queue(QueueName=f"q{self.serial}")["QueueUrl"])
 
+    def _receive(self, queue_url: str) -> dict[str, Any] | None:
+        found = self.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1).get("Messages", [])
+        if not found:
+            return None
+        self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=found[0]["ReceiptHandle"])
+        return dict(json.loads(found[0]["Body"]))
+
     def status(self, execution: str) -> dict[str, Any]:
         return dict(self.sfn.describe_execution(executionArn=execution))
 
@@ -190,14 +197,12 @@ class StepFunctions:
         """The next message on the queue, or None once the execution has ended."""
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
-            ended = self.status(execution)["status"] != "RUNNING"  # before looking: what it sent is there
-            found = self.sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1).get("Messages", [])
-            if found:
-                self.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=found[0]["ReceiptHandle"])
-                return dict(json.loads(found[0]["Body"]))
-            if ended:
-                return None
-            time.sleep(0.005)
+            body = self._receive(queue_url)
+            if body is not None:
+                return body
+            if self.status(execution)["status"] != "RUNNING":  # what it sent before it ended is there now
+                return self._receive(queue_url)
+            time.sleep(0.002)
         events = self.sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
         last = [json.dumps(e, default=str)[:300] for e in events[-4:]]
         raise AssertionError(f"{execution}: no message and no end within {timeout_seconds}s; last events: {last}")
