@@ -59,6 +59,14 @@ def refuse(ctx):
     return {"ok": False, "output": "the target said no"}
 
 
+def leak(ctx):
+    return {"ok": False, "output": "token is " + ctx.env["API_TOKEN"]}
+
+
+def huge(ctx):
+    return {"ok": True, "output": {"blob": "x" * 300_000}}
+
+
 def slow(ctx):
     import time
     time.sleep(0.4)
@@ -243,3 +251,26 @@ def test_a_running_step_heartbeats_and_a_message_that_is_not_a_task_is_dropped(s
     assert names[-1] == "send_task_success" and json.loads(sfn.calls[-1][1]["output"]) == {"result": {"done": True}}
     assert [kwargs["ReceiptHandle"] for name, kwargs in sqs.calls if name == "delete_message"] == ["r1", "r2"]
     assert worker.handled == 1
+
+
+@pytest.mark.parametrize(("name", "fields", "error"), [
+    ("leak", {"secrets": ["API_TOKEN"]}, "failed"),
+    ("huge", {"result_limit": "64KiB"}, "output_too_large"),
+])
+def test_what_leaves_for_step_functions_is_screened_and_redacted(
+        steps: Path, monkeypatch: pytest.MonkeyPatch, name: str, fields: dict[str, Any], error: str) -> None:
+    """A step's secret never reaches Step Functions, and a result past the step's limit is a
+    failure (``output_too_large``), as in a report to the store."""
+    monkeypatch.setenv("API_TOKEN", "s3cr3t-t0ken-value")
+    wf = workflow_from_dict({"workflow": "w", "steps": [
+        {"id": name, "kind": "code", "owner": "team", "run": {"callable": f"sfn_steps:{name}"}, **fields}]})
+    sqs, sfn = Recorder(), Recorder()
+    worker = SfnWorker([wf], "q", sqs=sqs, sfn=sfn, workspace_root=steps / "ws", echo=lambda line: None)
+    body = {"task_token": "tok", "task": "t1", "workflow_hash": wf.content_hash, "step": name, "kind": "code",
+            "attempt": 1, "input": {}, "results": {}}
+    worker.handle({"Body": json.dumps(body), "ReceiptHandle": "r"})
+    [(_, kwargs)] = [c for c in sfn.calls if c[0] != "send_task_heartbeat"]
+    sent = json.dumps(kwargs)
+    assert "s3cr3t-t0ken-value" not in sent
+    reason = kwargs.get("error") or json.loads(kwargs["output"])["failure"]["reason"]
+    assert reason == error, sent[:300]

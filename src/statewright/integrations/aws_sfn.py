@@ -161,6 +161,12 @@ class SfnWorker:
         self.echo = echo
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
         self.handled = 0
+        from statewright.executors._isolation import LOG_FILTER, Redactor, secrets_in
+
+        held = secrets_in(os.environ)  # the worker's own credentials (AWS keys among them)
+        self._redactor = Redactor(held)
+        LOG_FILTER.know(held)
+        log.addFilter(LOG_FILTER)
 
     def run(self, *, once: bool = False, stop: threading.Event | None = None) -> int:
         """Take and answer messages; with ``once``, stop after the first receive that finds
@@ -232,7 +238,7 @@ class SfnWorker:
 
     def _perform(self, wf: Workflow, step: Step, body: Mapping[str, Any]) -> Answer:
         from statewright.machine.brief import build_brief
-        from statewright.runtime import artifacts, perform, workspaces
+        from statewright.runtime import artifacts, perform, screen, workspaces
         from statewright.store.base import Claim
 
         kind = body.get("kind")
@@ -262,6 +268,8 @@ class SfnWorker:
                 space = workspaces.for_check(state, step)
             ctx = self._context(state, step, attempt, cid, space.path if space else self._task_dir(state))
             event = perform.run(claim, step, ctx, space, f"{cid}:result", self.now_ms)
+            # what leaves for Step Functions is screened and redacted as a report to the store is
+            event = self._redactor_for(step).record(screen.screen(event, step.result_limit_bytes))
             if isinstance(event, CheckReported):
                 return judge_check(body, event)
             if not isinstance(event, AttemptReported):
@@ -285,6 +293,14 @@ class SfnWorker:
             results=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in state.results.items()}),
         )
 
+    def _redactor_for(self, step: Step) -> Any:
+        """The worker's redactor, knowing also the step's declared secrets and API key."""
+        names = list(step.secrets)
+        key_env = (step.agent or {}).get("api_key_env")
+        if isinstance(key_env, str):
+            names.append(key_env)
+        return self._redactor.with_secrets([os.environ[n] for n in names if n in os.environ])
+
     def _task_dir(self, state: TaskState) -> Path:
         ws = state.input.get("workspace")
         path = Path(str(ws)) if ws else self.workspace_root / state.task_id
@@ -307,6 +323,7 @@ class SfnWorker:
                 return
 
     def _send(self, token: str, answer: Answer) -> None:
+        answer = Answer(answer.ok, answer.output, answer.error, self._redactor.text(answer.cause))
         try:
             if answer.ok:
                 self.sfn.send_task_success(taskToken=token, output=json.dumps(answer.output))
