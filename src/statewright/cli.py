@@ -879,14 +879,27 @@ def db_upgrade(db: str) -> None:
 @cli.command()
 @click.argument("file")
 @click.option("--format", "fmt", type=click.Choice(["mermaid", "asl"]), default="mermaid", show_default=True)
+@click.option("--queue-url", "queue_urls", multiple=True,
+              help="asl: the SQS queue for every step's tasks, or OWNER=URL for one owner's (repeatable).")
+@click.option("--dead-letter-url", default="", help="asl: the SQS queue for halted tasks (default: the queue).")
+@click.option("--express", is_flag=True, help="asl: an Express workflow (refused: they cannot wait for tokens).")
 @_guard
-def export(file: str, fmt: str) -> None:
-    """Print a workflow as Mermaid or Amazon States Language."""
+def export(file: str, fmt: str, queue_urls: tuple[str, ...], dead_letter_url: str, express: bool) -> None:
+    """Print a workflow as Mermaid or Amazon States Language (for AWS Step Functions)."""
     from statewright.definition import load_workflow
     from statewright.export import to_asl, to_mermaid
+    from statewright.export.asl import Queues
 
+    if fmt == "mermaid" and (queue_urls or dead_letter_url or express):
+        raise InputError("--queue-url, --dead-letter-url and --express go with --format asl")
     wf = load_workflow(file)
-    click.echo(to_mermaid(wf) if fmt == "mermaid" else json.dumps(to_asl(wf), indent=2), nl=fmt == "asl")
+    if fmt == "mermaid":
+        click.echo(to_mermaid(wf), nl=False)
+        return
+    if not queue_urls:
+        raise InputError("--format asl needs --queue-url URL (the SQS queue the sfn worker reads)")
+    asl = to_asl(wf, Queues.parse(queue_urls, dead_letter_url), express=express)
+    click.echo(json.dumps(asl, indent=2, ensure_ascii=False))
 
 
 @cli.command()
@@ -1021,6 +1034,9 @@ def _attach_optional() -> None:
         pass
     else:
         cli.add_command(github)
+    from statewright.integrations.sfn_cli import sfn
+
+    cli.add_command(sfn)
 
 
 _attach_optional()

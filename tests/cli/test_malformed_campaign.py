@@ -25,6 +25,7 @@ from statewright.definition import StepKind
 from statewright.executors import validate_agent_spec, validate_check_spec, validate_code_spec
 from statewright.executors._reachable import unreachable_references
 from statewright.export import to_asl, to_mermaid
+from statewright.export.asl import Queues
 from statewright.store import open_store
 from tally import tally
 
@@ -62,7 +63,8 @@ def _later(wf: Workflow, engine: Engine) -> Callable[[], list[str]]:
         with contextlib.suppress(StatewrightError):  # a clean refusal (input schema) is fine
             engine.submit(wf, {})
         to_mermaid(wf)
-        to_asl(wf)
+        with contextlib.suppress(StatewrightError):  # what Step Functions cannot run is refused in one line
+            to_asl(wf, Queues(default="https://sqs.example/q"))
         unreachable_references(wf)
         problems = []
         for step in wf.steps:

@@ -9,6 +9,7 @@ import pytest
 
 from statewright.definition import load_workflow
 from statewright.export import to_asl, to_mermaid
+from statewright.export.asl import Queues
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 
@@ -16,7 +17,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yam
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_asl_is_closed_and_reachable(path: Path) -> None:
     """Every Next/Default/Catch target names a state, and every state is reachable from StartAt."""
-    asl = json.loads(json.dumps(to_asl(load_workflow(path))))
+    asl = json.loads(json.dumps(to_asl(load_workflow(path), Queues(default="https://sqs.example/q"))))
     states = asl["States"]
     edges: dict[str, set[str]] = {}
     for name, st in states.items():
