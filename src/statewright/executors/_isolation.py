@@ -125,8 +125,11 @@ class Redactor:
         return self
 
     def with_secrets(self, secrets: Iterable[str]) -> Redactor:
-        """A copy that also knows ``secrets``."""
-        return Redactor(self._forms).add(secrets)
+        """A copy that also knows ``secrets``. The forms known already are copied as they are:
+        escaping them again would add escaped escapes, more at every copy."""
+        copy = Redactor()
+        copy._forms = list(self._forms)
+        return copy.add(secrets)
 
     def __bool__(self) -> bool:
         return bool(self._forms)
