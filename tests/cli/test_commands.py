@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from runtime.support import snapshot  # on every backend
 from store.backends import SQL_BACKENDS
 
-from .support import admin, ended, home, ok, person, refusal, snapshot, sw, sw_process, sw_worker
+from .support import admin, ended, home, ok, person, refusal, sw, sw_process, sw_worker
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TASK_ID = re.compile(r"^t-[0-9a-f]{19}$")
