@@ -10,12 +10,12 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
+from statewright._cli_guard import guard as _guard
 from statewright._errors import DefinitionError, InputError, StatewrightError
 from statewright.store import DEFAULT_DB
 
@@ -31,11 +31,6 @@ def _db_option(fn: F) -> F:
 
 def _json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
-
-
-def _fail(msg: str, code: int = 1) -> None:
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(code)
 
 
 def _setup_logging(quiet: bool, fmt: str) -> None:
@@ -79,25 +74,6 @@ def _all_done(engine: Any) -> Callable[[], bool]:
         return bool(last[1])
 
     return done
-
-
-def _guard(fn: F) -> F:
-    """Turn statewright errors into one clear line and a non-zero exit."""
-
-    @wraps(fn)
-    def inner(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except DefinitionError as exc:
-            for p in exc.problems:
-                click.echo(f"error: {exc.source}: {p}", err=True)
-            sys.exit(1)
-        except StatewrightError as exc:
-            _fail(str(exc))
-        except KeyboardInterrupt:
-            _fail("interrupted", 130)
-
-    return inner  # type: ignore[return-value]
 
 
 def _engine(db: str, *, create: bool = False, in_memory: bool = False) -> Any:

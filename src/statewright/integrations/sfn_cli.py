@@ -5,35 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
 
-from statewright._errors import DefinitionError, StatewrightError
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _guard(fn: F) -> F:
-    """A statewright error is one line on stderr and exit status 1."""
-
-    @wraps(fn)
-    def inner(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except DefinitionError as exc:
-            for p in exc.problems:
-                click.echo(f"error: {exc.source}: {p}", err=True)
-            sys.exit(1)
-        except StatewrightError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
-
-    return inner  # type: ignore[return-value]
+from statewright._cli_guard import guard as _guard
 
 
 @click.group()
