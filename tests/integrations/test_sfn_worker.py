@@ -100,7 +100,12 @@ def drive(aws: StepFunctions, wf: Workflow, worker: SfnWorker, execution: str, l
           answer: Any = None) -> dict[str, Any]:
     """Let the worker take messages until the execution ends; a person answers the human step."""
     deadline = time.monotonic() + 30
-    while worker.poll() or aws.status(execution)["status"] == "RUNNING":
+    while True:
+        # The status is read before the poll: whatever an ended execution sent (a dead
+        # letter just before its Fail state) is already in the queue when the poll looks.
+        running = aws.status(execution)["status"] == "RUNNING"
+        if not worker.poll() and not running:
+            break
         if time.monotonic() > deadline:
             events = aws.sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
             raise AssertionError(f"{execution} did not end: {[json.dumps(e, default=str)[:300] for e in events[-3:]]}")
