@@ -1,4 +1,4 @@
-"""statewright: ``run_task`` to the approval, ``engine.approve`` by hash, ``run_task`` again."""
+"""statewright: ``start_task`` (submit and run) to the approval, then ``approve_and_run`` by hash."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def trivial(ctx: Any) -> bool:
 
 
 def setup(directory: Path) -> Callable[[int], None]:
-    from statewright import Engine, WorkflowBuilder, run_task
+    from statewright import Engine, WorkflowBuilder, approve_and_run, start_task
     from statewright.store import open_store
 
     engine = Engine(open_store(f"sqlite:///{directory / 'statewright.db'}"))
@@ -35,11 +35,9 @@ def setup(directory: Path) -> Callable[[int], None]:
     workflow = b.build()
 
     def run_one(i: int) -> None:
-        task_id = engine.submit(workflow, {"n": i})
-        state = run_task(engine, task_id)
+        state = start_task(engine, workflow, {"n": i})
         assert state.status == "awaiting_approval", state.status
-        engine.approve(task_id, alice, proposal_hash=state.current.proposal_hash)
-        state = run_task(engine, task_id)
+        state = approve_and_run(engine, state.task_id, alice, proposal_hash=state.current.proposal_hash)
         assert state.status == "completed", state.status
 
     return run_one

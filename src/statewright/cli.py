@@ -237,9 +237,10 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     wf = load_workflow(file)
     data = _parse_input(input_, wf)
     engine = _engine(db, create=True, in_memory=True)
-    tid = engine.submit(wf, data, key=key)
+    worker = Worker(engine)
+    tid = engine.submit(wf, data, key=key, hold_for=worker)  # its commit claims the first step for us
     progress = _Progress(engine, tid)
-    Worker(engine).run(until=lambda: progress.seen().status in SETTLED)
+    worker.run(until=lambda: progress.seen().status in SETTLED)
     _print_show(engine, tid)
     st = engine.state(tid)
     if st.status is TaskStatus.AWAITING_APPROVAL:

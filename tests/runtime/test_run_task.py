@@ -10,14 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from people.support import People
 from statewright.machine.state import TaskStatus
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
-from statewright.runtime.run import run_task
+from statewright.runtime.run import approve_and_run, run_task, start_task
+from statewright.runtime.worker import Worker
 
 from .support import STEPS, code, workflow
 
 EIGHT = workflow("eight-steps", *(code(f"s{i}", "record") for i in range(1, 9)))
+GATED = workflow(
+    "gated", code("build", "record"),
+    {"id": "approve", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"}},
+    code("ship", "record"),
+)
 WAIT_THEN_SHIP = workflow(
     "wait-then-ship",
     {"id": "wait-ci", "kind": "wait", "owner": "ops", "check": {"callable": f"{STEPS}:flag_exists"},
@@ -117,3 +124,57 @@ def test_run_task_takes_up_a_wait_step_whose_condition_holds(
 
     assert run_task(engine, tid).status is TaskStatus.COMPLETED
     assert (workspace / "ship.calls").exists()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # counted from SQLite's own trace of statements
+def test_start_task_and_approve_and_run_need_one_commit_per_step_plus_submit_and_approval(
+    open_engine: Callable[..., Engine], workspace: Path,
+) -> None:
+    """The submit's commit claims the first step, the approval's the step after it: a task
+    alone costs one write commit per step, one for the submit and one for the approval."""
+    engine = open_engine()
+    alice = People(engine).add("alice", "maintainer")
+    engine.register(GATED)  # a workflow's first task stores its definition once
+
+    with traced(engine) as seen:
+        parked = start_task(engine, GATED, {"workspace": str(workspace)})
+        assert parked.status is TaskStatus.AWAITING_APPROVAL and parked.current is not None
+        done = approve_and_run(engine, parked.task_id, alice, proposal_hash=parked.current.proposal_hash)
+
+    assert done.status is TaskStatus.COMPLETED
+    writes = [tx for tx in transactions(seen)
+              if any(s.split(None, 1)[0] in ("INSERT", "UPDATE", "DELETE") for s in tx)]
+    events = [tx for tx in writes if any(s.startswith("INSERT INTO sw_events") for s in tx)]
+    assert len(events) == len(writes) == 1 + 2 + 1  # submit, build, ship; the approval
+    assert not any(tx[0].startswith("UPDATE sw_outbox SET lease_owner") for tx in writes)
+    assert (workspace / "ship.calls").exists()
+
+
+def test_a_step_held_for_a_worker_that_never_runs_it_is_claimed_when_the_lease_runs_out(
+    open_engine: Callable[..., Engine], clock: FakeClock, workspace: Path,
+) -> None:
+    """A process that submits with ``hold_for`` and dies before running the step loses
+    nothing: the step is held only for its lease, then any worker takes it."""
+    engine = open_engine(clock=clock)
+    gone = Worker(engine, worker_id="gone", lease_seconds=30)
+    tid = engine.submit(EIGHT, {"workspace": str(workspace)}, hold_for=gone)
+    [held] = engine.store.outbox(tid)
+    assert held["lease_owner"] == "gone"
+
+    assert engine.store.claim("other", clock.now_ms(), 30_000, task_id=tid) == []
+    clock.advance(30_001)
+    assert run_task(engine, tid).status is TaskStatus.COMPLETED
+    assert (workspace / "s1.calls").read_text().split() != []
+
+
+def test_a_running_worker_given_a_held_step_runs_it(
+    open_engine: Callable[..., Engine], workspace: Path,
+) -> None:
+    """A step held for a worker before its ``run`` starts is worked by that run."""
+    engine = open_engine()
+    worker = Worker(engine)
+    tid = engine.submit(EIGHT, {"workspace": str(workspace)}, hold_for=worker)
+
+    worker.run(until_idle=True)
+
+    assert engine.state(tid).status is TaskStatus.COMPLETED

@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from statewright._errors import (
     ApprovalError,
@@ -70,6 +70,17 @@ class Report:
     state: TaskState
     complete: tuple[str, int] | None = None
     reduced: tuple[TaskState, Sequence[Command], AppendRequest] | None = None  # see Engine.reduce
+
+
+class Holder(Protocol):
+    """A worker in this process that will run a task's next step at once (``Worker``): the
+    commit of a submit or an approval given one claims that step for it, so the step starts
+    with no claim of its own (one write commit fewer). What it holds and does not run is
+    claimed by any worker once the lease runs out."""
+
+    def claim_for(self) -> tuple[str, int]: ...
+
+    def hold(self, task_id: str, claim: Claim, state: TaskState) -> None: ...
 
 
 def _random_hex(n: int) -> str:
@@ -189,9 +200,11 @@ class Engine:
         *,
         key: str | None = None,
         task_id: str | None = None,
+        hold_for: Holder | None = None,
     ) -> str:
         """Start a task; with ``key``, submitting the same again returns the same task id, and
-        the key given with other input or another workflow is refused (KeyReusedError)."""
+        the key given with other input or another workflow is refused (KeyReusedError).
+        With ``hold_for``, the first step is claimed for that worker in the same commit."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
@@ -211,6 +224,7 @@ class Engine:
                 res = self.store.append(
                     tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
                     workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
+                    claim_for=hold_for.claim_for() if hold_for is not None else None,
                 )
             except VersionConflictError:
                 if task_id is not None or attempt == _CONFLICT_RETRIES - 1:
@@ -218,6 +232,8 @@ class Engine:
                 continue  # a generated id that is taken (the same millisecond, the same 32 bits)
             if not res.duplicate:
                 announce(tid, cmds)
+                if hold_for is not None and res.claimed is not None:
+                    hold_for.hold(tid, res.claimed, new)
                 return tid
             existing = self.store.task_by_key(key) if key is not None else None
             if existing is not None and key is not None:
@@ -356,9 +372,12 @@ class Engine:
     # --- people ------------------------------------------------------------------------
     # Each act takes the Principal that ``engine.users.authenticate(token)`` returned and
     # authenticates its token again: the person is the token's, never a name passed along.
-    def approve(self, task_id: str, by: Principal, *, proposal_hash: str, comment: str = "") -> TaskState:
+    def approve(
+        self, task_id: str, by: Principal, *, proposal_hash: str, comment: str = "", hold_for: Holder | None = None
+    ) -> TaskState:
         """Approve the proposal the task waits on. ``proposal_hash`` is the hash of the
-        proposal reviewed: required, and never filled in from the current one."""
+        proposal reviewed: required, and never filled in from the current one. With
+        ``hold_for``, the step after the approval is claimed for that worker in the same commit."""
         who = self.users.check(by, act="approve")
         _no_agent(who, "approve")
         if not isinstance(proposal_hash, str) or _PROPOSAL_HASH.fullmatch(proposal_hash) is None:
@@ -374,7 +393,10 @@ class Engine:
             step=cur.step if cur else "", actor=who.name, roles=who.roles,
             proposal_hash=proposal_hash, comment=comment, token_id=who.token_id,
         )
-        return self.apply(task_id, ev, state=st).state
+        applied = self.apply(task_id, ev, state=st, claim_for=hold_for.claim_for() if hold_for is not None else None)
+        if hold_for is not None and applied.claimed is not None:
+            hold_for.hold(task_id, applied.claimed, applied.state)
+        return applied.state
 
     def reject(self, task_id: str, by: Principal, *, reason_code: str, comment: str = "") -> TaskState:
         """Reject the proposal the task waits on, with one of the step's reason codes."""

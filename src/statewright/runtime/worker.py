@@ -134,6 +134,8 @@ class Worker:
         # us: performing that command then needs no read back (a stale one loses cleanly in
         # Engine.apply and is read again).
         self._chained: dict[str, TaskState] = {}
+        # Claims a submit or an approval made for us (Engine's ``hold_for``), by task.
+        self._handed: dict[str, Claim] = {}
         self._workspaces: dict[tuple[object, ...], tuple[Path, float]] = {}  # path, next check
         # What the worker holds: its environment, and the store's URL as it was given (the
         # password of a --db URL is in no environment variable). Imported here: the
@@ -158,6 +160,7 @@ class Worker:
         self._step_seconds: float | None = None  # moving average of performing one command
         self._fresh_after = 0.0  # while outcomes are pending, no new claim before this time
         self._timers_due = 0.0  # when a worker with work in hand next looks for due timers
+        self._pipeline = False  # run() is working
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -182,6 +185,9 @@ class Worker:
         committer.start()
         for t in threads:
             t.start()
+        self._pipeline = True
+        handed, self._handed = list(self._handed.values()), {}
+        self._hand_over(handed)
         try:
             self._loop(until_idle, until)
         except StatewrightError:
@@ -189,6 +195,7 @@ class Worker:
         except Exception as exc:
             self._fail(_stopped("an executor thread failed", exc), cause=exc)
         finally:
+            self._pipeline = False
             self.stopping.set()
             with self._cv:
                 self._cv.notify_all()
@@ -230,7 +237,7 @@ class Worker:
                 failure, self._failure = self._failure, None
                 raise failure from self._failure_cause
             if claim is None:
-                claim = self._claim_of(task_id)
+                claim = self._handed.pop(task_id, None) or self._claim_of(task_id)
             if claim is None:
                 state = self.engine.state(task_id)
                 if state.status in SETTLED:
@@ -464,6 +471,18 @@ class Worker:
     # --- commands ----------------------------------------------------------------------
     def _claim_for(self) -> tuple[str, int]:
         return (self.worker_id, self.clock.now_ms() + self.lease_ms)
+
+    # The engine's Holder: a submit or an approval that names this worker claims the task's
+    # next step for it in its own commit, and ``run_one`` starts from that claim.
+    def claim_for(self) -> tuple[str, int]:
+        return self._claim_for()
+
+    def hold(self, task_id: str, claim: Claim, state: TaskState) -> None:
+        self._chained[claim.command_id] = state
+        if self._pipeline:  # run() is working: the claim joins its ready queue
+            self._hand_over([claim])
+        else:
+            self._handed[task_id] = claim
 
     def _perform(self, claim: Claim) -> None:
         """Perform one claimed command (the caller marked us busy) and stage its outcome."""
