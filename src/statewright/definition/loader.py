@@ -19,7 +19,6 @@ from statewright._json_limits import iter_json_problems, json_path
 from statewright._names import split_role
 from statewright.definition._env import parse_step_env
 from statewright.definition._schemas import schema_problems
-from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.github import parse_github
 from statewright.definition.limits import (
@@ -157,7 +156,9 @@ def load_workflow(path: str | Path) -> Workflow:
 
 
 def workflow_from_yaml(text: str, source: str = "<yaml>") -> Workflow:
-    import yaml
+    import yaml  # here: a workflow built in Python never loads the YAML parser
+
+    from statewright.definition._yaml import load_yaml, yaml_problem
 
     try:
         data = load_yaml(text)

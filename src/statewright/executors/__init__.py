@@ -13,26 +13,68 @@ per-attempt workspace from ``prepare_workspace``; ``protected_changes`` and
 ``mcp_verdict_command`` is the ``statewright mcp-verdict`` click command.
 """
 
-from ._process import OUTPUT_LIMIT_CHARS
-from ._spec import (
-    parse_duration,
-    validate_agent_spec,
-    validate_check_spec,
-    validate_code_spec,
-)
-from ._verdict import VerdictSchema, close_schema
-from .agents import run_agent
-from .base import AgentResult, CheckResult, CodeResult, Cost, ExecContext, Reason
-from .checks import run_check
-from .code import run_code
-from .mcp_verdict import mcp_verdict_command
-from .workspace import (
-    prepare_workspace,
-    protected_changes,
-    remove_workspace,
-    resolve_commit,
-    restore_protected,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._process import OUTPUT_LIMIT_CHARS
+    from ._spec import (
+        parse_duration,
+        validate_agent_spec,
+        validate_check_spec,
+        validate_code_spec,
+    )
+    from ._verdict import VerdictSchema, close_schema
+    from .agents import run_agent
+    from .base import AgentResult, CheckResult, CodeResult, Cost, ExecContext, Reason
+    from .checks import run_check
+    from .code import run_code
+    from .mcp_verdict import mcp_verdict_command
+    from .workspace import (
+        prepare_workspace,
+        protected_changes,
+        remove_workspace,
+        resolve_commit,
+        restore_protected,
+    )
+
+# Each executor is imported when first used: a code step does not load the HTTP client of
+# the checks, the OpenAI agent or jsonschema.
+_LAZY = {
+    "OUTPUT_LIMIT_CHARS": "._process",
+    "parse_duration": "._spec",
+    "validate_agent_spec": "._spec",
+    "validate_check_spec": "._spec",
+    "validate_code_spec": "._spec",
+    "VerdictSchema": "._verdict",
+    "close_schema": "._verdict",
+    "run_agent": ".agents",
+    "AgentResult": ".base",
+    "CheckResult": ".base",
+    "CodeResult": ".base",
+    "Cost": ".base",
+    "ExecContext": ".base",
+    "Reason": ".base",
+    "run_check": ".checks",
+    "run_code": ".code",
+    "mcp_verdict_command": ".mcp_verdict",
+    "prepare_workspace": ".workspace",
+    "protected_changes": ".workspace",
+    "remove_workspace": ".workspace",
+    "resolve_commit": ".workspace",
+    "restore_protected": ".workspace",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'statewright.executors' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "OUTPUT_LIMIT_CHARS",

@@ -173,7 +173,10 @@ class Worker:
         signal.signal(signal.SIGINT, handler)
 
     def run(self, *, until_idle: bool = False, until: Callable[[], bool] | None = None) -> WorkerStats:
-        import statewright.executors  # noqa: F401  (now, not during the first step a user waits on)
+        # The executors now, not during the first step a user waits on.
+        import statewright.executors.agents
+        import statewright.executors.checks
+        import statewright.executors.code  # noqa: F401
 
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
         committer = threading.Thread(target=self._commit_loop, daemon=True)
@@ -218,8 +221,6 @@ class Worker:
         is the state the step starts from, so between two steps there is one commit and no
         read. Only this task's commands and timers are claimed; a step another worker holds
         is waited for. Leases are renewed by the heartbeat thread while a step runs."""
-        import statewright.executors  # noqa: F401  (as run() does)
-
         self.stopping.clear()
         heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
         heartbeat.start()
