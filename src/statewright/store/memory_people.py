@@ -13,9 +13,9 @@ from statewright._canonical import canonical_json
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
 from statewright._names import ADMIN_ROLE, person_name_problem, scoped_role_problem
 from statewright.store.base import PeopleAction, PeopleChange, PeopleLogEntry, Person, TokenRow
-from statewright.store.chain import GENESIS_HASH, KEY_ENV, Chain, RawPeopleRow, check_chain, link_format
+from statewright.store.chain import GENESIS_HASH, Chain, RawPeopleRow, check_chain
 from statewright.store.memory_tables import Database, Txn
-from statewright.store.people import BOOTSTRAP_ACTOR, _body_problem, _one_line, _Replay, _shown
+from statewright.store.people import BOOTSTRAP_ACTOR, _body_problem, _one_line, _Replay, _shown, grant_problem_of
 
 
 class MemoryPeople:
@@ -166,42 +166,9 @@ class MemoryPeople:
             tok = self.db.tokens.get(token_id) if token_id else None
         rows = [r for r in log if r.subject == name]
         first_keyed = next((r.seq for r in log if str(r.hash).startswith("hmac:")), None)
-        if self.chain.key is not None and log and not self.chain.is_current(str(log[-1].hash)):
-            last = link_format(str(log[-1].hash)).name
-            return (f"the people log is not keyed by {KEY_ENV} (its last link is {last}),"
-                    " so anyone with write access could have written it; 'statewright db upgrade' with the key"
-                    " set keys it, and 'statewright verify' shows whether it was tampered with")
-        replay = _Replay()
-        for row in rows:
-            where = f"people log row {row.seq}"
-            fmt = link_format(str(row.hash))
-            if fmt.keyed and fmt.key_id != self.chain.key_id:
-                need = (f"set {KEY_ENV} (key id {fmt.key_id}) to act" if self.chain.key is None
-                        else f"it is keyed with key id {fmt.key_id}, not the key given (key id {self.chain.key_id})")
-                return f"the people log that grants it cannot be checked here: {need}"
-            if not fmt.keyed and first_keyed is not None and isinstance(row.seq, int) and row.seq > first_keyed:
-                return f"{where} about them is not keyed, but follows keyed ones (written behind statewright's back)"
-            try:
-                linked = self.chain.recompute(row) == row.hash
-            except (TypeError, ValueError):
-                linked = False
-            body, problem = _body_problem(row)
-            if not linked or problem is not None or body is None:
-                return f"{where} about them does not verify; see 'statewright verify'"
-            replay.apply(body)
-        logged = replay.users.get(name)
-        if person is None and logged is None:
-            return None
-        if person is None or logged is None or (set(person.roles), person.active) != logged:
-            return (f"the people log does not grant what the table says ({_shown(logged)} in the log, "
-                    f"{_shown(None if person is None else (set(person.roles), person.active))} in the table); "
-                    "see 'statewright verify'")
-        if token_id:
-            stored = None if tok is None else (tok[1], tok[0], tok[3] is not None)
-            if stored != replay.tokens.get(token_id):
-                return (f"the people log did not issue them the token {token_id!r} as the table holds it "
-                        "(written behind statewright's back); see 'statewright verify'")
-        return None
+        last = str(log[-1].hash) if log else None
+        stored = None if tok is None else (tok[1], tok[0], tok[3] is not None)
+        return grant_problem_of(self.chain, name, rows, first_keyed, last, person, token_id, stored)
 
     def people(self) -> list[Person]:
         with self.db.lock:

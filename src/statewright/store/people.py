@@ -278,46 +278,16 @@ class PeopleSql:
             cur, f"SELECT {_LOG_COLS} FROM sw_user_log WHERE subject = ? ORDER BY seq", (name,)).fetchall()]
         first = self._x(cur, "SELECT MIN(seq) FROM sw_user_log WHERE hash LIKE ?", ("hmac:%",)).fetchone()
         first_keyed = first[0] if first is not None else None
+        last = None
         if self.chain.key is not None:  # the last link covers the rest: it must be one only the key makes
-            last = self._x(cur, "SELECT hash FROM sw_user_log ORDER BY seq DESC LIMIT 1").fetchone()
-            if last is not None and not self.chain.is_current(str(last[0])):
-                return (f"the people log is not keyed by {KEY_ENV} (its last link is {link_format(str(last[0])).name}),"
-                        " so anyone with write access could have written it; 'statewright db upgrade' with the key"
-                        " set keys it, and 'statewright verify' shows whether it was tampered with")
-        replay = _Replay()
-        for row in rows:
-            where = f"people log row {row.seq}"
-            fmt = link_format(str(row.hash))
-            if fmt.keyed and fmt.key_id != self.chain.key_id:
-                need = (f"set {KEY_ENV} (key id {fmt.key_id}) to act" if self.chain.key is None
-                        else f"it is keyed with key id {fmt.key_id}, not the key given (key id {self.chain.key_id})")
-                return f"the people log that grants it cannot be checked here: {need}"
-            if not fmt.keyed and first_keyed is not None and isinstance(row.seq, int) and row.seq > first_keyed:
-                return f"{where} about them is not keyed, but follows keyed ones (written behind statewright's back)"
-            try:
-                linked = self.chain.recompute(row) == row.hash
-            except (TypeError, ValueError):
-                linked = False
-            body, problem = _body_problem(row)
-            if not linked or problem is not None or body is None:
-                return f"{where} about them does not verify; see 'statewright verify'"
-            replay.apply(body)
-        person = self._person_txn(cur, name)
-        logged = replay.users.get(name)
-        if person is None and logged is None:
-            return None  # nobody of that name: nothing is granted, nothing contradicts the log
-        if person is None or logged is None or (set(person.roles), person.active) != logged:
-            return (f"the people log does not grant what the table says ({_shown(logged)} in the log, "
-                    f"{_shown(None if person is None else (set(person.roles), person.active))} in the table); "
-                    "see 'statewright verify'")
+            row = self._x(cur, "SELECT hash FROM sw_user_log ORDER BY seq DESC LIMIT 1").fetchone()
+            last = None if row is None else str(row[0])
+        tok = None
         if token_id:
-            tok = self._x(cur, "SELECT name, token_hash, revoked_at_ms FROM sw_tokens WHERE token_id = ?",
+            got = self._x(cur, "SELECT name, token_hash, revoked_at_ms FROM sw_tokens WHERE token_id = ?",
                           (token_id,)).fetchone()
-            stored = None if tok is None else (str(tok[0]), str(tok[1]), tok[2] is not None)
-            if stored != replay.tokens.get(token_id):
-                return (f"the people log did not issue them the token {token_id!r} as the table holds it "
-                        "(written behind statewright's back); see 'statewright verify'")
-        return None
+            tok = None if got is None else (str(got[0]), str(got[1]), got[2] is not None)
+        return grant_problem_of(self.chain, name, rows, first_keyed, last, self._person_txn(cur, name), token_id, tok)
 
     def people(self) -> list[Person]:
         with self._stmt() as cur:
@@ -428,3 +398,46 @@ def _roles(text: Any) -> tuple[str, ...]:
 
 def _person(row: Any) -> Person:
     return Person(str(row[0]), _roles(row[1]), bool(int(row[2])))
+
+
+def grant_problem_of(
+    chain: Chain, name: str, rows: Sequence[RawPeopleRow], first_keyed: int | None, last_hash: str | None,
+    person: Person | None, token_id: str, token: tuple[str, str, bool] | None,
+) -> str | None:
+    """Why ``name``'s row (``person``) (and, given ``token_id``, that token's row: name, hash, revoked)
+    is not what the people log's rows about them grant, or None when it is; both stores
+    read the rows and ask this. ``last_hash`` is the log's last link, read when the chain
+    has a key; ``first_keyed`` the sequence number of its first keyed link."""
+    if chain.key is not None and last_hash is not None and not chain.is_current(last_hash):
+        return (f"the people log is not keyed by {KEY_ENV} (its last link is {link_format(last_hash).name}),"
+                " so anyone with write access could have written it; 'statewright db upgrade' with the key"
+                " set keys it, and 'statewright verify' shows whether it was tampered with")
+    replay = _Replay()
+    for row in rows:
+        where = f"people log row {row.seq}"
+        fmt = link_format(str(row.hash))
+        if fmt.keyed and fmt.key_id != chain.key_id:
+            need = (f"set {KEY_ENV} (key id {fmt.key_id}) to act" if chain.key is None
+                    else f"it is keyed with key id {fmt.key_id}, not the key given (key id {chain.key_id})")
+            return f"the people log that grants it cannot be checked here: {need}"
+        if not fmt.keyed and first_keyed is not None and isinstance(row.seq, int) and row.seq > first_keyed:
+            return f"{where} about them is not keyed, but follows keyed ones (written behind statewright's back)"
+        try:
+            linked = chain.recompute(row) == row.hash
+        except (TypeError, ValueError):
+            linked = False
+        body, problem = _body_problem(row)
+        if not linked or problem is not None or body is None:
+            return f"{where} about them does not verify; see 'statewright verify'"
+        replay.apply(body)
+    logged = replay.users.get(name)
+    if person is None and logged is None:
+        return None  # nobody of that name: nothing is granted, nothing contradicts the log
+    if person is None or logged is None or (set(person.roles), person.active) != logged:
+        return (f"the people log does not grant what the table says ({_shown(logged)} in the log, "
+                f"{_shown(None if person is None else (set(person.roles), person.active))} in the table); "
+                "see 'statewright verify'")
+    if token_id and token != replay.tokens.get(token_id):
+        return (f"the people log did not issue them the token {token_id!r} as the table holds it "
+                "(written behind statewright's back); see 'statewright verify'")
+    return None
