@@ -30,7 +30,8 @@ STEPS = 8
 # name, module, runs in the peers' environment
 PEERS = [
     ("floor: INSERT+COMMIT per step", "floor", False),
-    ("statewright run_task + approve", "statewright_peer", False),
+    ("statewright start_task + approve_and_run", "statewright_peer", False),
+    ("statewright long-running Worker", "statewright_worker_peer", False),
     ("Burr, SQLitePersister", "burr_peer", True),
     ("DBOS on SQLite (recv/send pause)", "dbos_peer", True),
     ("LangGraph, SqliteSaver, sync", "langgraph_peer", True),

@@ -17,8 +17,9 @@ def trivial(ctx: Any) -> bool:
     return True
 
 
-def setup(directory: Path) -> Callable[[int], None]:
-    from statewright import Engine, WorkflowBuilder, approve_and_run, start_task
+def build(directory: Path) -> tuple[Any, Any, Any]:
+    """The engine on a new database, the workload's workflow, and alice who approves."""
+    from statewright import Engine, WorkflowBuilder
     from statewright.store import open_store
 
     engine = Engine(open_store(f"sqlite:///{directory / 'statewright.db'}"))
@@ -32,7 +33,13 @@ def setup(directory: Path) -> Callable[[int], None]:
            on_failure={"loop_back": "implement", "max_attempts": 3})
     b.human("approve", owner="leads", approvers={"role": "approver"})
     b.code("merge", owner="dev", run={"callable": "statewright_peer:trivial"})
-    workflow = b.build()
+    return engine, b.build(), alice
+
+
+def setup(directory: Path) -> Callable[[int], None]:
+    from statewright import approve_and_run, start_task
+
+    engine, workflow, alice = build(directory)
 
     def run_one(i: int) -> None:
         state = start_task(engine, workflow, {"n": i})

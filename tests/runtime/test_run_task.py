@@ -178,3 +178,30 @@ def test_a_running_worker_given_a_held_step_runs_it(
     worker.run(until_idle=True)
 
     assert engine.state(tid).status is TaskStatus.COMPLETED
+
+
+def test_a_long_running_worker_runs_what_it_is_handed_and_says_when_it_settled(
+    open_engine: Callable[..., Engine], workspace: Path,
+) -> None:
+    """A worker running in another thread: ``wait_for`` returns the state its commit left
+    at the human step, and again at the end, with no claim of its own between."""
+    import threading
+
+    engine = open_engine()
+    alice = People(engine).add("alice", "maintainer")
+    worker = Worker(engine)
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: worker.run(until=stop.is_set), daemon=True)
+    thread.start()
+    try:
+        tid = engine.submit(GATED, {"workspace": str(workspace)}, hold_for=worker)
+        parked = worker.wait_for(tid, timeout=30)
+        assert parked.status is TaskStatus.AWAITING_APPROVAL and parked.current is not None
+        engine.approve(tid, alice, proposal_hash=parked.current.proposal_hash, hold_for=worker)
+        done = worker.wait_for(tid, timeout=30)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert done.status is TaskStatus.COMPLETED
+    assert engine.state(tid).version == done.version
+    assert (workspace / "ship.calls").exists()

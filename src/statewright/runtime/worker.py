@@ -161,6 +161,8 @@ class Worker:
         self._fresh_after = 0.0  # while outcomes are pending, no new claim before this time
         self._timers_due = 0.0  # when a worker with work in hand next looks for due timers
         self._pipeline = False  # run() is working
+        self._awaited: set[str] = set()  # tasks wait_for() waits on
+        self._settled: dict[str, TaskState] = {}  # their states once a commit of ours settled them
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -467,6 +469,8 @@ class Worker:
             if applied.claimed is not None:
                 self._chained[applied.claimed.command_id] = applied.state
                 self._hand_over([applied.claimed])
+            else:
+                self._note_settled(t.task_id, applied.state)
         return bool(timers)
 
     # --- commands ----------------------------------------------------------------------
@@ -836,6 +840,8 @@ class Worker:
                 if res.claimed is not None:
                     self._chained[res.claimed.command_id] = res.state
                     nexts.append(res.claimed)
+                else:
+                    self._note_settled(report.task_id, res.state)
             self._unhold(command_id, token)
         self._hand_over(nexts)
         with self._cv:
@@ -843,6 +849,48 @@ class Worker:
             self.stats.stale += stale
             self._pending -= len(batch)
             self._cv.notify_all()
+
+    def wait_for(self, task_id: str, timeout: float | None = None) -> TaskState:
+        """While ``run`` works in another thread: wait until this worker's commit leaves the
+        task ended or parked at a human step (or, as it may have been settled elsewhere, until
+        its stored state says so when asked) and return that state. TimeoutError after
+        ``timeout`` seconds."""
+        with self._cv:
+            self._awaited.add(task_id)
+        try:
+            state = self.engine.state(task_id)
+            if state.status in SETTLED and not self._handed_or_held(task_id):
+                return state
+            deadline = None if timeout is None else time.monotonic() + timeout
+            look_again = time.monotonic() + 1.0
+            with self._cv:
+                while task_id not in self._settled:
+                    now = time.monotonic()
+                    if deadline is not None and now >= deadline:
+                        raise TimeoutError(f"task {task_id} did not settle within {timeout} s")
+                    if self._failure is not None or (self.stopping.is_set() and not self._pipeline):
+                        return self.engine.state(task_id)
+                    if now >= look_again:  # settled by another worker, or by an operator
+                        look_again = now + 1.0
+                        state = self.engine.state(task_id)
+                        if state.status in SETTLED and not self._handed_or_held(task_id):
+                            return state
+                    self._cv.wait(min(1.0, deadline - now) if deadline is not None else 1.0)
+                return self._settled.pop(task_id)
+        finally:
+            with self._cv:
+                self._awaited.discard(task_id)
+                self._settled.pop(task_id, None)
+
+    def _note_settled(self, task_id: str, state: TaskState) -> None:
+        if state.status in SETTLED and task_id in self._awaited:
+            with self._cv:
+                self._settled[task_id] = state
+                self._cv.notify_all()
+
+    def _handed_or_held(self, task_id: str) -> bool:
+        with self._cv:
+            return task_id in self._handed or any(c.task_id == task_id for c in self._ready)
 
     def _commit_alone(
         self, report: Report, claim_for: tuple[str, int] | None
