@@ -113,8 +113,6 @@ class Worker:
         rng: random.Random | None = None,
         notifier: Notifier | None = None,
     ) -> None:
-        from statewright.runtime.notify import Notifier
-
         self.engine = engine
         self.store = engine.store
         self.clock = engine.clock
@@ -125,7 +123,7 @@ class Worker:
         self.batch = max(1, batch)
         self.max_deliveries = max(1, max_deliveries)
         self.rng = rng or random.Random()
-        self.notifier = notifier or Notifier()
+        self._notifier = notifier  # made on first use: most workers never send one
         self.stats = WorkerStats()
         self.stopping = threading.Event()
         self._held: dict[str, int] = {}
@@ -163,6 +161,14 @@ class Worker:
         self._pipeline = False  # run() is working
         self._awaited: set[str] = set()  # tasks wait_for() waits on
         self._settled: dict[str, TaskState] = {}  # their states once a commit of ours settled them
+
+    @property
+    def notifier(self) -> Notifier:
+        if self._notifier is None:
+            from statewright.runtime.notify import Notifier
+
+            self._notifier = Notifier()
+        return self._notifier
 
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
