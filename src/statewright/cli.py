@@ -372,6 +372,12 @@ def _print_show(engine: Any, task_id: str) -> None:
                    f"(claimed from {parked.queue!r} at {when(parked.claimed_at_ms or 0)})")
     for line in history_lines(st):
         click.echo("  " + line)
+    if st.parent is not None or st.children:
+        from statewright.runtime.history import family_lines
+
+        live = engine.states([c.task_id for c in st.children if c.live])
+        for line in family_lines(st, live):
+            click.echo(line)
     if st.results:
         click.echo("results:")
     for step_id, result in st.results.items():
