@@ -116,6 +116,9 @@ def proposal_lines(state: TaskState) -> list[str]:
     return lines
 
 
+_LISTED_CHILDREN = 20  # past this many, the children that completed are counted, not listed
+
+
 def family_lines(state: TaskState, children: dict[str, TaskState]) -> list[str]:
     """Where a task stands among its family: its parent, and its children's progress per
     step attempt that started them (how many ended and how), one line per child with the step
@@ -134,7 +137,7 @@ def family_lines(state: TaskState, children: dict[str, TaskState]) -> list[str]:
         told = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         ended = sum(not c.live for c in group)
         lines.append(f"children of {step} #{attempt}: {ended} of {len(group)} started ended ({told})")
-        for c in group:
+        for c in group if len(group) <= _LISTED_CHILDREN else [c for c in group if not c.succeeded]:
             st = children.get(c.task_id)
             where = f" at {st.current.step}" if st is not None and c.live and st.current is not None else ""
             status = st.status.value if st is not None and c.live else c.status
