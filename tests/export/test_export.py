@@ -60,7 +60,7 @@ def test_mermaid_draws_a_map_step_with_its_child_tasks() -> None:
     """The map step names what it maps over, the child workflow and its bound, and points at its children."""
     text = to_mermaid(MAPPED, current="each")
     assert 's1[/"each<br/><small>map · t</small><br/><small>each of results.plan.files → review-one, 8 at once' in text
-    assert 's1c[["review-one × N"]]' in text and "s1 -. child tasks .-> s1c" in text
+    assert 's1c[["review-one: one task per item"]]' in text and "s1 -. child tasks .-> s1c" in text
     assert "s1 -->|ok| done" in text and "class s1 current" in text
 
 

@@ -33,7 +33,7 @@ def to_mermaid(wf: Workflow, *, current: str | None = None) -> str:
                       f"{s.map.max_concurrency} at once</small>")
         lines.append(f"  {_node(i)}{left}{label}{right}")
         if s.map is not None:
-            lines.append(f'  {_node(i)}c[["{_quoted(s.map.workflow)} × N"]]')
+            lines.append(f'  {_node(i)}c[["{_quoted(s.map.workflow)}: one task per item"]]')
             lines.append(f"  {_node(i)} -. child tasks .-> {_node(i)}c")
     lines.append(f"  start --> {_node(0)}")
     for i, s in enumerate(wf.steps):
