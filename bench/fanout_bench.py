@@ -55,12 +55,9 @@ def say(text: str = "") -> None:
 def child_dir(tmp: Path) -> Path:
     d = tmp / "defs"
     d.mkdir(exist_ok=True)
-    (d / "noop-one.yaml").write_text(
-        "workflow: noop-one\nsteps:\n  - {id: work, kind: code, owner: bench, run: {callable: 'bench_steps:noop'}}\n",
-        encoding="utf-8")
-    (d / "end-one.yaml").write_text(
-        "workflow: end-one\nsteps:\n  - {id: work, kind: code, owner: bench, run: {callable: 'bench_steps:child_end'}}\n",
-        encoding="utf-8")
+    for name, fn in (("noop-one", "noop"), ("end-one", "child_end")):
+        step = f"{{id: work, kind: code, owner: bench, run: {{callable: 'bench_steps:{fn}'}}}}"
+        (d / f"{name}.yaml").write_text(f"workflow: {name}\nsteps:\n  - {step}\n", encoding="utf-8")
     (d / "fan.yaml").write_text(
         "workflow: fan\nsteps:\n"
         "  - {id: each, kind: map, owner: bench, workflow: noop-one.yaml, items: input.items, max_concurrency: 32}\n",
