@@ -179,3 +179,17 @@ def test_a_map_over_a_registered_name_runs_its_latest_version(
     tid = engine.submit(load_workflow(files / "parent.yaml"), {"numbers": [7]})
     drain(engine)
     assert engine.state(tid).results["each"]["results"][0]["square"]["square"] == 49
+
+
+def test_run_task_works_a_parents_children_in_the_calling_thread(
+    open_engine: Callable[..., Engine], files: Path, workspace: Path,
+) -> None:
+    """``run_task`` on a parent claims its live children's steps too, and returns the parent."""
+    from statewright.runtime.run import run_task
+
+    (files / "parent.yaml").write_text(parent_yaml(max_concurrency=2), encoding="utf-8")
+    engine = make(open_engine, workspace)
+    tid = engine.submit(load_workflow(files / "parent.yaml"), {"numbers": [1, 2, 3]})
+    st = run_task(engine, tid)
+    assert st.task_id == tid and st.status is TaskStatus.COMPLETED
+    assert [r["square"]["square"] for r in st.results["each"]["results"]] == [1, 4, 9]
