@@ -216,3 +216,13 @@ def test_a_task_without_a_parent_tells_no_one() -> None:
     d = Driver(CHILD)
     d.submit({"item": "a"})
     assert not [c for c in d.report() if isinstance(c, TellParent)]
+
+
+def test_cancelling_the_parent_also_cancels_its_halted_children() -> None:
+    """A halted child waits in the operator queue; cancelling its parent takes it out too."""
+    d = Driver(fan(concurrency=2, tolerated=1))
+    d.submit({"files": ["a", "b", "c"]})
+    end(d, 0, "halted", reason="exit_status")
+    cmds = d.cancel(actor="olga", reason="wrong batch")
+    assert sorted(c.child_id for c in cmds if isinstance(c, CancelChild)) == [
+        "t1.each.1.0", "t1.each.1.1", "t1.each.1.2"]

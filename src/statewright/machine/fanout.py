@@ -17,7 +17,7 @@ from statewright.machine.children import Child, ParentRef, child_task_id
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
 from statewright.machine.events import ChildEnded, Event, TaskCancelled
 from statewright.machine.paths import RefError, parse_ref, resolve
-from statewright.machine.state import TERMINAL, TaskState
+from statewright.machine.state import TERMINAL, TaskState, TaskStatus
 
 MAP_ACTOR = "statewright:map"
 ITEMS_NOT_A_LIST = "items_not_a_list"  # a map step's items reference found something else
@@ -134,7 +134,8 @@ def record_end(state: TaskState, ev: ChildEnded) -> TaskState | None:
 def cascade(old: TaskState, new: TaskState, event: Event) -> tuple[TaskState, list[Command]]:
     """What a transition owes the tasks around it: ``TellParent`` when a child ends (or ends
     again: a halted child cancelled or retried to the end), and ``CancelChild`` for each live
-    child that nothing waits for any more (its task ended, or the step attempt that started it)."""
+    child that nothing waits for any more (its task ended, or the step attempt that started
+    it), and for each halted one when the task is cancelled."""
     cmds: list[Command] = []
     if new.parent is not None and new.status in TERMINAL and new.status is not old.status:
         halt = new.halt
@@ -148,10 +149,13 @@ def cascade(old: TaskState, new: TaskState, event: Event) -> tuple[TaskState, li
         ))
     cur = new.current
     waited = None if new.terminal or cur is None else (cur.step, cur.attempt)
-    orphans = [c for c in new.children if c.live and not c.cancelling and (c.step, c.attempt) != waited]
+    cancelled = isinstance(event, TaskCancelled) and new.status is TaskStatus.CANCELLED
+    # A halted child waits in the operator queue; when its parent is cancelled it goes too.
+    orphans = [c for c in new.children if not c.cancelling and (c.step, c.attempt) != waited
+               and (c.live or (cancelled and c.status == TaskStatus.HALTED.value))]
     if not orphans:
         return new, cmds
-    if isinstance(event, TaskCancelled) and new.terminal:
+    if isinstance(event, TaskCancelled) and cancelled:
         actor, why = event.actor, f"parent {new.task_id} cancelled: {event.reason}"
     else:
         actor, why = MAP_ACTOR, f"parent {new.task_id} no longer waits for it (status {new.status.value})"
