@@ -193,3 +193,15 @@ def test_run_task_works_a_parents_children_in_the_calling_thread(
     st = run_task(engine, tid)
     assert st.task_id == tid and st.status is TaskStatus.COMPLETED
     assert [r["square"]["square"] for r in st.results["each"]["results"]] == [1, 4, 9]
+
+
+def test_a_parent_submitted_again_under_its_key_is_the_same_task(
+    open_engine: Callable[..., Engine], files: Path, workspace: Path,
+) -> None:
+    """A key names one parent: the second submit starts no second set of children."""
+    (files / "parent.yaml").write_text(parent_yaml(max_concurrency=2), encoding="utf-8")
+    engine = make(open_engine, workspace)
+    wf = load_workflow(files / "parent.yaml")
+    tid = engine.submit(wf, {"numbers": [1, 2]}, key="batch-7")
+    assert engine.submit(wf, {"numbers": [1, 2]}, key="batch-7") == tid
+    assert len(engine.store.list_tasks()) == 3

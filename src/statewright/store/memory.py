@@ -155,7 +155,8 @@ class MemoryStore(MemoryPeople):
                 return [dup]
             done = []
             for r in encoded:
-                if self._duplicate(str(r.event["event_id"])) is not None:
+                taken = r.idem_key is not None and r.idem_key in self.db.idem_keys  # as a unique index refuses
+                if taken or self._duplicate(str(r.event["event_id"])) is not None:
                     raise VersionConflictError(r.task_id, r.expected_version, -1)
                 done.append(self._append_txn(txn, r))
             return done
