@@ -161,6 +161,10 @@ def validate(files: tuple[str, ...]) -> None:
         click.echo(f"{f}: OK  {wf.describe()}")
         for warning in unreachable_references(wf, Path(f).parent):
             click.echo(f"{f}: warning: {warning}")
+        for step in wf.steps:
+            if step.map is not None and not step.map.workflow_hash:
+                click.echo(f"{f}: warning: step {step.id!r} maps the workflow named {step.map.workflow!r}, which "
+                           "is looked up in the database when a task is submitted (name a file to check it now)")
     sys.exit(1 if bad else 0)
 
 
