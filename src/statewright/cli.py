@@ -63,14 +63,21 @@ def _shown_db(db: str) -> str:
 
 
 def _all_done(engine: Any) -> Callable[[], bool]:
-    """True once no task is running or waiting on a timer (checked at most every half second)."""
+    """True once no task is running or waiting on a timer (checked at most every half second).
+    A parent whose map step only waits for its children counts through them: while any runs,
+    so does it; when they all wait for people, there is nothing left to work."""
     last = [0.0, False]
+
+    def on_children(task: Any) -> bool:
+        cur = task.state.get("current") or {}
+        return not cur.get("command_id") and any(c.get("status") == "running" for c in task.state.get("children", ()))
 
     def done() -> bool:
         now = time.monotonic()
         if now - last[0] >= 0.5:
             last[0] = now
-            last[1] = not any(engine.store.list_tasks(status=s) for s in ("running", "waiting"))
+            busy = (t for s in ("running", "waiting") for t in engine.store.list_tasks(status=s))
+            last[1] = all(on_children(t) for t in busy)
         return bool(last[1])
 
     return done
