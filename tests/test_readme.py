@@ -19,7 +19,7 @@ def test_python_example_runs(
     text = README.read_text(encoding="utf-8")
     section = text[text.index("## Python") : text.index("## Reliability")]
     [workflow] = re.findall(r"```yaml\n(.*?)```", section, re.S)
-    steps, script = re.findall(r"```python\n(.*?)```", section, re.S)
+    steps, script, in_process = re.findall(r"```python\n(.*?)```", section, re.S)
     for block in (workflow, steps):
         name = block.splitlines()[0].removeprefix("# ").strip()
         (tmp_path / name).write_text(block, encoding="utf-8")
@@ -30,3 +30,6 @@ def test_python_example_runs(
     assert out[0] == "completed"
     assert out[1:] == ["TaskSubmitted", "AttemptReported", "ApprovalGranted", "AttemptReported"]
     assert (tmp_path / "published.txt").read_text() == "Release 1.4 ships on Friday.\n"
+
+    exec(compile(in_process, "README.md", "exec"), {})  # the task run where it is submitted
+    assert capsys.readouterr().out.split() == ["completed", "awaiting_approval"]
