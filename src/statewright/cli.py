@@ -879,6 +879,32 @@ def export(file: str, fmt: str, queue_urls: tuple[str, ...], dead_letter_url: st
 
 
 @cli.command()
+@click.argument("file")
+@click.option("--format", "fmt", type=click.Choice(["svg", "mermaid"]), default="svg", show_default=True)
+@click.option("--current", help="Mark this step as the one a task is at.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the drawing to this file (default: stdout).")
+@_guard
+def graph(file: str, fmt: str, current: str | None, out: str | None) -> None:
+    """Draw a workflow: its steps in a line, loop-backs as arcs back, early exits forward (the
+    drawing of the web console's task page)."""
+    from statewright.definition import load_workflow
+    from statewright.export import to_mermaid, to_svg
+
+    wf = load_workflow(file)
+    if current is not None and current not in {s.id for s in wf.steps}:
+        raise InputError(f"--current {current!r}: workflow {wf.name!r} has no such step; its steps are "
+                         + ", ".join(s.id for s in wf.steps))
+    text = to_svg(wf, current=current) if fmt == "svg" else to_mermaid(wf, current=current)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
+
+
+@cli.command()
 @click.option("--workdir", type=click.Path(file_okay=False), help="Where to build the demo (default: a temp dir).")
 @_guard
 def demo(workdir: str | None) -> None:
