@@ -76,7 +76,7 @@ def _operator(who: Principal) -> bool:
 async def read_form(request: Request) -> dict[str, str]:
     """An urlencoded form's fields (the first value of each), within MAX_FORM_BYTES."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/x-www-form-urlencoded":
+    if kind != "application/x-www-form-urlencoded" and (kind or request.headers.get("content-length", "0") != "0"):
         raise InputError("send the form as application/x-www-form-urlencoded")
     raw = b""
     async for chunk in request.stream():
