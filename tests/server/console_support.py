@@ -86,7 +86,7 @@ def markup_and_text(page: str) -> tuple[list[tuple[str, dict[str, str | None]]],
     """The page's elements (tag, attributes) and its text, as a browser would read them."""
     parts = _Parts()
     parts.feed(page)
-    return parts.tags, "".join(parts.text)
+    return parts.tags, " ".join(parts.text)
 
 
 def injected(page: str) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 from starlette.testclient import TestClient
 
@@ -182,3 +183,47 @@ def test_hostile_input_verdicts_and_notes_are_shown_escaped(world: World) -> Non
     for p in PAYLOADS:  # shown as the text it is: in the input, the verdict and the note
         assert text.count(p) >= 3 or text.count(json.dumps(p, ensure_ascii=False)[1:-1]) >= 3, p
     assert len(PAYLOADS) >= 20
+
+
+def test_the_dashboard_counts_by_state_and_age_and_alerts_on_a_task_over_its_allowance(world: World) -> None:
+    """Counts by state, open tasks by time in state, the approval queue's longest wait, the
+    oldest first, halts grouped by failure code, and an alert for the approval that has
+    waited longer than its step's expiry (1h) allows (no worker has fired the expiry yet)."""
+    halted = world.halted()
+    old, _ = world.waiting("gate")
+    fresh, _ = world.waiting("duty")  # its step sets no bound
+    world.engine.clock.advance(2 * 3600)  # type: ignore[attr-defined]
+    sign_in(world.client, world.people.tokens["eve"])
+    page = world.client.get("/").text
+    _, text = markup_and_text(page)
+    text = " ".join(text.split())
+    assert "awaiting approval 2" in text and "halted 1" in text and "completed 0" in text
+    assert "2 waiting; the longest for 2h" in text
+    assert "awaiting approval 0 2 0 0" in text and "halted 0 1 0 0" in text  # by time in state
+    late = page[page.index('id="h-late"'):page.index('id="h-queue"')]
+    assert old in late and fresh not in late and "1h" in late
+    oldest = page[page.index('id="h-oldest"'):page.index('id="h-halted"')]
+    assert oldest.index(old) < oldest.index(fresh)
+    assert "exit_status" in page[page.index('id="h-halted"'):] and halted in page
+
+
+def test_loop_runs_show_their_record_parked_items_budgets_and_terminal_reason(world: World, tmp_path: Path) -> None:
+    """/runs lists the loop's runs; /runs/{id} shows the record line by line, each item with
+    its standing (a parked one marked), the budgets as bars, and why the run ended."""
+    from loop.helpers import FakeClock, run_loop, write_loop
+
+    sign_in(world.client, world.people.tokens["eve"])
+    assert "No loop runs recorded" in world.client.get("/runs").text
+    outcome = run_loop(write_loop(tmp_path / "loop", [{"id": "88", "fix_on_attempt": 1},
+                                                      {"id": "89", "fix_on_attempt": 99}]),
+                       world.loop_db, FakeClock())
+    listing = world.client.get("/runs").text
+    assert f'href="/runs/{outcome.run_id}"' in listing and outcome.status in listing
+    page = world.client.get(f"/runs/{outcome.run_id}").text
+    assert page.count("<progress ") >= 2 and 'max="20"' in page
+    assert 'class="item-closed"' in page and 'class="item-parked"' in page and "1 parked" in page
+    assert "test_export_empty" in page  # the parked item's last failure
+    assert page.count('<li class="line kind-') >= 5 and "IDLE" in page
+    assert outcome.status == "ESCALATED" and '<strong class="terminal-reason">no workable item left' in page
+    for missing in ("999", "abc", "9" * 40):
+        assert world.client.get(f"/runs/{missing}").status_code == 404

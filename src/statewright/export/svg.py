@@ -19,7 +19,7 @@ _BOX_W = 132
 _BOX_H = 48
 _GAP = 44
 _END_R = 16
-_TOP = 70  # room above the line for the loop-back arcs
+_ARCS = 70  # room above the line for the loop-back arcs
 _SHAPE_RX = {StepKind.AI: 6, StepKind.CODE: 0, StepKind.HUMAN: 18, StepKind.WAIT: 24}
 
 
@@ -38,9 +38,10 @@ def to_svg(wf: Workflow, *, current: str | None = None, title: str | None = None
              for i, s in enumerate(wf.steps)
              if s.on_failure.kind is RouteKind.LOOP_BACK and s.on_failure.target is not None]
     exits = [i for i, s in enumerate(wf.steps) if s.on_success.kind is RouteKind.COMPLETE and i < n - 1]
-    mid = _TOP + _BOX_H // 2
+    top = _ARCS if loops else 16
+    mid = top + _BOX_H // 2
     width = done_cx + _END_R + 20
-    height = _TOP + _BOX_H + (70 if exits else 24)
+    height = top + _BOX_H + (70 if exits else 16)
     heading = title if title is not None else f"workflow {wf.name} v{wf.version}"
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="workflow" viewBox="0 0 {width} {height}" '
@@ -75,11 +76,11 @@ def to_svg(wf: Workflow, *, current: str | None = None, title: str | None = None
         out.append(f'<g class="{cls}" data-step="{escape(step.id)}"{aria}>')
         out.append(f"<title>{escape(step.id)} ({step.kind.value}, owner {escape(step.owner)})"
                    f"{' - the task is here' if here else ''}</title>")
-        out.append(f'<rect x="{x}" y="{_TOP}" width="{_BOX_W}" height="{_BOX_H}" rx="{_SHAPE_RX[step.kind]}" '
+        out.append(f'<rect x="{x}" y="{top}" width="{_BOX_W}" height="{_BOX_H}" rx="{_SHAPE_RX[step.kind]}" '
                    f'fill="{fill}" stroke="{stroke}" stroke-width="{stroke_w}"/>')
-        out.append(f'<text x="{x + _BOX_W // 2}" y="{_TOP + 20}" text-anchor="middle" font-size="13" '
+        out.append(f'<text x="{x + _BOX_W // 2}" y="{top + 20}" text-anchor="middle" font-size="13" '
                    f'font-family="sans-serif" font-weight="bold">{escape(_label(step.id))}</text>')
-        out.append(f'<text x="{x + _BOX_W // 2}" y="{_TOP + 37}" text-anchor="middle" font-size="10" '
+        out.append(f'<text x="{x + _BOX_W // 2}" y="{top + 37}" text-anchor="middle" font-size="10" '
                    f'font-family="sans-serif" fill="#475569">{step.kind.value} \u00b7 '
                    f"{escape(_label(step.owner, 14))}</text>")
         out.append("</g>")
@@ -88,15 +89,15 @@ def to_svg(wf: Workflow, *, current: str | None = None, title: str | None = None
         x2 = xs[dst] + _BOX_W // 2 - 10
         rise = 28 + 12 * (k % 3)
         label = f"fail: back, max {max_attempts}"
-        top = _TOP - rise
-        out.append(f'<g class="loop-back"><path d="M{x1},{_TOP} C{x1},{top} {x2},{top} {x2},{_TOP - 2}" '
+        peak = top - rise
+        out.append(f'<g class="loop-back"><path d="M{x1},{top} C{x1},{peak} {x2},{peak} {x2},{top - 2}" '
                    'fill="none" stroke="#b45309" stroke-width="1.5" stroke-dasharray="5 3" '
                    'marker-end="url(#arrow-back)"/>'
-                   f'<text x="{(x1 + x2) // 2}" y="{_TOP - rise * 3 // 4 - 4}" text-anchor="middle" font-size="10" '
+                   f'<text x="{(x1 + x2) // 2}" y="{top - rise * 3 // 4 - 4}" text-anchor="middle" font-size="10" '
                    f'font-family="sans-serif" fill="#b45309">{escape(label)}</text></g>')
     for k, src in enumerate(exits):
         x1 = xs[src] + _BOX_W // 2
-        y0 = _TOP + _BOX_H
+        y0 = top + _BOX_H
         dip = 34 + 10 * (k % 3)
         out.append(f'<g class="early-exit"><path d="M{x1},{y0} C{x1},{y0 + dip} {done_cx},{y0 + dip} '
                    f'{done_cx},{mid + _END_R + 2}" fill="none" stroke="#047857" stroke-width="1.5" '
