@@ -49,7 +49,7 @@ from statewright.server.console.sessions import (
     same,
     set_session_cookie,
 )
-from statewright.server.http import Api, error_response
+from statewright.server.http import Api, NotFoundError, error_response
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -215,6 +215,14 @@ class Console:
         return {"title": f"Task {tid}", "live": f"/live?task={quote(tid, safe='')}", "notice": notice,
                 "error": error, "form": form or {}, **views.task(self.engine, tid, signed[1])}
 
+    def brief(self, request: Request, signed: Signed) -> dict[str, Any]:
+        tid, step, number = (request.path_params[k] for k in ("task_id", "step", "number"))
+        found = views.brief(self.engine, tid, step, int(number))
+        if found is None:
+            raise NotFoundError(f"task {tid} has no attempt #{number} of an ai step {step!r}")
+        return {"title": f"Brief of {step} #{number}", "task_id": tid, "step": step, "number": number,
+                "brief": found}
+
     def runs(self, request: Request, signed: Signed) -> dict[str, Any]:
         return {"title": "Loop runs", "runs": loop_runs.loop_runs(self.api.loop_db)}
 
@@ -222,8 +230,6 @@ class Console:
         run_id = request.path_params["run_id"]
         run = loop_runs.loop_run(self.api.loop_db, run_id)
         if run is None:
-            from statewright.server.http import NotFoundError
-
             raise NotFoundError(f"no loop run with id {run_id!r}")
         return {"title": f"Loop run {run_id}", "run": run}
 
@@ -343,6 +349,7 @@ class Console:
             Route("/runs", self.page(self.runs, "runs.html"), methods=["GET"]),
             Route("/runs/{run_id}", self.page(self.run, "run.html"), methods=["GET"]),
             Route("/tasks/{task_id}", self.page(self.task, "task.html"), methods=["GET"]),
+            Route("/tasks/{task_id}/brief/{step}/{number:int}", self.page(self.brief, "brief.html"), methods=["GET"]),
             Route("/live", self.live, methods=["GET"]),
             Route("/console/{name}", self.asset, methods=["GET"]),
         ]

@@ -6,14 +6,18 @@ templates only lay it out):
     inbox       tasks the signed-in person may approve, oldest first
     halted      the operator queue: each halted task with its error in full
     task        the review (runtime/review.py), the history as a line with its detours
-                (runtime/history.py), each attempt's brief, verdict, artifacts and note,
-                and the workflow drawn (export/svg.py)"""
+                (runtime/history.py), each attempt's verdict, artifacts and note, and the
+                workflow drawn (export/svg.py)
+    brief       one attempt's brief, rebuilt by replaying the log (a loop-back's brief lists
+                every earlier attempt, so briefs are a page each, not inlined)"""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from statewright._errors import StatewrightError
@@ -27,7 +31,7 @@ from statewright.machine.task import transition
 from statewright.runtime.engine import Engine
 from statewright.runtime.history import history_entries
 from statewright.runtime.review import review
-from statewright.runtime.users import Principal
+from statewright.runtime.users import Principal, Users
 from statewright.store.base import StoredTask
 
 SCAN_LIMIT = 10_000  # the most tasks a dashboard reads
@@ -130,47 +134,61 @@ def halted(engine: Engine) -> list[dict[str, Any]]:
     return [_row(r, now) for r in sorted(rows, key=lambda r: r.updated_at_ms)]
 
 
-def _briefs(engine: Engine, st: TaskState) -> dict[tuple[str, int], Any]:
-    """Each ai (or remote) attempt's brief, as the reducer built it: the task's log replayed."""
-    if not any(s.kind is StepKind.AI or s.remote is not None for s in st.workflow.steps):
-        return {}
-    out: dict[tuple[str, int], Any] = {}
+def brief(engine: Engine, task_id: str, step: str, number: int) -> dict[str, Any] | None:
+    """The brief the reducer built for attempt ``number`` of ``step`` (an ai or remote step),
+    found by replaying the task's log up to it; None when no such attempt was started."""
+    st = engine.state(task_id)
     replayed = new_task(st.task_id, st.workflow)
-    for row in engine.store.events(st.task_id):
+    for row in engine.store.events(task_id):
         replayed, commands = transition(replayed, event_from_dict(row.body))
+        cur = replayed.current
         for c in commands:
-            if isinstance(c, RunStep) and c.brief:
-                cur = replayed.current
-                if cur is not None:
-                    out[(cur.step, cur.attempt)] = dict(c.brief)
-    return out
+            if isinstance(c, RunStep) and c.brief and cur is not None and (cur.step, cur.attempt) == (step, number):
+                return dict(c.brief)
+    return None
 
 
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+@dataclass
+class _Loaded:
+    """A review's reader over a state already loaded (the page reads the task once)."""
+
+    users: Users
+    loaded: TaskState
+
+    def state(self, task_id: str) -> TaskState:
+        return self.loaded
+
+
+SHOWN_CHECKS = 20  # the review's checks and verdicts: the latest; the history holds them all
+
+
 def task(engine: Engine, task_id: str, who: Principal) -> dict[str, Any]:
     st = engine.state(task_id)
-    data = review(engine, task_id)
-    briefs = _briefs(engine, st)
+    data = review(_Loaded(engine.users, st), task_id)
+    for key in ("checks", "verdicts"):
+        data[f"{key}_earlier"] = max(0, len(data[key]) - SHOWN_CHECKS)
+        data[key] = data[key][-SHOWN_CHECKS:]
+    at = functools.lru_cache(maxsize=4096)(when)
     history: list[dict[str, Any]] = []
     for entry in history_entries(st):
         o = entry.get("operator")
         if o is not None:
             history.append({"operator": True, "action": o.action, "actor": o.actor, "reason": o.reason,
-                            "at": when(o.at_ms), "step": o.step})
+                            "at": at(o.at_ms), "step": o.step})
             continue
         a = entry["attempt"]
-        brief = briefs.get((a.step, a.number))
         history.append({
             "operator": False, "step": a.step, "kind": a.kind, "number": a.number, "actor": a.actor,
             "outcome": a.outcome.value, "why": entry["why"], "reason": a.reason, "detail": a.detail,
             "detour": entry["detour"], "deliveries": a.deliveries, "retries": a.retries, "note": a.note,
             "verdict": _pretty(a.verdict) if a.verdict is not None else None,
             "artifacts": dict(a.artifacts), "output": a.output, "cost": dict(a.cost),
-            "brief": _pretty(brief) if brief is not None else None,
-            "started": when(a.started_at_ms), "ended": when(a.ended_at_ms),
+            "has_brief": a.kind == StepKind.AI.value or st.workflow.step(a.step).remote is not None,
+            "started": at(a.started_at_ms), "ended": at(a.ended_at_ms),
         })
     cur = st.current
     data["proposal_text"] = _pretty(data["proposal"]) if "proposal" in data else None
