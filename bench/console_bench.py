@@ -6,11 +6,13 @@ Two tasks on a SQLite database (the embedded default), made by a real worker: on
 step whose check never passes (500 checks: 1,000 events), and one whose check loops back to
 an ai step N times (2N attempts, each with its brief rebuilt by replaying the log). Each page
 is fetched R times over HTTP (Starlette's TestClient, signed in through /login): the median
-and the slowest are printed, with the task's event and attempt counts."""
+and the slowest are printed, with the task's event and attempt counts, and the median CPU
+time of the process (client and server both; on a busy machine it is the steadier figure)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import statistics
@@ -68,7 +70,8 @@ def main() -> None:
     Worker(engine).run(until_idle=True)
     built = time.monotonic() - started
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, Python {platform.python_version()}, "
-          f"{args.rounds} rounds; tasks made in {built:.1f} s")
+          f"{args.rounds} rounds; tasks made in {built:.1f} s; load average "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     app = create_app(lambda: engine)
     with TestClient(app) as client:
         form = client.get("/login").text
@@ -76,16 +79,18 @@ def main() -> None:
         client.post("/login", data={"token": token, "csrf_token": csrf})
         for tid in (polled, looped):
             st = engine.state(tid)
-            times = []
+            times, cpu = [], []
             for _ in range(args.rounds):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 page = client.get(f"/tasks/{tid}")
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
                 if page.status_code != 200:
                     raise SystemExit(f"GET /tasks/{tid}: {page.status_code}")
             print(f"{st.workflow.name}: {len(engine.events(tid))} events, {len(st.attempts)} attempts, "
                   f"{len(page.text) // 1024} KiB of HTML: median {statistics.median(times) * 1000:.0f} ms, "
-                  f"slowest {max(times) * 1000:.0f} ms")
+                  f"slowest {max(times) * 1000:.0f} ms (CPU: median {statistics.median(cpu) * 1000:.0f} ms)")
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -550,12 +550,14 @@ def evidence(task_id: str, as_name: str | None, path: str, note: str, token_file
 @_guard
 def serve(host: str, port: int, metrics_port: int | None, workflow_files: tuple[str, ...], hooks_file: str | None,
           loop_db: str | None, github_files: tuple[str, ...], db: str) -> None:
-    """Serve the HTTP API (needs the [web] extra): tasks, reviews, approvals, the operator
-    queue, loop runs, /metrics and signed webhooks. Every call but /openapi.json, /metrics
-    and the hooks takes 'Authorization: Bearer TOKEN'."""
+    """Serve the HTTP API and the web console (needs the [web] extra): tasks, reviews,
+    approvals, the operator queue, loop runs, /metrics and signed webhooks. Every API call
+    but /openapi.json, /metrics and the hooks takes 'Authorization: Bearer TOKEN'; the
+    console's pages (/, /inbox, /halted, /tasks/ID, /runs) sign in at /login."""
     from statewright.definition import load_workflow
 
     try:
+        import jinja2  # noqa: F401  (the web console's templates)
         import uvicorn
 
         from statewright.server import create_app, load_hooks
@@ -612,7 +614,9 @@ def _listen(host: str, port: int, option: str) -> Any:
 def _serve_all(uvicorn: Any, apps: list[Any], sockets: list[Any]) -> None:
     import asyncio
 
-    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on" if i == 0 else "off"))
+    # An open console page holds an event stream: on a stop, give it 5 s, then close it.
+    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on" if i == 0 else "off",
+                                             timeout_graceful_shutdown=5))
                for i, app in enumerate(apps)]
 
     async def main() -> None:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx2 as httpx
 from starlette.testclient import TestClient
 
 from server.console_agents import PAYLOADS
@@ -227,3 +230,41 @@ def test_loop_runs_show_their_record_parked_items_budgets_and_terminal_reason(wo
     assert outcome.status == "ESCALATED" and '<strong class="terminal-reason">no workable item left' in page
     for missing in ("999", "abc", "9" * 40):
         assert world.client.get(f"/runs/{missing}").status_code == 404
+
+
+def _messages(lines: Iterator[str]) -> Iterator[dict[str, str]]:
+    """Server-sent event messages: each the fields before a blank line (comments left out)."""
+    fields: dict[str, str] = {}
+    for line in lines:
+        if not line:
+            if fields:
+                yield fields
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            fields[name] = value
+
+
+def test_live_updates_stream_a_change_and_resume_from_the_last_id(world: World, serve: Any) -> None:
+    """/live?task=ID (signed in) sends the task's stamp as the first message's id, then a
+    ``change`` when the task moves; a browser reconnecting with an older Last-Event-ID hears
+    of the change at once. Without a session it is 401."""
+    tid, proposal = world.waiting("gate")
+    base = serve(world.client.app)
+    with httpx.Client(base_url=base, timeout=20) as client:
+        sign_in(client, world.people.tokens["mia"])  # type: ignore[arg-type]
+        with client.stream("GET", f"/live?task={tid}") as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            messages = _messages(stream.iter_lines())
+            first = next(messages)
+            assert set(first) == {"id", "retry"}
+            world.engine.approve(tid, world.engine.users.authenticate(world.people.tokens["mia"]),
+                                 proposal_hash=proposal)
+            change = next(messages)
+            assert change["event"] == "change" and change["id"] != first["id"]
+        with client.stream("GET", f"/live?task={tid}", headers={"Last-Event-ID": first["id"]}) as stream:
+            again = next(_messages(stream.iter_lines()))
+            assert again["event"] == "change" and again["id"] == change["id"]
+        with client.stream("GET", f"/live?task={tid}", headers={"Last-Event-ID": change["id"]}) as stream:
+            assert "event" not in next(_messages(stream.iter_lines()))
+        assert httpx.get(f"{base}/live?task={tid}").status_code == 401

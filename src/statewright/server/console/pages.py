@@ -56,6 +56,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
 MAX_FORM_BYTES = 64 * 1024
+STREAM_SECONDS = 120  # an event stream ends after this; the browser reconnects with its last id
 _DONE = {"approved": "Approved.", "rejected": "Rejected.", "retried": "Retried: the halted step runs again.",
          "cancelled": "Cancelled."}
 _ACTS = ("approve", "reject", "retry", "cancel")
@@ -304,22 +305,28 @@ class Console:
             return Response("sign in first\n", status_code=401, media_type="text/plain", headers=HEADERS)
         task_id = request.query_params.get("task") or None
         poll = self.poll_seconds
+        seen = request.headers.get("last-event-id", "")[:100]  # a reconnecting browser's last stamp
 
         async def stream() -> AsyncIterator[bytes]:
+            # Each message's id is the stamp it reports, so a browser that reconnects (the
+            # stream ends after STREAM_SECONDS) hears at once of a change made in between.
             last = await run_in_threadpool(self._stamp, task_id)
-            yield b"retry: 2000\n\n"
+            if seen and seen != last:
+                yield f"id: {last}\nretry: 2000\nevent: change\ndata: {{}}\n\n".encode()
+            else:
+                yield f"id: {last}\nretry: 2000\n\n".encode()
             idle = 0.0
-            for _ in range(int(600 / poll)):  # the browser reconnects after ten minutes
-                await asyncio.sleep(poll)
+            for _ in range(int(STREAM_SECONDS / poll)):
                 if await request.is_disconnected():
                     return
+                await asyncio.sleep(poll)
                 try:
                     now = await run_in_threadpool(self._stamp, task_id)
                 except StatewrightError:
                     continue
                 if now != last:
                     last, idle = now, 0.0
-                    yield f"event: change\ndata: {json.dumps({'stamp': now[:16]})}\n\n".encode()
+                    yield f"id: {now}\nevent: change\ndata: {{}}\n\n".encode()
                 else:
                     idle += poll
                     if idle >= 15:

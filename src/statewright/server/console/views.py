@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from statewright._errors import StatewrightError
 from statewright._time import duration, when
@@ -163,6 +164,8 @@ class _Loaded:
         return self.loaded
 
 
+_MARKS = {"passed": "ok", "failed": "FAIL", "halted": "STOP"}
+_ARROWS = {"loop_back": "\u21a9", "early_exit": "\u21d2", "advisory": "\u2192", "halt": "\u25a0"}
 SHOWN_CHECKS = 20  # the review's checks and verdicts: the latest; the history holds them all
 
 
@@ -172,7 +175,12 @@ def task(engine: Engine, task_id: str, who: Principal) -> dict[str, Any]:
     for key in ("checks", "verdicts"):
         data[f"{key}_earlier"] = max(0, len(data[key]) - SHOWN_CHECKS)
         data[key] = data[key][-SHOWN_CHECKS:]
-    at = functools.lru_cache(maxsize=4096)(when)
+    minute = functools.lru_cache(maxsize=4096)(lambda m: when(m * 60_000))  # when() shows minutes
+
+    def at(ms: int) -> str:
+        return minute(ms // 60_000)
+
+    base = f"/tasks/{quote(task_id, safe='')}/brief/"
     history: list[dict[str, Any]] = []
     for entry in history_entries(st):
         o = entry.get("operator")
@@ -186,8 +194,11 @@ def task(engine: Engine, task_id: str, who: Principal) -> dict[str, Any]:
             "outcome": a.outcome.value, "why": entry["why"], "reason": a.reason, "detail": a.detail,
             "detour": entry["detour"], "deliveries": a.deliveries, "retries": a.retries, "note": a.note,
             "verdict": _pretty(a.verdict) if a.verdict is not None else None,
-            "artifacts": dict(a.artifacts), "output": a.output, "cost": dict(a.cost),
-            "has_brief": a.kind == StepKind.AI.value or st.workflow.step(a.step).remote is not None,
+            "artifacts": dict(a.artifacts), "output": a.output,
+            "brief_url": f"{base}{quote(a.step, safe='')}/{a.number}"
+            if a.kind == StepKind.AI.value or st.workflow.step(a.step).remote is not None else None,
+            "mark": _MARKS[a.outcome.value], "arrow": _ARROWS[entry["detour"][0]] if entry["detour"] else "",
+            "cost_text": ", ".join(f"{k} {v}" for k, v in a.cost.items()),
             "started": at(a.started_at_ms), "ended": at(a.ended_at_ms),
         })
     cur = st.current
