@@ -213,7 +213,8 @@ class Console:
 
     def _task_context(self, tid: str, signed: Signed, *, notice: str | None = None, error: str | None = None,
                       form: dict[str, str] | None = None) -> dict[str, Any]:
-        return {"title": f"Task {tid}", "live": f"/live?task={quote(tid, safe='')}", "notice": notice,
+        return {"title": f"Task {tid}", "live": f"/live?task={quote(tid, safe='')}",
+                "self_url": f"/tasks/{quote(tid, safe='')}", "notice": notice,
                 "error": error, "form": form or {}, **views.task(self.engine, tid, signed[1])}
 
     def brief(self, request: Request, signed: Signed) -> dict[str, Any]:

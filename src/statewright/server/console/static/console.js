@@ -4,6 +4,11 @@
 "use strict";
 (function () {
   var url = document.body.getAttribute("data-live");
+  // A refused form post answers with the page itself: show (and refresh) the page's own address.
+  var here = document.body.getAttribute("data-self") || window.location.pathname + window.location.search;
+  if (here !== window.location.pathname + window.location.search && window.history.replaceState) {
+    window.history.replaceState(null, "", here);
+  }
   var state = document.getElementById("live-state");
   if (!url || !window.EventSource) {
     if (state) { state.textContent = "Live updates: off (reload to see changes)"; }
@@ -30,7 +35,7 @@
     return open;
   }
   function refresh() {
-    fetch(window.location.href, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+    fetch(here, {credentials: "same-origin", headers: {"Accept": "text/html"}})
       .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
       .then(function (html) {
         var next = new DOMParser().parseFromString(html, "text/html");
