@@ -268,3 +268,13 @@ def test_live_updates_stream_a_change_and_resume_from_the_last_id(world: World, 
         with client.stream("GET", f"/live?task={tid}", headers={"Last-Event-ID": change["id"]}) as stream:
             assert "event" not in next(_messages(stream.iter_lines()))
         assert httpx.get(f"{base}/live?task={tid}").status_code == 401
+
+
+def test_an_artifact_that_is_a_diff_is_shown_as_one() -> None:
+    """A unified diff's lines are classed as added, removed, hunk and header; other text is
+    left plain."""
+    from statewright.server.console.views import diff_lines
+
+    text = "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n same"
+    assert [c for c, _ in diff_lines(text)] == ["meta", "meta", "meta", "hunk", "del", "add", ""]
+    assert diff_lines("+ not a diff\n- a list") == [("", "+ not a diff"), ("", "- a list")]

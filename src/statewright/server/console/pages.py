@@ -41,6 +41,7 @@ from statewright.runtime.users import Principal
 from statewright.server.console import loop_runs, views
 from statewright.server.console.sessions import (
     CSRF_FIELD,
+    LOGIN_COOKIE,
     Session,
     Sessions,
     clear_session_cookie,
@@ -118,10 +119,10 @@ class Console:
             operator=who is not None and _operator(who), static_hash=self.static_hash, **context)
         return HTMLResponse(html, status_code=status, headers=HEADERS)
 
-    def refused(self, request: Request, exc: StatewrightError, signed: Signed | None, status: int | None = None
-                ) -> HTMLResponse:
-        code = status if status is not None else error_response(exc).status_code
-        return self.render(request, "error.html", signed=signed, status=code, title="Refused",
+    def refused(self, request: Request, exc: StatewrightError, signed: Signed | None) -> HTMLResponse:
+        """The error page for ``exc``, with the status the JSON API answers it with."""
+        return self.render(request, "error.html", signed=signed, status=error_response(exc).status_code,
+                           title="Refused",
                            message=" ".join(str(exc).split()))
 
     def page(self, build: Callable[[Request, Signed], dict[str, Any]], template: str
@@ -156,7 +157,7 @@ class Console:
             form = await read_form(request)
         except InputError as exc:
             return self._login_page(request, str(exc), 422)
-        expected = request.cookies.get("statewright_login")
+        expected = request.cookies.get(LOGIN_COOKIE)
         if not expected or not same(form.get(CSRF_FIELD), expected):
             return self._login_page(request, "The sign-in form had expired or did not come from this site: "
                                              "sign in again.", 403)
@@ -304,7 +305,7 @@ class Console:
         signed = await run_in_threadpool(self.sessions.current, request)
         if signed is None:
             return Response("sign in first\n", status_code=401, media_type="text/plain", headers=HEADERS)
-        task_id = request.query_params.get("task") or None
+        task_id = (request.query_params.get("task") or "")[:200] or None
         poll = self.poll_seconds
         seen = request.headers.get("last-event-id", "")[:100]  # a reconnecting browser's last stamp
 
