@@ -35,3 +35,11 @@ def next_after_map(ctx: Any) -> bool:
     started = time.time()
     (Path(ctx.input["out"]) / "next.start").write_text(repr(started), encoding="utf-8")
     return True
+def never(ctx: Any) -> bool:
+    """A check that never passes (console_bench.py: a long wait, a long loop-back)."""
+    return False
+
+
+def agree(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """An ai step's agent that approves at once, saying which attempt it was."""
+    return {"verdict": {"approved": True, "summary": f"attempt {brief['attempt']}"}, "note": "done"}

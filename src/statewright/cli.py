@@ -568,12 +568,14 @@ def evidence(task_id: str, as_name: str | None, path: str, note: str, token_file
 @_guard
 def serve(host: str, port: int, metrics_port: int | None, workflow_files: tuple[str, ...], hooks_file: str | None,
           loop_db: str | None, github_files: tuple[str, ...], db: str) -> None:
-    """Serve the HTTP API (needs the [web] extra): tasks, reviews, approvals, the operator
-    queue, loop runs, /metrics and signed webhooks. Every call but /openapi.json, /metrics
-    and the hooks takes 'Authorization: Bearer TOKEN'."""
+    """Serve the HTTP API and the web console (needs the [web] extra): tasks, reviews,
+    approvals, the operator queue, loop runs, /metrics and signed webhooks. Every API call
+    but /openapi.json, /metrics and the hooks takes 'Authorization: Bearer TOKEN'; the
+    console's pages (/, /inbox, /halted, /tasks/ID, /runs) sign in at /login."""
     from statewright.definition import load_workflow
 
     try:
+        import jinja2  # noqa: F401  (the web console's templates)
         import uvicorn
 
         from statewright.server import create_app, load_hooks
@@ -630,7 +632,9 @@ def _listen(host: str, port: int, option: str) -> Any:
 def _serve_all(uvicorn: Any, apps: list[Any], sockets: list[Any]) -> None:
     import asyncio
 
-    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on" if i == 0 else "off"))
+    # An open console page holds an event stream: on a stop, give it 5 s, then close it.
+    servers = [uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on" if i == 0 else "off",
+                                             timeout_graceful_shutdown=5))
                for i, app in enumerate(apps)]
 
     async def main() -> None:
@@ -894,6 +898,32 @@ def export(file: str, fmt: str, queue_urls: tuple[str, ...], dead_letter_url: st
         raise InputError("--format asl needs --queue-url URL (the SQS queue the sfn worker reads)")
     asl = to_asl(wf, Queues.parse(queue_urls, dead_letter_url), express=express)
     click.echo(json.dumps(asl, indent=2, ensure_ascii=False))
+
+
+@cli.command()
+@click.argument("file")
+@click.option("--format", "fmt", type=click.Choice(["svg", "mermaid"]), default="svg", show_default=True)
+@click.option("--current", help="Mark this step as the one a task is at.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the drawing to this file (default: stdout).")
+@_guard
+def graph(file: str, fmt: str, current: str | None, out: str | None) -> None:
+    """Draw a workflow: its steps in a line, loop-backs as arcs back, early exits forward (the
+    drawing of the web console's task page)."""
+    from statewright.definition import load_workflow
+    from statewright.export import to_mermaid, to_svg
+
+    wf = load_workflow(file)
+    if current is not None and current not in {s.id for s in wf.steps}:
+        raise InputError(f"--current {current!r}: workflow {wf.name!r} has no such step; its steps are "
+                         + ", ".join(s.id for s in wf.steps))
+    text = to_svg(wf, current=current) if fmt == "svg" else to_mermaid(wf, current=current)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
 
 
 @cli.command()

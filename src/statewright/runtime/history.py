@@ -15,39 +15,60 @@ def _short(text: str, n: int = 70) -> str:
     return line if len(line) <= n else line[: n - 3] + "..."
 
 
-def history_lines(state: TaskState) -> list[str]:
-    """One line per attempt; loop-backs, early exits, approvals and operator acts marked."""
-    lines: list[str] = []
-    ops = sorted(state.operator_actions, key=lambda o: o.at_ms)
-    events: list[tuple[int, int, str]] = []
+def _detour(state: TaskState, route: str) -> tuple[str, str] | None:
+    """An attempt's route off the straight line, as (kind, text): a loop back, an early
+    exit, an advisory failure or a halt; None when the task went straight on."""
+    if route.startswith("loop_back"):
+        return "loop_back", route.replace("->", " to ")
+    if route == "complete" and state.status is TaskStatus.COMPLETED_EARLY:
+        return "early_exit", "complete early (later steps skipped)"
+    if route.startswith("continue (advisory)"):
+        return "advisory", "advisory failure, continue"
+    if route.startswith("halt"):
+        return "halt", route
+    return None
+
+
+def history_entries(state: TaskState) -> list[dict[str, Any]]:
+    """The history in order: each attempt (with ``why`` and its ``detour``, if any) and each
+    operator act; what ``history_lines`` prints and the web console draws."""
+    entries: list[tuple[int, int, dict[str, Any]]] = []
     for i, a in enumerate(state.attempts):
-        mark = {"passed": "ok  ", "failed": "FAIL", "halted": "STOP"}[a.outcome.value]
         why = a.reason
         if a.outcome is Outcome.FAILED and a.detail:
             why = f"{a.reason}: {_short(a.detail, 60)}"
         elif a.outcome is Outcome.PASSED and a.kind == "human":
             h = str((a.verdict or {}).get("proposal_hash", ""))[:12]
             why = f"approved by {a.actor}, proposal {h}"
-        line = f"{mark} {a.step:<14} {a.kind:<5} #{a.number:<2} {a.actor:<22} {why}".rstrip()
+        entries.append((a.ended_at_ms, i, {"attempt": a, "why": why, "detour": _detour(state, a.route)}))
+    for o in state.operator_actions:
+        entries.append((o.at_ms, 10**9, {"operator": o}))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    return [e[2] for e in entries]
+
+
+def history_lines(state: TaskState) -> list[str]:
+    """One line per attempt; loop-backs, early exits, approvals and operator acts marked."""
+    lines: list[str] = []
+    arrows = {"loop_back": "<-", "early_exit": "=>", "advisory": "->", "halt": "!!"}
+    for entry in history_entries(state):
+        o = entry.get("operator")
+        if o is not None:
+            lines.append(f"OPER {o.action:<14} by {o.actor}: {_short(o.reason, 60)}")
+            continue
+        a = entry["attempt"]
+        mark = {"passed": "ok  ", "failed": "FAIL", "halted": "STOP"}[a.outcome.value]
+        line = f"{mark} {a.step:<14} {a.kind:<5} #{a.number:<2} {a.actor:<22} {entry['why']}".rstrip()
         if a.deliveries > 1:
             line += f"   (redelivered: started {a.deliveries} times)"
         if a.retries:
             line += f"   ({a.retries} transient {'error' if a.retries == 1 else 'errors'} retried)"
         if a.note:
             line += f'   note: "{_short(a.note, 40)}"'
-        events.append((a.ended_at_ms, i * 2, line))
-        if a.route.startswith("loop_back"):
-            events.append((a.ended_at_ms, i * 2 + 1, f"       <- {a.route.replace('->', ' to ')}"))
-        elif a.route == "complete" and state.status.value == "completed_early":
-            events.append((a.ended_at_ms, i * 2 + 1, "       => complete early (later steps skipped)"))
-        elif a.route.startswith("continue (advisory)"):
-            events.append((a.ended_at_ms, i * 2 + 1, "       -> advisory failure, continue"))
-        elif a.route.startswith("halt"):
-            events.append((a.ended_at_ms, i * 2 + 1, f"       !! {a.route}"))
-    for o in ops:
-        events.append((o.at_ms, 10**9, f"OPER {o.action:<14} by {o.actor}: {_short(o.reason, 60)}"))
-    events.sort(key=lambda e: (e[0], e[1]))
-    lines.extend(e[2] for e in events)
+        lines.append(line)
+        if entry["detour"] is not None:
+            kind, text = entry["detour"]
+            lines.append(f"       {arrows[kind]} {text}")
     cur = state.current
     if cur is not None:
         if state.status.value == "awaiting_approval":

@@ -42,13 +42,20 @@ def _agent_routes(api: Api) -> Sequence[BaseRoute]:
 
     return agent_routes(api.engine, authenticate=api.engine.users.authenticate)
 
+
+def _console_routes(api: Api) -> Sequence[BaseRoute]:
+    """The web console's pages, form posts and live updates (server/console/)."""
+    from statewright.server.console import console_routes
+
+    return console_routes(api)
+
 if TYPE_CHECKING:
     from statewright.integrations.github.webhook import WebhookConfig
 
 #: Route lists mounted beside the API's own: each is called with the app's ``Api`` (the
 #: engine, the bearer check, ``endpoint`` and the refusals are in server/http.py) and returns
 #: Starlette routes.
-ROUTE_FACTORIES: tuple[Callable[[Api], Sequence[BaseRoute]], ...] = (_agent_routes,)
+ROUTE_FACTORIES: tuple[Callable[[Api], Sequence[BaseRoute]], ...] = (_agent_routes, _console_routes)
 
 _DEFAULT_LIMIT = 100
 
