@@ -123,6 +123,8 @@ class Step:
     result_limit_bytes: int = DEFAULT_RESULT_LIMIT_BYTES  # its result, written as JSON
     notify: tuple[NotifyTarget, ...] = ()  # a human step: told when it waits for approval
     stuck_after_seconds: float | None = None  # the workflow's notify.stuck is told after this long here
+    concurrency: int | None = None  # at most this many attempts of it performed at once, fleet-wide
+    limits: tuple[str, ...] = ()  # the named limits (definition/fleet.py) it draws on
 
     @property
     def remote(self) -> RemoteAgent | None:
@@ -153,6 +155,8 @@ class Workflow:
     source: str = "<definition>"
     notify: Mapping[NotifyEvent, tuple[NotifyTarget, ...]] = field(default_factory=dict)  # halted, stuck
     github: GithubProjection | None = None  # labels on the task's issue or pull request
+    concurrency: int | None = None  # at most this many of its tasks' steps performed at once, fleet-wide
+    tenant_ref: str | None = None  # ``input.FIELD``: where a task's tenant is read when submit names none
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def index_of(self, step_id: str) -> int:

@@ -145,6 +145,8 @@ class TaskState:
     epoch: int = 0
     created_at_ms: int = 0
     updated_at_ms: int = 0
+    priority: int = 0  # higher is claimed first
+    tenant: str = ""  # whose fair share and limits its steps count against
 
     @property
     def terminal(self) -> bool:
@@ -212,6 +214,8 @@ class TaskState:
             epoch=int(data.get("epoch", 0)),
             created_at_ms=int(data.get("created_at_ms", 0)),
             updated_at_ms=int(data.get("updated_at_ms", 0)),
+            priority=int(data.get("priority", 0)),
+            tenant=str(data.get("tenant", "")),
         )
 
 

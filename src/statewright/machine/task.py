@@ -412,7 +412,7 @@ def _on_submitted(state: TaskState, ev: TaskSubmitted) -> Result:
         err = verdict_error(schema, ev.input)
         if err is not None:
             raise IllegalEventError(f"task {state.task_id}: input does not match input_schema: {err}")
-    started = replace(state, input=dict(ev.input), created_at_ms=ev.at_ms)
+    started = replace(state, input=dict(ev.input), created_at_ms=ev.at_ms, priority=ev.priority, tenant=ev.tenant)
     return _enter(started, 0, ev.at_ms)
 
 

@@ -25,6 +25,7 @@ from statewright._errors import (
 )
 from statewright._json_limits import check_json_value
 from statewright._names import AGENT_ROLE, OPERATOR_ROLE
+from statewright.definition.fleet import check_priority, check_tenant, is_tenant
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
@@ -39,12 +40,14 @@ from statewright.machine.events import (
     TaskSubmitted,
     event_from_dict,
 )
+from statewright.machine.paths import RefError, parse_ref, resolve
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime import inputs, workspaces
 from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, NewCommand, Store, open_store
+from statewright.store.admission import Gate, gates_json
 from statewright.store.base import Claim
 
 log = logging.getLogger("statewright.worker")
@@ -112,19 +115,49 @@ def new_task_id(now_ms: int) -> str:
     return f"t-{max(0, now_ms):011x}{_random_hex(8)}"
 
 
-def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand]:
-    """The outbox rows and timers of ``commands``. A RequestApproval is not stored: telling
-    the approvers is the work of the step's Notify commands, and the engine announces the
-    wait in its log once the transition is committed (``announce``)."""
+def to_new_commands(commands: Sequence[Command], now_ms: int, state: TaskState | None = None) -> list[NewCommand]:
+    """The outbox rows and timers of ``commands`` (made by a transition into ``state``): each
+    with the task's priority and tenant, a step's with the gates of its limits. A
+    RequestApproval is not stored: telling the approvers is the work of the step's Notify
+    commands, and the engine announces the wait in its log once the transition is committed
+    (``announce``)."""
     out = []
+    priority, tenant = (state.priority, state.tenant) if state is not None else (0, "")
     for c in commands:
         if isinstance(c, RequestApproval):
             continue
         if isinstance(c, StartTimer):
             out.append(NewCommand(c.timer_id, "TimerFired", {}, c.due_at_ms, timer=True, purpose=c.purpose))
         else:
-            out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms))
+            gates = step_gates(state.workflow, c.step) if state is not None and c.type in _GATED else None
+            out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms, priority=priority, tenant=tenant,
+                                  gates=gates))
     return out
+
+
+_GATED = frozenset({"RunStep", "RunCheck"})  # the commands that perform a step's work
+_STEP_GATES: dict[tuple[str, str], str | None] = {}
+
+
+def step_gates(workflow: Workflow, step_id: str) -> str | None:
+    """The gates (store/admission.py) a step's work passes: the workflow's and the step's
+    concurrency and the named limits it draws on; None when it has none."""
+    key = (workflow.content_hash, step_id)
+    if key not in _STEP_GATES:
+        try:
+            step = workflow.step(step_id)
+        except KeyError:
+            return None
+        gates = []
+        if workflow.concurrency is not None:
+            gates.append(Gate(f"workflow:{workflow.name}", workflow.concurrency))
+        if step.concurrency is not None:
+            gates.append(Gate(f"step:{workflow.name}/{step.id}", step.concurrency))
+        gates += [Gate(f"limit:{name}") for name in step.limits]
+        if len(_STEP_GATES) > 10_000:
+            _STEP_GATES.clear()
+        _STEP_GATES[key] = gates_json(gates)
+    return _STEP_GATES[key]
 
 
 def announce(task_id: str, commands: Sequence[Command]) -> None:
@@ -189,9 +222,14 @@ class Engine:
         *,
         key: str | None = None,
         task_id: str | None = None,
+        priority: int = 0,
+        tenant: str | None = None,
     ) -> str:
         """Start a task; with ``key``, submitting the same again returns the same task id, and
-        the key given with other input or another workflow is refused (KeyReusedError)."""
+        the key given with other input or another workflow is refused (KeyReusedError).
+        ``priority`` (higher first, -1000..1000) and ``tenant`` (else the one the workflow's
+        ``tenant:`` reference finds in the input) hold for all its steps; a parent's submit
+        of a child passes its own (``Engine.child_schedule``)."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
@@ -200,16 +238,17 @@ class Engine:
             existing = self.store.task_by_key(key)
             if existing is not None:
                 return self._same_submission(existing, key, wf, given)
+        priority, tenant = self._schedule(wf, given, priority, tenant)
         data = workspaces.pin_base(given)  # the protected paths' baseline, fixed now
         self.register(wf)
         now = self.clock.now_ms()
         for attempt in range(_CONFLICT_RETRIES):
             tid = task_id or new_task_id(now)
-            ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
+            ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data, priority=priority, tenant=tenant)
             new, cmds = transition(new_task(tid, wf), ev)
             try:
                 res = self.store.append(
-                    tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
+                    tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now, new),
                     workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
                 )
             except VersionConflictError:
@@ -226,6 +265,41 @@ class Engine:
                 continue  # a generated id that is taken: never join another submit's task
             return tid  # the caller's own task id, submitted before
         raise VersionConflictError(task_id or "t-?", 0, 1)
+
+    def _schedule(self, wf: Workflow, given: Mapping[str, Any], priority: object, tenant: object) -> tuple[int, str]:
+        """The checked priority and tenant of a new task; InputError names what is wrong."""
+        try:
+            prio = check_priority(priority)
+            if tenant is None and wf.tenant_ref is not None:
+                try:
+                    found = resolve(parse_ref(wf.tenant_ref), given, {})
+                except RefError as exc:
+                    msg = f"workflow {wf.name!r} reads the tenant from {exc}; give it in the input or pass a tenant"
+                    raise ValueError(msg) from None
+                if not is_tenant(found):
+                    msg = (f"workflow {wf.name!r} reads the tenant from {wf.tenant_ref}, which holds {found!r}, "
+                           "not a tenant name")
+                    raise ValueError(msg)
+                tenant = found
+            name = check_tenant(tenant) if tenant is not None else ""
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        named = {n for s in wf.steps for n in s.limits}
+        if named:
+            unknown = sorted(named - set(self.store.fleet().limits))
+            if unknown:
+                step = next(s.id for s in wf.steps if unknown[0] in s.limits)
+                msg = (f"workflow {wf.name!r} step {step!r} draws on limit {unknown[0]!r}, which the fleet config "
+                       f"of {self.store.url} does not name; add it to a fleet file and run "
+                       "'statewright limits apply FILE'")
+                raise InputError(msg)
+        return prio, name
+
+    @staticmethod
+    def child_schedule(parent: TaskState) -> dict[str, Any]:
+        """The ``submit`` arguments a child task (a map item, a loop's pass) inherits from its
+        parent: the parent's priority and tenant."""
+        return {"priority": parent.priority, "tenant": parent.tenant or None}
 
     def _same_submission(self, task_id: str, key: str, wf: Workflow, given: Mapping[str, Any]) -> str:
         """``task_id``, submitted under ``key`` before, when it is this submission again;
@@ -284,7 +358,7 @@ class Engine:
             now = self.clock.now_ms()
             try:
                 res = self.store.append(
-                    task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
+                    task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now, new),
                     complete=complete, complete_timer=complete_timer, terminal=new.terminal,
                     claim_for=claim_for, complete_remote=remote_closed(st, new),
                 )
@@ -329,7 +403,7 @@ class Engine:
             return report
         req = self.store.encode(AppendRequest(
             report.task_id, report.state.version, report.event.wire(), projection(new),
-            to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,
+            to_new_commands(cmds, self.clock.now_ms(), new), complete=report.complete, terminal=new.terminal,
             complete_remote=remote_closed(report.state, new),
         ))
         return replace(report, reduced=(new, cmds, req))

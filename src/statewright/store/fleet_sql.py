@@ -1,0 +1,245 @@
+"""The fleet's SQL, shared by SQLite and PostgreSQL: claiming by priority and fair share,
+admission under the limits (store/admission.py says how), the fleet config, waking the
+commands that waited for a slot, and usage against token rates and daily budgets.
+
+The claim itself stays one statement. Only when a claimed row has gates, or belongs to a
+tenant with a limit or budget, is it admitted in a second transaction that holds
+``_lock_gates_txn`` (nothing on SQLite, whose writers are serialized already; a
+transaction-level advisory lock on PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
+from statewright.store.admission import Ledger, gates_of, usage_gates, with_tenant
+from statewright.store.base import Claim
+
+CLAIM_RETURNING = (
+    "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms, gates, tenant,"
+    " (SELECT gating FROM sw_tenants WHERE sw_tenants.tenant = sw_outbox.tenant), priority, fair"
+)
+_ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
+
+
+class FleetSql:
+    """Mixed into SqlStore; uses its ``_tx``/``_stmt``/``_x`` and ``skip_locked``."""
+
+    skip_locked: str = ""
+    _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
+
+    @abstractmethod
+    def _tx(self) -> AbstractContextManager[Any]: ...
+
+    @abstractmethod
+    def _stmt(self) -> AbstractContextManager[Any]: ...
+
+    @abstractmethod
+    def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    @abstractmethod
+    def _lock_gates_txn(self, cur: Any) -> None:
+        """Hold off every other admission until this transaction ends."""
+        return None
+
+    def _fair_sql(self) -> str:
+        """Where a new command of a tenant takes its place in the fair queue (parameters:
+        tenant, tenant, priority): one step past the tenant's last queued command (a step
+        of SHARE_SCALE / weight), and never before the oldest command queued at its
+        priority, so a tenant that was idle starts level with the others, not ahead."""
+        g = self._greatest
+        return (
+            f"{g}(COALESCE((SELECT MAX(fair) FROM sw_outbox WHERE tenant = ?)"
+            f" + COALESCE((SELECT share_step FROM sw_tenants WHERE tenant = ?), {SHARE_SCALE}), 0),"
+            " COALESCE((SELECT MIN(fair) FROM sw_outbox WHERE priority = ?), 0))"
+        )
+
+    # --- claiming ------------------------------------------------------------------------
+    def claim(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` due commands, higher priority first, then by fair share;
+        with ``task_id``, only that task's. Commands under limits are admitted (or given
+        back, waiting) before this returns."""
+        out: list[Claim] = []
+        for _ in range(_ADMISSION_ROUNDS):
+            rows = self._claim_rows(worker_id, now_ms, lease_ms, limit - len(out), task_id)
+            plain = [r for r in rows if r[8] is None and not r[10]]
+            gated = [r for r in rows if r[8] is not None or r[10]]
+            out += [_claim(r) for r in plain]
+            if not gated:
+                break
+            out += self._admit(gated, now_ms)
+            if len(out) >= limit or len(rows) < limit:
+                break
+        return out
+
+    def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        with self._stmt() as cur:
+            rows = self._x(
+                cur,
+                "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
+                " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
+                f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
+                f" ORDER BY priority DESC, fair LIMIT ?{self.skip_locked}) RETURNING {CLAIM_RETURNING}",
+                (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
+            ).fetchall()
+        return sorted(rows, key=lambda r: (-int(r[11]), int(r[12])))
+
+    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+        """Admit each row in claim order, or give it back waiting (one transaction)."""
+        admitted = []
+        with self._tx() as cur:
+            self._lock_gates_txn(cur)
+            ledger = Ledger(
+                self._fleet_txn(cur),
+                lambda gate: self._in_use_txn(cur, gate, now_ms),
+                lambda gate, since: [(int(a), int(t)) for a, t in self._x(
+                    cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
+                ).fetchall()],
+                lambda tenant, day: self._usage_txn(cur, tenant, day),
+            )
+            for r in rows:
+                command_id, token, tenant = str(r[0]), int(r[4]), str(r[9])
+                gates = with_tenant(gates_of(r[8]), tenant, bool(r[10]))
+                why = ledger.check(gates, now_ms)
+                if why is not None:
+                    self._x(
+                        cur,
+                        "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+                        " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
+                        " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?",
+                        (why.until_ms, why.reason, why.gate or None, command_id, token),
+                    )
+                    continue
+                slots, rates = ledger.take(gates, now_ms)
+                for gate in slots:
+                    self._x(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES (?, ?, ?)"
+                                 " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token",
+                            (gate, command_id, token))
+                for gate in rates:
+                    self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
+                                 " ON CONFLICT DO NOTHING", (gate, now_ms, command_id))
+                admitted.append(_claim(r, tuple(g.name for g in gates)))
+            for gate, rows_in in ledger.windows.items():  # what left every window is forgotten
+                if rows_in:
+                    self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, rows_in[0][0]))
+        return admitted
+
+    def _in_use_txn(self, cur: Any, gate: str, now_ms: int) -> int:
+        """Live slots of ``gate``; the rows of claims that ended are dropped on the way."""
+        self._x(
+            cur,
+            "DELETE FROM sw_slots WHERE gate = ? AND NOT EXISTS (SELECT 1 FROM sw_outbox o WHERE"
+            " o.command_id = sw_slots.command_id AND o.token = sw_slots.token AND o.lease_expires_ms > ?)",
+            (gate, now_ms),
+        )
+        row = self._x(cur, "SELECT COUNT(*) FROM sw_slots WHERE gate = ?", (gate,)).fetchone()
+        return int(row[0])
+
+    def _usage_txn(self, cur: Any, tenant: str, day: int) -> tuple[int, float]:
+        row = self._x(cur, "SELECT tokens, money_usd FROM sw_usage WHERE tenant = ? AND day = ?",
+                      (tenant, day)).fetchone()
+        return (int(row[0]), float(row[1])) if row else (0, 0.0)
+
+    # --- waking and usage ----------------------------------------------------------------
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
+        with self._tx() as cur:
+            for gate in gates:
+                self._x(
+                    cur,
+                    "UPDATE sw_outbox SET available_at_ms = ? WHERE command_id IN (SELECT command_id FROM"
+                    " sw_outbox WHERE wait_gate = ? AND lease_expires_ms IS NULL AND available_at_ms > ?"
+                    " ORDER BY priority DESC, fair LIMIT ?)",
+                    (now_ms, gate, now_ms, count),
+                )
+            self._work_added_txn(cur)
+
+    def record_usage(
+        self, command_id: str, tenant: str, gates: Sequence[str], tokens: int, money_usd: float, at_ms: int
+    ) -> None:
+        if not gates or (tokens <= 0 and money_usd <= 0):
+            return
+        with self._tx() as cur:
+            counts = usage_gates(gates, self._fleet_txn(cur))
+            for gate, counted in counts.items():
+                if not counted:
+                    continue
+                if gate.startswith("limit:"):
+                    self._x(cur, "UPDATE sw_rate_log SET tokens = tokens + ? WHERE command_id = ? AND gate = ?",
+                            (tokens, command_id, gate))
+                else:
+                    self._x(
+                        cur,
+                        "INSERT INTO sw_usage (tenant, day, tokens, money_usd) VALUES (?, ?, ?, ?)"
+                        " ON CONFLICT (tenant, day) DO UPDATE SET tokens = sw_usage.tokens + excluded.tokens,"
+                        " money_usd = sw_usage.money_usd + excluded.money_usd",
+                        (tenant, at_ms // DAY_MS, tokens, money_usd),
+                    )
+
+    def usage(self, tenant: str, day: int) -> tuple[int, float]:
+        with self._stmt() as cur:
+            return self._usage_txn(cur, tenant, day)
+
+    # --- the config ----------------------------------------------------------------------
+    def put_fleet(self, config: FleetConfig, at_ms: int) -> None:
+        with self._tx() as cur:
+            self._lock_gates_txn(cur)
+            self._x(cur, "DELETE FROM sw_limits")
+            self._x(cur, "DELETE FROM sw_tenants")
+            for name, lim in sorted(config.limits.items()):
+                self._x(cur, "INSERT INTO sw_limits (name, body, updated_at_ms) VALUES (?, ?, ?)",
+                        (name, json.dumps(lim.to_dict(), sort_keys=True), at_ms))
+            for name, share in sorted(config.tenants.items()):
+                self._x(cur, "INSERT INTO sw_tenants (tenant, share_step, gating, body, updated_at_ms)"
+                             " VALUES (?, ?, ?, ?, ?)",
+                        (name, share.share_step, 1 if share.gating else 0,
+                         json.dumps(share.to_dict(), sort_keys=True), at_ms))
+            # A budget may have been raised: what it parked is looked at again now.
+            self._x(cur, "UPDATE sw_outbox SET available_at_ms = ? WHERE wait_gate LIKE 'budget:%'"
+                         " AND lease_expires_ms IS NULL AND available_at_ms > ?", (at_ms, at_ms))
+            self._work_added_txn(cur)
+
+    def fleet(self) -> FleetConfig:
+        with self._stmt() as cur:
+            return self._fleet_txn(cur)
+
+    def _fleet_txn(self, cur: Any) -> FleetConfig:
+        limits = {}
+        for name, body in self._x(cur, "SELECT name, body FROM sw_limits").fetchall():
+            limits[str(name)] = limit_from_row(str(name), json.loads(body))
+        tenants = {}
+        for name, body in self._x(cur, "SELECT tenant, body FROM sw_tenants").fetchall():
+            tenants[str(name)] = tenant_from_row(str(name), json.loads(body))
+        return FleetConfig(limits, tenants)
+
+
+def limit_from_row(name: str, body: dict[str, Any]) -> NamedLimit:
+    """A named limit as the store keeps it (checked when it was put)."""
+    return NamedLimit(
+        name, body.get("concurrency"),
+        parse_rate(body["rate"]) if "rate" in body else None,
+        parse_rate(body["tokens"]) if "tokens" in body else None,
+    )
+
+
+def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
+    usd = body.get("daily_usd")
+    return TenantShare(name, int(body.get("weight", 1)), body.get("concurrency"), body.get("daily_tokens"),
+                       float(usd) if usd is not None else None)
+
+
+def _claim(r: Any, gates: tuple[str, ...] = ()) -> Claim:
+    return Claim(
+        command_id=str(r[0]), task_id=str(r[1]), type=str(r[2]), body=json.loads(r[3]),
+        token=int(r[4]), deliveries=int(r[5]), failures=int(r[6]), lease_expires_ms=int(r[7]),
+        gates=gates, tenant=str(r[9]),
+    )
+
+
+__all__ = ["CLAIM_RETURNING", "FleetSql", "limit_from_row", "tenant_from_row"]
