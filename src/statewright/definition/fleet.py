@@ -29,8 +29,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
+from statewright._errors import DefinitionError
 from statewright.definition.limits import MAX_COUNT, MAX_MONEY_USD, NAME, NAME_RULE, is_name
 
 MIN_PRIORITY = -1000
@@ -133,22 +134,12 @@ class FleetConfig:
         }
 
 
-class FleetError(ValueError):
-    """A fleet file, or a workflow's scheduling fields, that cannot be used; ``problems`` lists
-    each as one line naming its place."""
-
-    def __init__(self, problems: list[str], source: str) -> None:
-        self.problems = problems
-        self.source = source
-        super().__init__(f"{source}: " + "; ".join(problems))
-
-
 def fleet_from_dict(data: object, source: str = "<fleet>") -> FleetConfig:
     """Check a fleet file's mapping (``limits:``, ``tenants:``) and build the config."""
     problems: list[str] = []
     if not isinstance(data, Mapping):
-        raise FleetError([f"a fleet file must be a mapping with 'limits' and/or 'tenants', got {type(data).__name__}"],
-                         source)
+        msg = f"a fleet file must be a mapping with 'limits' and/or 'tenants', got {type(data).__name__}"
+        raise DefinitionError([msg], source)
     for key in data:
         if key not in ("limits", "tenants"):
             problems.append(f"unknown field {key!r}; allowed: limits, tenants")
@@ -163,7 +154,7 @@ def fleet_from_dict(data: object, source: str = "<fleet>") -> FleetConfig:
         if share is not None:
             tenants[name] = share
     if problems:
-        raise FleetError(problems, source)
+        raise DefinitionError(problems, source)
     return FleetConfig(limits, tenants)
 
 
@@ -233,7 +224,7 @@ def check_priority(value: object) -> int:
     return value
 
 
-def is_tenant(value: object) -> bool:
+def is_tenant(value: object) -> TypeGuard[str]:
     return is_name(value, NAME)
 
 
@@ -296,7 +287,6 @@ __all__ = [
     "RATE_RULE",
     "SHARE_SCALE",
     "FleetConfig",
-    "FleetError",
     "NamedLimit",
     "Rate",
     "TenantShare",

@@ -560,7 +560,7 @@ def _parse_step(
         if stuck_after == 0:
             problems.add(f"{where} stuck_after", "must be greater than zero")
             stuck_after = None
-    result_limit: dict[str, int] = {}
+    result_limit: dict[str, Any] = {}
     if "result_limit" in raw:
         try:
             result_limit["result_limit_bytes"] = parse_size_bytes(raw["result_limit"])

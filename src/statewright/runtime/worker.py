@@ -129,6 +129,7 @@ class Worker:
         self.stats = WorkerStats()
         self.stopping = threading.Event()
         self._held: dict[str, int] = {}
+        self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
         self._held_lock = threading.Lock()
         # The state a report of ours wrote, keyed by the command the same commit claimed for
         # us: performing that command then needs no read back (a stale one loses cleanly in
@@ -279,6 +280,7 @@ class Worker:
         now = self.clock.now_ms()
         claims = self.store.claim(self.worker_id, now, self.lease_ms, 1, task_id=task_id)
         if claims:
+            self._note_gated(claims)
             return claims[0]
         for t in self.store.claim_timers(self.worker_id, now, self.lease_ms, 1, task_id=task_id):
             ev = TimerFired(event_id=f"{t.timer_id}:fired", at_ms=now, timer_id=t.timer_id)
@@ -358,6 +360,7 @@ class Worker:
                 return fired
             limit = max(1, self._prefetch() - in_flight)
             claims = self.store.claim(self.worker_id, self.clock.now_ms(), self.lease_ms, limit)
+            self._note_gated(claims)
             if len(claims) < limit:
                 self._fresh_after = time.monotonic() + self.idle_poll_seconds
             self._read_states(claims)
@@ -503,6 +506,25 @@ class Worker:
         with self._held_lock:
             if self._held.get(command_id) == token:
                 del self._held[command_id]
+            gates = self._gated.pop(command_id, None)
+        if gates:  # its slot is free now: the next command waiting for one may start
+            self.store.wake(gates, self.clock.now_ms())
+
+    def _note_gated(self, claims: list[Claim]) -> None:
+        """Remember which claims hold a slot, to wake a waiter when each ends."""
+        gated = [c for c in claims if c.gates]
+        if gated:
+            with self._held_lock:
+                for c in gated:
+                    self._gated[c.command_id] = c.gates
+
+    def _count_usage(self, claim: Claim, event: Event) -> None:
+        """What a step under a token rate or a tenant budget used, counted against them."""
+        cost = getattr(event, "cost", None) or {}
+        tokens = int(cost.get("tokens_in", 0) or 0) + int(cost.get("tokens_out", 0) or 0)
+        money = float(cost.get("money_usd", 0) or 0)
+        if tokens > 0 or money > 0:
+            self.store.record_usage(claim.command_id, claim.tenant, claim.gates, tokens, money, self.clock.now_ms())
 
     def _perform_held(self, claim: Claim) -> Report | None:
         body = claim.body
@@ -555,6 +577,8 @@ class Worker:
             _log_outcome(claim, "given back to retry later", time.monotonic() - started)
             return None
         crash_point("after_effect")
+        if claim.gates:
+            self._count_usage(claim, event)
         report = self._reduce(claim, state, step, event)
         _log_outcome(claim, _outcome_of(report.event), time.monotonic() - started)
         return report

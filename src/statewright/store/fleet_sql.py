@@ -42,6 +42,8 @@ class FleetSql:
     def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any: ...
 
     @abstractmethod
+    def _work_added_txn(self, cur: Any) -> None: ...
+
     def _lock_gates_txn(self, cur: Any) -> None:
         """Hold off every other admission until this transaction ends."""
         return None

@@ -290,7 +290,7 @@ class MemoryStore(MemoryPeople, MemoryFleet):
             {"command_id": c.command_id, "task_id": c.task_id, "type": c.type, "token": c.token,
              "deliveries": c.deliveries, "failures": c.failures, "lease_expires_ms": c.lease_expires_ms,
              "available_at_ms": c.available_at_ms, "lease_owner": c.lease_owner, "priority": c.priority,
-             "tenant": c.tenant, "waiting": c.waiting}
+             "tenant": c.tenant, "waiting": c.waiting, "fair": c.fair}
             for c in rows
         ]
 

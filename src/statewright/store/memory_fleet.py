@@ -41,7 +41,7 @@ class MemoryFleet:
                 key=lambda c: (-c.priority, c.fair),
             )
             ledger: Ledger | None = None
-            out = []
+            out: list[Claim] = []
             for c in due:
                 if len(out) >= limit:
                     break

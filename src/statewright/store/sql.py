@@ -502,7 +502,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
         return {str(r[0]): int(r[1]) for r in rows}
 
     def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
-        sql = f"SELECT {_CLAIM_COLS}, available_at_ms, lease_owner, priority, tenant, waiting FROM sw_outbox"
+        sql = f"SELECT {_CLAIM_COLS}, available_at_ms, lease_owner, priority, tenant, waiting, fair FROM sw_outbox"
         params: tuple[Any, ...] = ()
         if task_id is not None:
             sql += " WHERE task_id = ?"
@@ -513,7 +513,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             {"command_id": r[0], "task_id": r[1], "type": r[2], "token": int(r[4]),
              "deliveries": int(r[5]), "failures": int(r[6]), "lease_expires_ms": r[7],
              "available_at_ms": int(r[8]), "lease_owner": r[9], "priority": int(r[10]), "tenant": str(r[11]),
-             "waiting": r[12]}
+             "waiting": r[12], "fair": int(r[13])}
             for r in rows
         ]
 
