@@ -70,6 +70,7 @@ class Ledger:
     in_use: dict[str, int] = field(default_factory=dict)
     windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     spent: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
+    window_ms: dict[str, int] = field(default_factory=dict)  # the longest window each rate gate was read for
 
     def check(self, gates: Sequence[Gate], now_ms: int) -> Waiting | None:
         """None when a command with ``gates`` may start at ``now_ms``; else why it waits."""
@@ -84,6 +85,11 @@ class Ledger:
             if why is not None:
                 return why
         return None
+
+    def forgettable(self, now_ms: int) -> dict[str, int]:
+        """Per rate gate read: rows before this no window can count any longer (two windows
+        back, so a worker whose clock is somewhat behind still sees what it must count)."""
+        return {gate: now_ms - 2 * w for gate, w in self.window_ms.items()}
 
     def take(self, gates: Sequence[Gate], now_ms: int) -> tuple[list[str], list[str]]:
         """Count a command admitted with ``gates``: the gates it holds a slot of, and the
@@ -144,10 +150,11 @@ class Ledger:
     def _room_at(self, gate: str, rate: Rate, tokens: bool, now_ms: int) -> int | None:
         """None when the window ending now has room; else when it will."""
         since = now_ms - rate.window_ms
-        if gate not in self.windows:
+        if gate not in self.windows or self.window_ms.get(gate, 0) < rate.window_ms:
             self.windows[gate] = self.load_window(gate, since)
+            self.window_ms[gate] = rate.window_ms
+        # Every row after ``since`` counts, a later one too (a worker whose clock is behind).
         rows = sorted(r for r in self.windows[gate] if r[0] > since)
-        self.windows[gate] = rows
         used = sum(t for _, t in rows) if tokens else len(rows)
         if used < rate.amount:
             return None

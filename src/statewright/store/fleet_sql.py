@@ -128,9 +128,8 @@ class FleetSql:
                     self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
                                  " ON CONFLICT DO NOTHING", (gate, now_ms, command_id))
                 admitted.append(_claim(r, tuple(g.name for g in gates)))
-            for gate, rows_in in ledger.windows.items():  # what left every window is forgotten
-                if rows_in:
-                    self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, rows_in[0][0]))
+            for gate, before in ledger.forgettable(now_ms).items():  # what left every window is forgotten
+                self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
         return admitted
 
     def _in_use_txn(self, cur: Any, gate: str, now_ms: int) -> int:

@@ -63,6 +63,9 @@ class MemoryFleet:
                         self.db.rate_log.setdefault(g, []).append([now_ms, c.command_id, 0])
                 self.db.outbox[c.command_id] = held
                 out.append(_claim(held, tuple(g.name for g in gates)))
+            if ledger is not None:
+                for gate, before in ledger.forgettable(now_ms).items():
+                    self.db.rate_log[gate] = [r for r in self.db.rate_log.get(gate, []) if r[0] >= before]
         return out
 
     def _in_use(self, gate: str, now_ms: int) -> int:
@@ -75,9 +78,8 @@ class MemoryFleet:
         return sum(1 for g, _ in self.db.slots if g == gate)
 
     def _window(self, gate: str, since_ms: int) -> list[tuple[int, int]]:
-        rows = [r for r in self.db.rate_log.get(gate, []) if r[0] > since_ms]
-        self.db.rate_log[gate] = rows
-        return [(int(r[0]), int(r[2])) for r in rows]
+        rows = self.db.rate_log.get(gate, [])
+        return [(int(r[0]), int(r[2])) for r in rows if r[0] > since_ms]
 
     def _spent(self, tenant: str, day: int) -> tuple[int, float]:
         return self.db.usage.get((tenant, day), (0, 0.0))
