@@ -123,7 +123,7 @@ def test_no_limit_is_exceeded_by_several_workers(
                 if not held:
                     clock.tick(2_000)  # nothing to do: let the waiters' time come
             raise AssertionError(f"worker {n} still had work after 5000 rounds")
-        except BaseException as exc:  # noqa: BLE001 (reported by the test thread)
+        except BaseException as exc:
             errors.append(exc)
         finally:
             store.close()

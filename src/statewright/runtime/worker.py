@@ -508,7 +508,7 @@ class Worker:
                 del self._held[command_id]
             gates = self._gated.pop(command_id, None)
         if gates:  # its slot is free now: the next command waiting for one may start
-            self.store.wake(gates, self.clock.now_ms())
+            self.store.wake(gates, self.clock.now_ms(), command_id=command_id)
 
     def _note_gated(self, claims: list[Claim]) -> None:
         """Remember which claims hold a slot, to wake a waiter when each ends."""

@@ -97,7 +97,7 @@ class Ledger:
         slots, rates = [], []
         for g in gates:
             kind, _, name = g.name.partition(":")
-            if self._capacity(g) is not None:
+            if self.capacity(g) is not None:
                 slots.append(g.name)
                 self.in_use[g.name] = self._in_use(g.name) + 1
             lim = self.config.limits.get(name) if kind == "limit" else None
@@ -107,7 +107,7 @@ class Ledger:
         return slots, rates
 
     # --- the checks ----------------------------------------------------------------------
-    def _capacity(self, g: Gate) -> int | None:
+    def capacity(self, g: Gate) -> int | None:
         kind, _, name = g.name.partition(":")
         if kind == "limit":
             lim = self.config.limits.get(name)

@@ -281,8 +281,9 @@ class Store(Protocol):
 
     def fleet(self) -> FleetConfig: ...
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
-        """Make up to ``count`` commands waiting for a slot of each of ``gates`` due now."""
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
+        """Make up to ``count`` commands waiting for a slot of each of ``gates`` due now;
+        with ``command_id`` (the claim that ended), forget its slots."""
         ...
 
     def record_usage(

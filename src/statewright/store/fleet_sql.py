@@ -24,12 +24,14 @@ CLAIM_RETURNING = (
     " (SELECT gating FROM sw_tenants WHERE sw_tenants.tenant = sw_outbox.tenant), priority, fair"
 )
 _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
+_PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows and dead slots
 
 
 class FleetSql:
     """Mixed into SqlStore; uses its ``_tx``/``_stmt``/``_x`` and ``skip_locked``."""
 
     skip_locked: str = ""
+    _prune_after_ms: int = 0
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
 
     @abstractmethod
@@ -43,6 +45,9 @@ class FleetSql:
 
     @abstractmethod
     def _work_added_txn(self, cur: Any) -> None: ...
+
+    @abstractmethod
+    def _sql(self, sql: str) -> str: ...
 
     def _lock_gates_txn(self, cur: Any) -> None:
         """Hold off every other admission until this transaction ends."""
@@ -94,54 +99,76 @@ class FleetSql:
         return sorted(rows, key=lambda r: (-int(r[11]), int(r[12])))
 
     def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
-        """Admit each row in claim order, or give it back waiting (one transaction)."""
-        admitted = []
+        """Admit each row in claim order, or give it back waiting: one transaction, a few
+        statements whatever the number of rows (the slots of every gate counted at once,
+        the new slots and rate log rows written together)."""
+        admitted, slot_rows, rate_rows, waits = [], [], [], []
         with self._tx() as cur:
             self._lock_gates_txn(cur)
+            config = self._fleet_txn(cur)
+            claimed = [(r, with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))) for r in rows]
             ledger = Ledger(
-                self._fleet_txn(cur),
-                lambda gate: self._in_use_txn(cur, gate, now_ms),
+                config,
+                lambda gate: self._in_use_txn(cur, [gate], now_ms).get(gate, 0),
                 lambda gate, since: [(int(a), int(t)) for a, t in self._x(
                     cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
                 ).fetchall()],
                 lambda tenant, day: self._usage_txn(cur, tenant, day),
             )
-            for r in rows:
-                command_id, token, tenant = str(r[0]), int(r[4]), str(r[9])
-                gates = with_tenant(gates_of(r[8]), tenant, bool(r[10]))
+            counted = sorted({g.name for _, gates in claimed for g in gates if ledger.capacity(g) is not None})
+            if counted:
+                ledger.in_use.update(dict.fromkeys(counted, 0) | self._in_use_txn(cur, counted, now_ms))
+            for r, gates in claimed:
+                command_id, token = str(r[0]), int(r[4])
                 why = ledger.check(gates, now_ms)
                 if why is not None:
-                    self._x(
-                        cur,
-                        "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
-                        " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
-                        " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?",
-                        (why.until_ms, why.reason, why.gate or None, command_id, token),
-                    )
+                    waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
                     continue
                 slots, rates = ledger.take(gates, now_ms)
-                for gate in slots:
-                    self._x(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES (?, ?, ?)"
-                                 " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token",
-                            (gate, command_id, token))
-                for gate in rates:
-                    self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
-                                 " ON CONFLICT DO NOTHING", (gate, now_ms, command_id))
+                slot_rows += [(gate, command_id, token) for gate in slots]
+                rate_rows += [(gate, now_ms, command_id) for gate in rates]
                 admitted.append(_claim(r, tuple(g.name for g in gates)))
-            for gate, before in ledger.forgettable(now_ms).items():  # what left every window is forgotten
-                self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
+            if waits:
+                self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+                                " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
+                                " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?", waits)
+            if slot_rows:
+                self._many(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES (?, ?, ?)"
+                                " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token", slot_rows)
+            if rate_rows:
+                self._many(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
+                                " ON CONFLICT DO NOTHING", rate_rows)
+            if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
+                self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
+                for gate, before in ledger.forgettable(now_ms).items():
+                    self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
+                if counted:
+                    self._drop_dead_slots_txn(cur, counted, now_ms)
         return admitted
 
-    def _in_use_txn(self, cur: Any, gate: str, now_ms: int) -> int:
-        """Live slots of ``gate``; the rows of claims that ended are dropped on the way."""
+    def _many(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        cur.executemany(self._sql(sql), rows)
+
+    def _in_use_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Live slots of each of ``gates``: slot rows whose claim still holds its lease."""
+        marks = ", ".join("?" * len(gates))
+        rows = self._x(
+            cur,
+            "SELECT s.gate, COUNT(*) FROM sw_slots s JOIN sw_outbox o ON o.command_id = s.command_id"
+            f" AND o.token = s.token WHERE s.gate IN ({marks}) AND o.lease_expires_ms > ? GROUP BY s.gate",
+            (*gates, now_ms),
+        ).fetchall()
+        return {str(g): int(n) for g, n in rows}
+
+    def _drop_dead_slots_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> None:
+        """Forget the slot rows of claims that ended without a wake (their worker died)."""
+        marks = ", ".join("?" * len(gates))
         self._x(
             cur,
-            "DELETE FROM sw_slots WHERE gate = ? AND NOT EXISTS (SELECT 1 FROM sw_outbox o WHERE"
+            f"DELETE FROM sw_slots WHERE gate IN ({marks}) AND NOT EXISTS (SELECT 1 FROM sw_outbox o WHERE"
             " o.command_id = sw_slots.command_id AND o.token = sw_slots.token AND o.lease_expires_ms > ?)",
-            (gate, now_ms),
+            (*gates, now_ms),
         )
-        row = self._x(cur, "SELECT COUNT(*) FROM sw_slots WHERE gate = ?", (gate,)).fetchone()
-        return int(row[0])
 
     def _usage_txn(self, cur: Any, tenant: str, day: int) -> tuple[int, float]:
         row = self._x(cur, "SELECT tokens, money_usd FROM sw_usage WHERE tenant = ? AND day = ?",
@@ -149,17 +176,22 @@ class FleetSql:
         return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
     # --- waking and usage ----------------------------------------------------------------
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
-        with self._tx() as cur:
-            for gate in gates:
-                self._x(
-                    cur,
-                    "UPDATE sw_outbox SET available_at_ms = ? WHERE command_id IN (SELECT command_id FROM"
-                    " sw_outbox WHERE wait_gate = ? AND lease_expires_ms IS NULL AND available_at_ms > ?"
-                    " ORDER BY priority DESC, fair LIMIT ?)",
-                    (now_ms, gate, now_ms, count),
-                )
-            self._work_added_txn(cur)
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
+        """Make up to ``count`` commands waiting for each of ``gates`` due now; with
+        ``command_id`` (the claim that ended), forget its slot rows too."""
+        marks = ", ".join("?" * len(gates))
+        with self._stmt() as cur:
+            if command_id is not None:
+                self._x(cur, "DELETE FROM sw_slots WHERE command_id = ?", (command_id,))
+            woken = self._x(
+                cur,
+                "UPDATE sw_outbox SET available_at_ms = ? WHERE command_id IN (SELECT command_id FROM"
+                f" sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > ?"
+                " ORDER BY priority DESC, fair LIMIT ?)",
+                (now_ms, *gates, now_ms, count * len(gates)),
+            )
+            if woken.rowcount:
+                self._work_added_txn(cur)
 
     def record_usage(
         self, command_id: str, tenant: str, gates: Sequence[str], tokens: int, money_usd: float, at_ms: int
