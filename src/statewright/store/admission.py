@@ -65,12 +65,14 @@ class Ledger:
 
     config: FleetConfig
     load_in_use: Callable[[str], int]  # live slots of a gate
-    load_window: Callable[[str, int], list[tuple[int, int]]]  # (at_ms, tokens) since a time
+    load_window: Callable[[str, int], list[tuple[int, int]]]  # (at_ms, tokens) of rows after a time
     load_spent: Callable[[str, int], tuple[int, float]]  # (tokens, usd) of a tenant on a day
+    load_totals: Callable[[str, int], tuple[int, int]] | None = None  # (rows, tokens) after a time
     in_use: dict[str, int] = field(default_factory=dict)
-    windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rows this admission added
     spent: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     window_ms: dict[str, int] = field(default_factory=dict)  # the longest window each rate gate was read for
+    totals: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (gate, window) -> [starts, tokens]
 
     def check(self, gates: Sequence[Gate], now_ms: int) -> Waiting | None:
         """None when a command with ``gates`` may start at ``now_ms``; else why it waits."""
@@ -103,7 +105,10 @@ class Ledger:
             lim = self.config.limits.get(name) if kind == "limit" else None
             if lim is not None and (lim.rate is not None or lim.tokens is not None):
                 rates.append(g.name)
-                self.windows.setdefault(g.name, []).append((now_ms, 0))
+                self.windows.setdefault(g.name, []).append((now_ms, 0))  # taken by this admission
+                for key, totals in self.totals.items():
+                    if key[0] == g.name:
+                        totals[0] += 1
         return slots, rates
 
     # --- the checks ----------------------------------------------------------------------
@@ -148,16 +153,22 @@ class Ledger:
         return None
 
     def _room_at(self, gate: str, rate: Rate, tokens: bool, now_ms: int) -> int | None:
-        """None when the window ending now has room; else when it will."""
+        """None when the window ending now has room; else when it will. Every row after the
+        window's start counts, a later one too (a worker whose clock is behind)."""
         since = now_ms - rate.window_ms
-        if gate not in self.windows or self.window_ms.get(gate, 0) < rate.window_ms:
-            self.windows[gate] = self.load_window(gate, since)
-            self.window_ms[gate] = rate.window_ms
-        # Every row after ``since`` counts, a later one too (a worker whose clock is behind).
-        rows = sorted(r for r in self.windows[gate] if r[0] > since)
-        used = sum(t for _, t in rows) if tokens else len(rows)
+        key = (gate, rate.window_ms)
+        if key not in self.totals:
+            if self.load_totals is not None:
+                self.totals[key] = list(self.load_totals(gate, since))
+            else:
+                rows = self.load_window(gate, since)
+                self.totals[key] = [len(rows), sum(t for _, t in rows)]
+            self.window_ms[gate] = max(self.window_ms.get(gate, 0), rate.window_ms)
+        count, used_tokens = self.totals[key]
+        used = used_tokens if tokens else count
         if used < rate.amount:
             return None
+        rows = sorted([*self.load_window(gate, since), *self.windows.get(gate, [])])
         for at_ms, t in rows:  # the oldest leave the window first
             used -= t if tokens else 1
             if used < rate.amount:

@@ -114,6 +114,7 @@ class FleetSql:
                     cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
                 ).fetchall()],
                 lambda tenant, day: self._usage_txn(cur, tenant, day),
+                lambda gate, since: self._totals_txn(cur, gate, since),
             )
             counted = sorted({g.name for _, gates in claimed for g in gates if ledger.capacity(g) is not None})
             if counted:
@@ -145,6 +146,12 @@ class FleetSql:
                 if counted:
                     self._drop_dead_slots_txn(cur, counted, now_ms)
         return admitted
+
+    def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
+        """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
+        row = self._x(cur, "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?",
+                      (gate, since_ms)).fetchone()
+        return int(row[0]), int(row[1])
 
     def _many(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
         cur.executemany(self._sql(sql), rows)
