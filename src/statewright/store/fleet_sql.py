@@ -24,6 +24,7 @@ CLAIM_RETURNING = (
     " (SELECT gating FROM sw_tenants WHERE sw_tenants.tenant = sw_outbox.tenant), priority, fair"
 )
 _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
+_PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
 _PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows and dead slots
 
 
@@ -73,17 +74,24 @@ class FleetSql:
         with ``task_id``, only that task's. Commands under limits are admitted (or given
         back, waiting) before this returns."""
         out: list[Claim] = []
-        for _ in range(_ADMISSION_ROUNDS):
-            rows = self._claim_rows(worker_id, now_ms, lease_ms, limit - len(out), task_id)
-            plain = [r for r in rows if r[8] is None and not r[10]]
-            gated = [r for r in rows if r[8] is not None or r[10]]
-            out += [_claim(r) for r in plain]
-            if not gated:
-                break
-            out += self._admit(gated, now_ms)
-            if len(out) >= limit or len(rows) < limit:
-                break
+        with self._claim_scope():
+            for _ in range(_ADMISSION_ROUNDS):
+                rows = self._claim_rows(worker_id, now_ms, lease_ms, limit - len(out), task_id)
+                plain = [r for r in rows if r[8] is None and not r[10]]
+                gated = [r for r in rows if r[8] is not None or r[10]]
+                out += [_claim(r) for r in plain]
+                if not gated:
+                    break
+                out += self._admit(gated, now_ms)
+                if len(out) >= limit or len(rows) < limit:
+                    break
         return out
+
+    def _claim_scope(self) -> AbstractContextManager[Any]:
+        """What a claim and its admission run in: one transaction on SQLite (one commit for
+        both; its writers are serialized anyway); nothing on PostgreSQL, where the claim is
+        one statement on its own and only an admission takes the gates' lock."""
+        return self._tx()
 
     def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
@@ -250,13 +258,20 @@ class FleetSql:
             return self._fleet_txn(cur)
 
     def _fleet_txn(self, cur: Any) -> FleetConfig:
-        limits = {}
-        for name, body in self._x(cur, "SELECT name, body FROM sw_limits").fetchall():
-            limits[str(name)] = limit_from_row(str(name), json.loads(body))
-        tenants = {}
-        for name, body in self._x(cur, "SELECT tenant, body FROM sw_tenants").fetchall():
-            tenants[str(name)] = tenant_from_row(str(name), json.loads(body))
-        return FleetConfig(limits, tenants)
+        """The config as stored now (one read; the rows parsed once per distinct text)."""
+        rows = self._x(cur, "SELECT 'l', name, body FROM sw_limits UNION ALL"
+                            " SELECT 't', tenant, body FROM sw_tenants").fetchall()
+        key = tuple((str(k), str(n), str(b)) for k, n, b in rows)
+        cached = _PARSED.get(key)
+        if cached is None:
+            cached = FleetConfig(
+                {n: limit_from_row(n, json.loads(b)) for k, n, b in key if k == "l"},
+                {n: tenant_from_row(n, json.loads(b)) for k, n, b in key if k == "t"},
+            )
+            if len(_PARSED) > 64:
+                _PARSED.clear()
+            _PARSED[key] = cached
+        return cached
 
 
 def limit_from_row(name: str, body: dict[str, Any]) -> NamedLimit:

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -265,6 +265,25 @@ class PostgresStore(SqlStore):
     # --- races the shared SQL cannot see on SQLite ---------------------------------------
     def _lock_people_txn(self, cur: Any) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PEOPLE_LOCK_KEY,))
+
+    def _claim_scope(self) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
+        """The shared wake as one statement: forget the ended claim's slots, make the first
+        waiters due, and announce them when there were any."""
+        if getattr(self._local, "cur", None) is not None:
+            super().wake(gates, now_ms, count, command_id=command_id)
+            return
+        marks = ", ".join(["%s"] * len(gates))
+        with self._stmt() as cur:
+            cur.execute(
+                "WITH d AS (DELETE FROM sw_slots WHERE command_id = %s), u AS (UPDATE sw_outbox SET"
+                " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
+                f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
+                " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
+                (command_id or "", now_ms, *gates, now_ms, count * len(gates), CHANNEL),
+            )
 
     def _lock_gates_txn(self, cur: Any) -> None:
         """Admissions run one at a time: each one's counts include every slot admitted
