@@ -269,6 +269,20 @@ class PostgresStore(SqlStore):
     def _claim_scope(self) -> AbstractContextManager[Any]:
         return nullcontext()
 
+    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+        """The shared admission in pipeline mode: BEGIN, the gates' lock and the reads go in
+        one round trip, the writes and COMMIT in another (each read's result is waited for
+        only where it is used)."""
+        if getattr(self._local, "cur", None) is not None:
+            return super()._admit(rows, now_ms)
+        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction(), \
+                conn.cursor() as cur:
+            self._local.cur = cur
+            try:
+                return super()._admit(rows, now_ms)
+            finally:
+                self._local.cur = None
+
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
         """The shared wake as one statement: forget the ended claim's slots, make the first
         waiters due, and announce them when there were any."""
