@@ -13,8 +13,9 @@ ordered by fair share and admitted under five gates):
   (1) worker: one in-process ``Worker(concurrency=4)`` drains N one-step tasks (a python
       callable that returns at once); tasks per second, submit excluded. This is what a
       worker claims in practice (batches of claims, one outcome commit per batch).
-  (2) claim loop: ``store.claim(limit=8)`` then ``ack`` of each, until N commands are gone;
-      commands per second. The claim path alone, without performing anything.
+  (2) claim loop: ``store.claim(limit=8)`` then ``ack`` of each (and, ON, the ``wake`` a
+      worker sends when a claim under a limit ends), until N commands are gone; commands
+      per second. The claim path alone, without performing anything.
 
 Rounds alternate OFF and ON; the figures are medians over rounds. bench/README.md has a run."""
 
@@ -97,6 +98,8 @@ def claim_round(url: str, on: bool, n: int) -> float:
                 raise RuntimeError(f"claimed {done} of {n}, then nothing")
             for c in claims:
                 store.ack(c.command_id, c.token)
+                if c.gates:  # as a worker does when a claim under a limit ends
+                    store.wake(c.gates, engine.clock.now_ms(), command_id=c.command_id)
             done += len(claims)
         spent = time.perf_counter() - started
     finally:
