@@ -98,8 +98,10 @@ def claim_round(url: str, on: bool, n: int) -> float:
                 raise RuntimeError(f"claimed {done} of {n}, then nothing")
             for c in claims:
                 store.ack(c.command_id, c.token)
-                if c.gates:  # as a worker does when a claim under a limit ends
-                    store.wake(c.gates, engine.clock.now_ms(), command_id=c.command_id)
+            gated = [c for c in claims if c.gates]
+            if gated:  # as a worker does when claims under a limit end (once per commit)
+                store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated),
+                           command_ids=[c.command_id for c in gated])
             done += len(claims)
         spent = time.perf_counter() - started
     finally:

@@ -130,6 +130,7 @@ class Worker:
         self.stopping = threading.Event()
         self._held: dict[str, int] = {}
         self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
+        self._ended: list[tuple[str, tuple[str, ...]]] = []  # gated claims ended, their waiters not yet woken
         self._held_lock = threading.Lock()
         # The state a report of ours wrote, keyed by the command the same commit claimed for
         # us: performing that command then needs no read back (a stale one loses cleanly in
@@ -502,13 +503,24 @@ class Worker:
         self._chained.pop(claim.command_id, None)
         self.store.release(claim.command_id, claim.token, self.clock.now_ms(), failed=False, started=False)
 
-    def _unhold(self, command_id: str, token: int) -> None:
+    def _unhold(self, command_id: str, token: int, *, wake: bool = True) -> None:
         with self._held_lock:
             if self._held.get(command_id) == token:
                 del self._held[command_id]
             gates = self._gated.pop(command_id, None)
-        if gates:  # its slot is free now: the next command waiting for one may start
-            self.store.wake(gates, self.clock.now_ms(), command_id=command_id)
+            if gates:
+                self._ended.append((command_id, gates))
+        if wake:
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """The slots of the claims under limits that ended are free: forget them and make the
+        commands waiting for them due, in one write for all of them."""
+        with self._held_lock:
+            ended, self._ended = self._ended, []
+        if ended:
+            gates = sorted({g for _, gs in ended for g in gs})
+            self.store.wake(gates, self.clock.now_ms(), len(ended), command_ids=[c for c, _ in ended])
 
     def _note_gated(self, claims: list[Claim]) -> None:
         """Remember which claims hold a slot, to wake a waiter when each ends."""
@@ -840,7 +852,8 @@ class Worker:
                 if res.claimed is not None:
                     self._chained[res.claimed.command_id] = res.state
                     nexts.append(res.claimed)
-            self._unhold(command_id, token)
+            self._unhold(command_id, token, wake=False)
+        self._wake_waiters()  # once for the whole batch
         self._hand_over(nexts)
         with self._cv:
             self.stats.commands += done

@@ -281,9 +281,9 @@ class Store(Protocol):
 
     def fleet(self) -> FleetConfig: ...
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
         """Make up to ``count`` commands waiting for a slot of each of ``gates`` due now;
-        with ``command_id`` (the claim that ended), forget its slots."""
+        forget the slots of ``command_ids`` (the claims that ended)."""
         ...
 
     def record_usage(

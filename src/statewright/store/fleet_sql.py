@@ -191,13 +191,14 @@ class FleetSql:
         return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
     # --- waking and usage ----------------------------------------------------------------
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
-        """Make up to ``count`` commands waiting for each of ``gates`` due now; with
-        ``command_id`` (the claim that ended), forget its slot rows too."""
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
+        """Make up to ``count`` commands waiting for each of ``gates`` due now; forget the
+        slot rows of ``command_ids`` (the claims that ended)."""
         marks = ", ".join("?" * len(gates))
-        with self._stmt() as cur:
-            if command_id is not None:
-                self._x(cur, "DELETE FROM sw_slots WHERE command_id = ?", (command_id,))
+        with self._tx() as cur:
+            if command_ids:
+                ids = ", ".join("?" * len(command_ids))
+                self._x(cur, f"DELETE FROM sw_slots WHERE command_id IN ({ids})", tuple(command_ids))
             woken = self._x(
                 cur,
                 "UPDATE sw_outbox SET available_at_ms = ? WHERE command_id IN (SELECT command_id FROM"

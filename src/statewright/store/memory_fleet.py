@@ -84,9 +84,9 @@ class MemoryFleet:
     def _spent(self, tenant: str, day: int) -> tuple[int, float]:
         return self.db.usage.get((tenant, day), (0, 0.0))
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
         with self.db.lock:
-            for key in [k for k in self.db.slots if k[1] == command_id]:
+            for key in [k for k in self.db.slots if k[1] in command_ids]:
                 del self.db.slots[key]
             for gate in gates:
                 waiting = sorted((c for c in self.db.outbox.values()

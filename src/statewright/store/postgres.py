@@ -283,20 +283,20 @@ class PostgresStore(SqlStore):
             finally:
                 self._local.cur = None
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_id: str | None = None) -> None:
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
         """The shared wake as one statement: forget the ended claim's slots, make the first
         waiters due, and announce them when there were any."""
         if getattr(self._local, "cur", None) is not None:
-            super().wake(gates, now_ms, count, command_id=command_id)
+            super().wake(gates, now_ms, count, command_ids=command_ids)
             return
         marks = ", ".join(["%s"] * len(gates))
         with self._stmt() as cur:
             cur.execute(
-                "WITH d AS (DELETE FROM sw_slots WHERE command_id = %s), u AS (UPDATE sw_outbox SET"
+                "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
                 " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
                 f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
                 " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
-                (command_id or "", now_ms, *gates, now_ms, count * len(gates), CHANNEL),
+                (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
             )
 
     def _lock_gates_txn(self, cur: Any) -> None:
