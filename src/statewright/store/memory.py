@@ -31,7 +31,7 @@ from statewright.store.base import (
     TimerClaim,
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
-from statewright.store.memory_fleet import MemoryFleet, new_row
+from statewright.store.memory_fleet import MemoryFleet
 from statewright.store.memory_people import MemoryPeople
 from statewright.store.memory_tables import (
     CommandRow,
@@ -199,8 +199,7 @@ class MemoryStore(MemoryPeople, MemoryFleet):
             if c.timer:
                 txn.put(db.timers, c.command_id, TimerRow(c.command_id, task_id, c.available_at_ms, c.purpose))
                 continue
-            row_c = new_row(self, task_id, c.command_id, c.type, body_json, c.available_at_ms, c.priority, c.tenant,
-                            c.gates)
+            row_c = self._new_row(task_id, c, body_json)
             if req.claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck") and c.chainable:
                 worker_id, lease_expires_ms = req.claim_for
                 row_c = replace(row_c, lease_owner=worker_id, lease_expires_ms=lease_expires_ms, token=1, deliveries=1)

@@ -5,12 +5,13 @@ transactions do)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig
 from statewright.store.admission import Ledger, gates_of, usage_gates, with_tenant
-from statewright.store.base import Claim
+from statewright.store.base import Claim, NewCommand
 from statewright.store.memory_tables import CommandRow, Database
 
 
@@ -28,6 +29,11 @@ class MemoryFleet:
         share = self._config().tenants.get(tenant)
         step = share.share_step if share is not None else SHARE_SCALE
         return max(max(mine) + step if mine else 0, min(level) if level else 0)
+
+    def _new_row(self, task_id: str, c: NewCommand, body_json: str) -> CommandRow:
+        """The outbox row of a new command, in its place in its tenant's fair queue."""
+        return CommandRow(c.command_id, task_id, c.type, body_json, c.available_at_ms, priority=c.priority,
+                          tenant=c.tenant, fair=self._fair(c.tenant, c.priority), gates=c.gates)
 
     def claim(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
@@ -128,15 +134,7 @@ class MemoryFleet:
         return self._config()
 
 
-def new_row(self: MemoryFleet, task_id: str, command_id: str, type_: str, body: str, available_at_ms: int,
-            priority: int, tenant: str, gates: str | None) -> CommandRow:
-    return CommandRow(command_id, task_id, type_, body, available_at_ms, priority=priority, tenant=tenant,
-                      fair=self._fair(tenant, priority), gates=gates)
-
-
 def _claim(c: CommandRow, gates: tuple[str, ...] = ()) -> Claim:
-    import json
-
     return Claim(
         command_id=c.command_id, task_id=c.task_id, type=c.type, body=json.loads(c.body), token=c.token,
         deliveries=c.deliveries, failures=c.failures, lease_expires_ms=int(c.lease_expires_ms or 0),
@@ -144,4 +142,4 @@ def _claim(c: CommandRow, gates: tuple[str, ...] = ()) -> Claim:
     )
 
 
-__all__ = ["MemoryFleet", "new_row"]
+__all__ = ["MemoryFleet"]

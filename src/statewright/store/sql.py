@@ -626,13 +626,6 @@ def _release_params(
     return (available_at_ms, 1 if failed else 0, error[:2000], 0 if started else 1, command_id, token)
 
 
-def _claim(r: Any) -> Claim:
-    return Claim(
-        command_id=str(r[0]), task_id=str(r[1]), type=str(r[2]), body=json.loads(r[3]),
-        token=int(r[4]), deliveries=int(r[5]), failures=int(r[6]), lease_expires_ms=int(r[7]),
-    )
-
-
 def _task(r: Any) -> StoredTask:
     return StoredTask(
         task_id=str(r[0]), workflow=str(r[1]), workflow_hash=str(r[2]), status=str(r[3]),
