@@ -48,6 +48,8 @@ def _free(r: Mapping[str, Any], now_ms: int) -> bool:
 def with_waiting(listed: list[dict[str, Any]], store: Store, now_ms: int) -> list[dict[str, Any]]:
     """``task_row`` rows with ``waiting`` (why a running task's step is not running now, or
     None), shown as the ``why`` of a running task."""
+    for t in listed:
+        t["waiting"] = None
     if not any(t["status"] == "running" for t in listed):
         return listed
     reasons = waiting_reasons(store.outbox(), now_ms)
