@@ -179,16 +179,20 @@ def validate(files: tuple[str, ...]) -> None:
 @click.argument("file")
 @click.option("--input", "input_", help="JSON object, or @file.json")
 @click.option("--key", help="Idempotency key: submitting again returns the same task.")
+@click.option("--priority", default=0, show_default=True, type=int,
+              help="Higher is claimed first (-1000 to 1000); within one priority, oldest first.")
+@click.option("--tenant", help="Whose fair share and limits its steps count against (default: the workflow's "
+                               "'tenant:' reference into the input, else none).")
 @_db_option
 @_guard
-def submit(file: str, input_: str | None, key: str | None, db: str) -> None:
+def submit(file: str, input_: str | None, key: str | None, priority: int, tenant: str | None, db: str) -> None:
     """Submit a task; prints its id."""
     from statewright.definition import load_workflow
 
     wf = load_workflow(file)
     data = _parse_input(input_, wf)
     engine = _engine(db, create=True)
-    click.echo(engine.submit(wf, data, key=key))
+    click.echo(engine.submit(wf, data, key=key, priority=priority, tenant=tenant))
 
 
 @cli.command()
@@ -325,7 +329,9 @@ def tasks(status: str | None, workflow: str | None, waiting_for_me: bool, token_
         rows = [r for r in rows if r.task_id in states and engine.may_approve(states[r.task_id], who)]
     else:
         rows = engine.store.list_tasks(status=status, workflow=workflow)
-    listed = [_task_row(r) for r in rows]
+    from statewright.runtime.fleet import with_waiting
+
+    listed = with_waiting([_task_row(r) for r in rows], engine.store, engine.clock.now_ms())
     if as_json:
         click.echo(json.dumps(listed, indent=2))
         return
@@ -1061,6 +1067,9 @@ def _attach_optional() -> None:
     from statewright.integrations.sfn_cli import sfn
 
     cli.add_command(sfn)
+    from statewright.fleet_cli import limits
+
+    cli.add_command(limits)
 
 
 _attach_optional()

@@ -63,7 +63,8 @@ def deleter(sid: str, key: str) -> Edit:
 CASES: list[tuple[str, Edit, str, str]] = [
     ("unknown top-level field", lambda d: d.__setitem__("owner", "me"),
      "unknown field 'owner'",
-     "allowed: description, github, input_schema, notify, reject_codes, steps, version, workflow"),
+     "allowed: concurrency, description, github, input_schema, notify, reject_codes, steps, tenant, version,"
+     " workflow"),
     ("unknown step field", setter("review", "max_retries", 2),
      "step 'review'", "unknown field 'max_retries' for a ai step"),
     ("a field of another kind", setter("implement", "max_checks", 3),

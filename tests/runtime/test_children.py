@@ -223,3 +223,16 @@ def test_a_parent_moved_on_by_another_engine_is_read_again(
     st = first.state(tid)
     assert st.status is TaskStatus.COMPLETED and [e.note for e in st.evidence] == ["moved on elsewhere"]
     assert verify_all(first)[1] == []
+
+
+def test_children_run_with_their_parents_priority_and_tenant(
+    open_engine: Callable[..., Engine], files: Path, workspace: Path,
+) -> None:
+    """A map step's children, and their outbox rows, take the parent's priority and tenant."""
+    (files / "parent.yaml").write_text(parent_yaml(max_concurrency=2), encoding="utf-8")
+    engine = make(open_engine, workspace)
+    tid = engine.submit(load_workflow(files / "parent.yaml"), {"numbers": [1, 2]}, priority=7, tenant="acme")
+    kids = [engine.state(k.task_id) for k in engine.store.children(tid)]
+    assert [(k.priority, k.tenant) for k in kids] == [(7, "acme"), (7, "acme")]
+    rows = [r for r in engine.store.outbox() if r["task_id"] != tid]
+    assert rows and all((r["priority"], r["tenant"]) == (7, "acme") for r in rows)

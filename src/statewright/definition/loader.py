@@ -20,6 +20,7 @@ from statewright._names import split_role
 from statewright.definition._env import parse_step_env
 from statewright.definition._schemas import schema_problems
 from statewright.definition.durations import parse_duration_seconds
+from statewright.definition.fleet import step_scheduling, workflow_scheduling
 from statewright.definition.github import parse_github
 from statewright.definition.limits import (
     DEFINITION_JSON_LIMITS,
@@ -72,6 +73,7 @@ BUILTIN_SCHEMAS: Mapping[str, Mapping[str, Any]] = {"review": REVIEW_SCHEMA}
 
 _TOP_FIELDS = {
     "workflow", "version", "description", "input_schema", "steps", "reject_codes", "notify", "github",
+    "concurrency", "tenant",
 }
 _COMMON_STEP_FIELDS = {
     "id", "kind", "owner", "description", "on_failure", "on_success", "timeout", "retry", "stuck_after",
@@ -84,7 +86,7 @@ _KIND_FIELDS: Mapping[StepKind, set[str]] = {
     StepKind.CODE: {"run", "agent", "output_schema", "outcomes", "protected", "on_conflict"},
     StepKind.MAP: {"workflow", "workflow_hash", "items", "max_concurrency", "tolerated_failures"},
 }
-_PROCESS_FIELDS = {"env", "secrets"}  # kinds that run something: ai, wait, code
+_PROCESS_FIELDS = {"env", "secrets", "concurrency", "limits"}  # kinds that run something: ai, wait, code
 _RESULT_FIELDS = {"result_limit"}  # kinds that record a result: ai, wait, code
 _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
     StepKind.AI: ("agent",),
@@ -239,6 +241,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         for step_id, problem in items_problems(steps, input_schema):
             problems.add(f"step {step_id!r}", problem)
     github = parse_github(data["github"], steps, problems.add) if "github" in data else None
+    wf_concurrency, tenant_ref = workflow_scheduling(data, lambda p: problems.add("", p))
     if problems.items:
         raise DefinitionError(problems.items, source)
     return Workflow(
@@ -250,6 +253,8 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
         reject_codes=reject_codes,
         notify=notify,
         github=github,
+        concurrency=wf_concurrency,
+        tenant_ref=tenant_ref,
         # A file that leaves out 'version' means version 1 and hashes like one that says so.
         content_hash=sha256_hex({**data, "version": version}),
         source=source,
@@ -570,7 +575,7 @@ def _parse_step(
         if stuck_after == 0:
             problems.add(f"{where} stuck_after", "must be greater than zero")
             stuck_after = None
-    result_limit: dict[str, int] = {}
+    result_limit: dict[str, Any] = {}
     if "result_limit" in raw:
         try:
             result_limit["result_limit_bytes"] = parse_size_bytes(raw["result_limit"])
@@ -608,6 +613,7 @@ def _parse_step(
         stuck_after_seconds=stuck_after,
         map=parse_map(raw, where, problems.add) if kind is StepKind.MAP else None,
         **result_limit,
+        **step_scheduling(raw, lambda p: problems.add(where, p)),
     )
 
 

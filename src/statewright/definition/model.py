@@ -148,6 +148,8 @@ class Step:
     notify: tuple[NotifyTarget, ...] = ()  # a human step: told when it waits for approval
     stuck_after_seconds: float | None = None  # the workflow's notify.stuck is told after this long here
     map: MapSpec | None = None  # a map step's children
+    concurrency: int | None = None  # at most this many attempts of it performed at once, fleet-wide
+    limits: tuple[str, ...] = ()  # the named limits (definition/fleet.py) it draws on
 
     @property
     def remote(self) -> RemoteAgent | None:
@@ -178,6 +180,8 @@ class Workflow:
     source: str = "<definition>"
     notify: Mapping[NotifyEvent, tuple[NotifyTarget, ...]] = field(default_factory=dict)  # halted, stuck
     github: GithubProjection | None = None  # labels on the task's issue or pull request
+    concurrency: int | None = None  # at most this many of its tasks' steps performed at once, fleet-wide
+    tenant_ref: str | None = None  # ``input.FIELD``: where a task's tenant is read when submit names none
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: The workflows its map steps start, by content hash, when loaded from files with it.
     children: Mapping[str, Workflow] = field(default_factory=dict, compare=False, repr=False)

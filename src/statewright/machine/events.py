@@ -30,9 +30,14 @@ class Event:
 
 @dataclass(frozen=True)
 class TaskSubmitted(Event):
+    """A task starts. ``priority`` (higher is claimed first) and ``tenant`` (whose fair share
+    and limits its steps count against) hold for all its steps."""
+
     type: ClassVar[str] = "TaskSubmitted"
     input: Mapping[str, Any] = field(default_factory=dict)
     parent: Mapping[str, Any] | None = None  # a child task's parent (machine.children.ParentRef)
+    priority: int = 0
+    tenant: str = ""
 
 
 @dataclass(frozen=True)

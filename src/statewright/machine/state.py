@@ -148,6 +148,8 @@ class TaskState:
     updated_at_ms: int = 0
     parent: ParentRef | None = None  # a child task's parent
     children: tuple[Child, ...] = ()  # the child tasks it started, in the order started
+    priority: int = 0  # higher is claimed first
+    tenant: str = ""  # whose fair share and limits its steps count against
 
     @property
     def terminal(self) -> bool:
@@ -217,6 +219,8 @@ class TaskState:
             updated_at_ms=int(data.get("updated_at_ms", 0)),
             parent=ParentRef.from_dict(data["parent"]) if data.get("parent") else None,
             children=tuple(Child(**c) for c in data.get("children", [])),
+            priority=int(data.get("priority", 0)),
+            tenant=str(data.get("tenant", "")),
         )
 
 

@@ -452,6 +452,7 @@ def _on_submitted(state: TaskState, ev: TaskSubmitted) -> Result:
     err = verdict_error(schema, ev.input) if schema is not None else None
     if err is not None and parent is None:
         raise IllegalEventError(f"task {state.task_id}: input does not match input_schema: {err}")
+    started = replace(started, priority=ev.priority, tenant=ev.tenant)
     if err is not None:  # a child's input came from its parent, not from a caller to refuse: it halts
         first = state.workflow.steps[0].id
         halt = HaltInfo(step=first, reason="invalid_input", detail=f"input does not match input_schema: {err}")

@@ -40,12 +40,6 @@ def spans_tasks(commands: Sequence[Command]) -> bool:
     return any(c.type in INLINE_COMMANDS for c in commands)
 
 
-def inherited_from_parent(parent: TaskState) -> dict[str, Any]:
-    """What a child's submission takes from its parent besides the parent reference (the
-    place for a parent's priority or tenant): extra fields of the child's first append."""
-    return {}
-
-
 class Unit:
     """The appends of one commit across tasks, in order; ``requests`` is what to write."""
 
@@ -63,7 +57,7 @@ class Unit:
         self.states[new.task_id] = new
         self.requests.append(AppendRequest(
             new.task_id, before.version if before is not None else 0, event.wire(), projection(new),
-            to_new_commands(commands, self.now_ms), terminal=new.terminal,
+            to_new_commands(commands, self.now_ms, new), terminal=new.terminal,
             complete_remote=remote_closed(before, new) if before is not None else None, **fields,
         ))
         self.commands.append((new.task_id, commands))
@@ -90,10 +84,10 @@ class Unit:
     def _start(self, parent: TaskState, c: StartChild, at_ms: int) -> None:
         wf = self.engine.child_workflow(c.workflow_hash, c.workflow)
         ref = ParentRef(parent.task_id, c.step, c.attempt, c.index)
-        ev = TaskSubmitted(event_id=f"{c.child_id}:submitted", at_ms=at_ms, input=dict(c.input), parent=ref.as_dict())
+        ev = TaskSubmitted(event_id=f"{c.child_id}:submitted", at_ms=at_ms, input=dict(c.input), parent=ref.as_dict(),
+                           priority=parent.priority, tenant=parent.tenant)  # a child runs as its parent does
         new, cmds = transition(new_task(c.child_id, wf), ev)
-        self.add(None, ev, new, cmds, workflow=wf.name, workflow_hash=wf.content_hash, parent_id=parent.task_id,
-                 **inherited_from_parent(parent))
+        self.add(None, ev, new, cmds, workflow=wf.name, workflow_hash=wf.content_hash, parent_id=parent.task_id)
 
     def _cancel(self, parent: TaskState, c: CancelChild, at_ms: int) -> None:
         child = self.state(c.child_id)

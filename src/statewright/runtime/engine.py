@@ -25,6 +25,7 @@ from statewright._errors import (
 )
 from statewright._json_limits import check_json_value
 from statewright._names import AGENT_ROLE, OPERATOR_ROLE
+from statewright.definition.fleet import check_priority, check_tenant, is_tenant
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
@@ -39,6 +40,7 @@ from statewright.machine.events import (
     TaskSubmitted,
     event_from_dict,
 )
+from statewright.machine.paths import RefError, parse_ref, resolve
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime import inputs, workspaces
@@ -221,11 +223,16 @@ class Engine:
         *,
         key: str | None = None,
         task_id: str | None = None,
+        priority: int = 0,
+        tenant: str | None = None,
         hold_for: Holder | None = None,
     ) -> str:
         """Start a task; with ``key``, submitting the same again returns the same task id, and
         the key given with other input or another workflow is refused (KeyReusedError).
-        With ``hold_for``, the first step is claimed for that worker in the same commit."""
+        ``priority`` (higher first, -1000..1000) and ``tenant`` (else the one the workflow's
+        ``tenant:`` reference finds in the input) hold for all its steps; a child task takes
+        its parent's. With ``hold_for``, the first step is claimed for that worker in the same
+        commit."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
@@ -234,6 +241,7 @@ class Engine:
             existing = self.store.task_by_key(key)
             if existing is not None:
                 return self._same_submission(existing, key, wf, given)
+        priority, tenant = self._schedule(wf, given, priority, tenant)
         data = workspaces.pin_base(given)  # the protected paths' baseline, fixed now
         self.register(wf)
         if any(st.map is not None for st in wf.steps):
@@ -241,7 +249,7 @@ class Engine:
         now = self.clock.now_ms()
         for attempt in range(_CONFLICT_RETRIES):
             tid = task_id or new_task_id(now)
-            ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
+            ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data, priority=priority, tenant=tenant)
             new, cmds = transition(new_task(tid, wf), ev)
             try:
                 if spans_tasks(cmds):  # a first step that starts children: one commit with them
@@ -251,7 +259,7 @@ class Engine:
                     self._announce(unit)
                 else:
                     res = self.store.append(
-                        tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
+                        tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now, new),
                         workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
                         claim_for=hold_for.claim_for() if hold_for is not None else None,
                     )
@@ -303,6 +311,35 @@ class Engine:
                     self._unit_states.pop(tid, None)
             self._announce(unit)
         return res
+
+    def _schedule(self, wf: Workflow, given: Mapping[str, Any], priority: object, tenant: object) -> tuple[int, str]:
+        """The checked priority and tenant of a new task; InputError names what is wrong."""
+        try:
+            prio = check_priority(priority)
+            if tenant is None and wf.tenant_ref is not None:
+                try:
+                    found = resolve(parse_ref(wf.tenant_ref), given, {})
+                except RefError as exc:
+                    msg = f"workflow {wf.name!r} reads the tenant from {exc}; give it in the input or pass a tenant"
+                    raise ValueError(msg) from None
+                if not is_tenant(found):
+                    msg = (f"workflow {wf.name!r} reads the tenant from {wf.tenant_ref}, which holds {found!r}, "
+                           "not a tenant name")
+                    raise ValueError(msg)
+                tenant = found
+            name = check_tenant(tenant) if tenant is not None else ""
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        named = {n for s in wf.steps for n in s.limits}
+        if named:
+            unknown = sorted(named - set(self.store.fleet().limits))
+            if unknown:
+                step = next(s.id for s in wf.steps if unknown[0] in s.limits)
+                msg = (f"workflow {wf.name!r} step {step!r} draws on limit {unknown[0]!r}, which the fleet config "
+                       f"of {self.store.url} does not name; add it to a fleet file and run "
+                       "'statewright limits apply FILE'")
+                raise InputError(msg)
+        return prio, name
 
     def _same_submission(self, task_id: str, key: str, wf: Workflow, given: Mapping[str, Any]) -> str:
         """``task_id``, submitted under ``key`` before, when it is this submission again;
@@ -367,7 +404,7 @@ class Engine:
                     res = self._commit_unit(unit)
                 else:
                     res = self.store.append(
-                        task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
+                        task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now, new),
                         complete=complete, complete_timer=complete_timer, terminal=new.terminal,
                         claim_for=claim_for, complete_remote=remote_closed(st, new),
                     )
@@ -414,7 +451,7 @@ class Engine:
             return report  # other tasks' appends go with it: apply_many applies it on its own
         req = self.store.encode(AppendRequest(
             report.task_id, report.state.version, report.event.wire(), projection(new),
-            to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,
+            to_new_commands(cmds, self.clock.now_ms(), new), complete=report.complete, terminal=new.terminal,
             complete_remote=remote_closed(report.state, new),
         ))
         return replace(report, reduced=(new, cmds, req))

@@ -105,7 +105,8 @@ def task_row(r: StoredTask) -> dict[str, Any]:
     why = f"{halt.get('reason', '')}: {halt.get('detail', '')}".rstrip(": ") if r.status == "halted" else ""
     return {"task_id": r.task_id, "workflow": r.workflow, "status": r.status, "version": r.version,
             "step": step, "halt_reason": halt.get("reason"), "why": why[:80], "updated_at_ms": r.updated_at_ms,
-            "updated": when(r.updated_at_ms)}
+            "updated": when(r.updated_at_ms), "priority": int(r.state.get("priority", 0)),
+            "tenant": r.state.get("tenant") or None}
 
 
 def proposal_view(state: TaskState) -> dict[str, Any] | None:

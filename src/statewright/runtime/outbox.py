@@ -5,26 +5,58 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from statewright.definition.model import Workflow
 from statewright.machine.children import INLINE_COMMANDS
 from statewright.machine.commands import Command, RequestApproval, StartTimer
 from statewright.machine.state import TaskState
+from statewright.store.admission import Gate, gates_json
 from statewright.store.base import NewCommand
 
 
-def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand]:
-    """The outbox rows and timers of ``commands``. A RequestApproval is not stored: telling
-    the approvers is the work of the step's Notify commands, and the engine announces the
-    wait in its log once the transition is committed (``announce``). Commands that reach other
-    tasks (``INLINE_COMMANDS``) are performed inside the commit, never stored."""
+def to_new_commands(commands: Sequence[Command], now_ms: int, state: TaskState | None = None) -> list[NewCommand]:
+    """The outbox rows and timers of ``commands`` (made by a transition into ``state``): each
+    with the task's priority and tenant, a step's with the gates of its limits. A
+    RequestApproval is not stored: telling the approvers is the work of the step's Notify
+    commands, and the engine announces the wait in its log once the transition is committed
+    (``announce``). Commands that reach other tasks (``INLINE_COMMANDS``) are performed
+    inside the commit, never stored."""
     out = []
+    priority, tenant = (state.priority, state.tenant) if state is not None else (0, "")
     for c in commands:
         if isinstance(c, RequestApproval) or c.type in INLINE_COMMANDS:
             continue
         if isinstance(c, StartTimer):
             out.append(NewCommand(c.timer_id, "TimerFired", {}, c.due_at_ms, timer=True, purpose=c.purpose))
         else:
-            out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms))
+            gates = step_gates(state.workflow, c.step) if state is not None and c.type in _GATED else None
+            out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms, priority=priority, tenant=tenant,
+                                  gates=gates))
     return out
+
+
+_GATED = frozenset({"RunStep", "RunCheck"})  # the commands that perform a step's work
+_STEP_GATES: dict[tuple[str, str], str | None] = {}
+
+
+def step_gates(workflow: Workflow, step_id: str) -> str | None:
+    """The gates (store/admission.py) a step's work passes: the workflow's and the step's
+    concurrency and the named limits it draws on; None when it has none."""
+    key = (workflow.content_hash, step_id)
+    if key not in _STEP_GATES:
+        try:
+            step = workflow.step(step_id)
+        except KeyError:
+            return None
+        gates = []
+        if workflow.concurrency is not None:
+            gates.append(Gate(f"workflow:{workflow.name}", workflow.concurrency))
+        if step.concurrency is not None:
+            gates.append(Gate(f"step:{workflow.name}/{step.id}", step.concurrency))
+        gates += [Gate(f"limit:{name}") for name in step.limits]
+        if len(_STEP_GATES) > 10_000:
+            _STEP_GATES.clear()
+        _STEP_GATES[key] = gates_json(gates)
+    return _STEP_GATES[key]
 
 
 def remote_closed(old: TaskState, new: TaskState) -> str | None:

@@ -127,6 +127,8 @@ class Worker:
         self.stats = WorkerStats()
         self.stopping = threading.Event()
         self._held: dict[str, int] = {}
+        self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
+        self._ended: list[tuple[str, tuple[str, ...]]] = []  # gated claims ended, their waiters not yet woken
         self._held_lock = threading.Lock()
         # The state a report of ours wrote, keyed by the command the same commit claimed for
         # us: performing that command then needs no read back (a stale one loses cleanly in
@@ -306,6 +308,7 @@ class Worker:
         now = self.clock.now_ms()
         claims = self.store.claim(self.worker_id, now, self.lease_ms, 1, task_id=task_id)
         if claims:
+            self._note_gated(claims)
             return claims[0]
         for t in self.store.claim_timers(self.worker_id, now, self.lease_ms, 1, task_id=task_id):
             ev = TimerFired(event_id=f"{t.timer_id}:fired", at_ms=now, timer_id=t.timer_id)
@@ -385,6 +388,7 @@ class Worker:
                 return fired
             limit = max(1, self._prefetch() - in_flight)
             claims = self.store.claim(self.worker_id, self.clock.now_ms(), self.lease_ms, limit)
+            self._note_gated(claims)
             if len(claims) < limit:
                 self._fresh_after = time.monotonic() + self.idle_poll_seconds
             self._read_states(claims)
@@ -540,10 +544,40 @@ class Worker:
         self._chained.pop(claim.command_id, None)
         self.store.release(claim.command_id, claim.token, self.clock.now_ms(), failed=False, started=False)
 
-    def _unhold(self, command_id: str, token: int) -> None:
+    def _unhold(self, command_id: str, token: int, *, wake: bool = True) -> None:
         with self._held_lock:
             if self._held.get(command_id) == token:
                 del self._held[command_id]
+            gates = self._gated.pop(command_id, None)
+            if gates:
+                self._ended.append((command_id, gates))
+        if wake:
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """The slots of the claims under limits that ended are free: forget them and make the
+        commands waiting for them due, in one write for all of them."""
+        with self._held_lock:
+            ended, self._ended = self._ended, []
+        if ended:
+            gates = sorted({g for _, gs in ended for g in gs})
+            self.store.wake(gates, self.clock.now_ms(), len(ended), command_ids=[c for c, _ in ended])
+
+    def _note_gated(self, claims: list[Claim]) -> None:
+        """Remember which claims hold a slot, to wake a waiter when each ends."""
+        gated = [c for c in claims if c.gates]
+        if gated:
+            with self._held_lock:
+                for c in gated:
+                    self._gated[c.command_id] = c.gates
+
+    def _count_usage(self, claim: Claim, event: Event) -> None:
+        """What a step under a token rate or a tenant budget used, counted against them."""
+        cost = getattr(event, "cost", None) or {}
+        tokens = int(cost.get("tokens_in", 0) or 0) + int(cost.get("tokens_out", 0) or 0)
+        money = float(cost.get("money_usd", 0) or 0)
+        if tokens > 0 or money > 0:
+            self.store.record_usage(claim.command_id, claim.tenant, claim.gates, tokens, money, self.clock.now_ms())
 
     def _perform_held(self, claim: Claim) -> Report | None:
         body = claim.body
@@ -596,6 +630,8 @@ class Worker:
             _log_outcome(claim, "given back to retry later", time.monotonic() - started)
             return None
         crash_point("after_effect")
+        if claim.gates:
+            self._count_usage(claim, event)
         report = self._reduce(claim, state, step, event)
         _log_outcome(claim, _outcome_of(report.event), time.monotonic() - started)
         return report
@@ -859,7 +895,8 @@ class Worker:
                     nexts.append(res.claimed)
                 else:
                     self._note_settled(report.task_id, res.state)
-            self._unhold(command_id, token)
+            self._unhold(command_id, token, wake=False)
+        self._wake_waiters()  # once for the whole batch
         self._hand_over(nexts)
         with self._cv:
             self.stats.commands += done

@@ -28,6 +28,7 @@ from statewright._json_limits import MAX_INPUT_BYTES, loads_json_object
 from statewright.definition.model import Workflow
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
+from statewright.runtime.fleet import waiting_reasons, with_waiting
 from statewright.runtime.history import history_lines, summary, task_row
 from statewright.runtime.users import Principal
 from statewright.server import metrics as metrics_text
@@ -112,7 +113,7 @@ def list_tasks(api: Api, request: Request, _: dict[str, Any]) -> Response:
         rows = [r for r in rows if now - r.updated_at_ms <= max_age * 1000]
     if mine:
         rows = _waiting_for(api, who, rows)
-    return JSONResponse({"tasks": [task_row(r) for r in rows[:limit]]})
+    return JSONResponse({"tasks": with_waiting([task_row(r) for r in rows[:limit]], api.engine.store, now)})
 
 
 def submit(api: Api, request: Request, body: dict[str, Any]) -> Response:
@@ -122,12 +123,14 @@ def submit(api: Api, request: Request, body: dict[str, Any]) -> Response:
     if wf is None:
         known = ", ".join(sorted(api.workflows)) or "none (start the server with --workflow FILE)"
         raise InputError(f"no workflow named {name!r} is served; these are: {known}")
-    return _submitted(api, wf, body.get("input") or {}, body.get("key"))
+    return _submitted(api, wf, body.get("input") or {}, body.get("key"), body.get("priority", 0), body.get("tenant"))
 
 
-def _submitted(api: Api, wf: Workflow, data: Mapping[str, Any], key: str | None) -> Response:
+def _submitted(
+    api: Api, wf: Workflow, data: Mapping[str, Any], key: str | None, priority: int = 0, tenant: str | None = None,
+) -> Response:
     before = api.engine.store.task_by_key(key) if key is not None else None
-    tid = api.engine.submit(wf, data, key=key)
+    tid = api.engine.submit(wf, data, key=key, priority=priority, tenant=tenant)
     st = api.engine.state(tid)
     created = before is None
     return JSONResponse({"task_id": tid, "status": st.status.value, "created": created},
@@ -138,7 +141,8 @@ def show_task(api: Api, request: Request, _: dict[str, Any]) -> Response:
     api.principal(request)
     tid = request.path_params["task_id"]
     st = api.engine.state(tid)
-    out = summary(st) | {"state": st.to_dict(), "history": history_lines(st),
+    waiting = waiting_reasons(api.engine.store.outbox(tid), api.engine.clock.now_ms()).get(tid)
+    out = summary(st) | {"waiting": waiting, "state": st.to_dict(), "history": history_lines(st),
                          "events": [e.to_dict() for e in api.engine.events(tid)]}
     return JSONResponse(json.loads(json.dumps(out, default=str)))
 

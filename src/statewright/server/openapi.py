@@ -22,6 +22,11 @@ BODIES: dict[str, dict[str, Any]] = {
             "key": {"type": "string", "minLength": 1, "maxLength": 200,
                     "description": "Idempotency key: the same submission again returns the same task; "
                                    "the key with other input is 409."},
+            "priority": {"type": "integer", "minimum": -1000, "maximum": 1000,
+                         "description": "Higher is claimed first (default 0); within one priority, oldest first."},
+            "tenant": {"type": "string", "minLength": 1, "maxLength": 64,
+                       "description": "Whose fair share and limits the task's steps count against (default: "
+                                      "the workflow's 'tenant:' reference into the input, else none)."},
         },
     },
     "ApproveBody": {
@@ -58,6 +63,10 @@ _TASK_ROW = {
         "version": {"type": "integer"}, "step": {"type": ["string", "null"]},
         "halt_reason": {"type": ["string", "null"]}, "why": {"type": "string"},
         "updated_at_ms": {"type": "integer"}, "updated": {"type": "string", "description": "UTC date and time"},
+        "priority": {"type": "integer"}, "tenant": {"type": ["string", "null"]},
+        "waiting": {"type": ["string", "null"],
+                    "description": "A running task whose step is not running now: why (a limit, a share, a "
+                                   "priority, a retry's backoff)."},
     },
 }
 _SCHEMAS: dict[str, Any] = {
@@ -73,6 +82,7 @@ _SCHEMAS: dict[str, Any] = {
             "task_id": {"type": "string"}, "workflow": {"type": "string"}, "workflow_version": {"type": "integer"},
             "workflow_hash": {"type": "string"}, "status": {"type": "string"}, "version": {"type": "integer"},
             "step": {"type": ["string", "null"]},
+            "waiting": {"type": ["string", "null"], "description": "Why its queued step is not running now."},
             "proposal_hash": {**_HASH, "description": "While the task waits at a human step: what an approval quotes."},
             "halt": {"type": "object"},
             "state": {"type": "object", "description": "The task's durable state: input, results, attempts."},

@@ -16,6 +16,7 @@ from statewright._errors import StoreUnavailableError as StoreUnavailableError  
 from statewright.store.chain import Chain, RawEvent, RawPeopleRow
 
 if TYPE_CHECKING:
+    from statewright.definition.fleet import FleetConfig
     from statewright.store.remote import RemoteRow
 
 
@@ -46,6 +47,8 @@ class Claim:
     deliveries: int
     failures: int
     lease_expires_ms: int
+    gates: tuple[str, ...] = ()  # the gates it was admitted through (store/admission.py)
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,15 @@ class NewCommand:
     available_at_ms: int
     timer: bool = False
     purpose: str = ""
+    priority: int = 0  # higher is claimed first
+    tenant: str = ""  # whose fair share it takes its place in
+    gates: str | None = None  # JSON of its gates (store/admission.py), None: it passes none
+
+    @property
+    def chainable(self) -> bool:
+        """Whether a commit may claim it at once for its worker (``claim_for``): not when a
+        share or a limit must decide when it runs."""
+        return self.gates is None and not self.tenant
 
 
 @dataclass(frozen=True)
@@ -278,7 +290,33 @@ class Store(Protocol):
 
     def claim(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
-    ) -> list[Claim]: ...
+    ) -> list[Claim]:
+        """Lease up to ``limit`` due commands: higher priority first, then by fair share
+        across tenants (oldest first within one). A command with gates is admitted under
+        the fleet's limits in the same call, or given back waiting with its reason."""
+        ...
+
+    # --- the fleet (store/admission.py) ---------------------------------------------------
+    def put_fleet(self, config: FleetConfig, at_ms: int) -> None:
+        """Replace the named limits and tenants, and wake what waited on a budget."""
+        ...
+
+    def fleet(self) -> FleetConfig: ...
+
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
+        """Make up to ``count`` commands waiting for a slot of each of ``gates`` due now;
+        forget the slots of ``command_ids`` (the claims that ended)."""
+        ...
+
+    def record_usage(
+        self, command_id: str, tenant: str, gates: Sequence[str], tokens: int, money_usd: float, at_ms: int
+    ) -> None:
+        """Count what an admitted command used against its token rates and tenant budget."""
+        ...
+
+    def usage(self, tenant: str, day: int) -> tuple[int, float]:
+        """(tokens, money) ``tenant`` used on UTC day ``day`` (epoch days)."""
+        ...
 
     def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool: ...
 

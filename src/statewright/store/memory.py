@@ -31,6 +31,7 @@ from statewright.store.base import (
     TimerClaim,
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
+from statewright.store.memory_fleet import MemoryFleet
 from statewright.store.memory_people import MemoryPeople
 from statewright.store.memory_tables import (
     CommandRow,
@@ -53,7 +54,7 @@ class _Refused(Exception):
     """One append of a batch is refused: the whole batch is undone."""
 
 
-class MemoryStore(MemoryPeople):
+class MemoryStore(MemoryPeople, MemoryFleet):
     announces_work = False  # idle workers poll, as on SQLite
 
     def __init__(self, url: str = "memory:", *, chain: Chain | None = None, create: bool = True) -> None:
@@ -215,8 +216,8 @@ class MemoryStore(MemoryPeople):
             if c.timer:
                 txn.put(db.timers, c.command_id, TimerRow(c.command_id, task_id, c.available_at_ms, c.purpose))
                 continue
-            row_c = CommandRow(c.command_id, task_id, c.type, body_json, c.available_at_ms)
-            if req.claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
+            row_c = self._new_row(task_id, c, body_json)
+            if req.claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck") and c.chainable:
                 worker_id, lease_expires_ms = req.claim_for
                 row_c = replace(row_c, lease_owner=worker_id, lease_expires_ms=lease_expires_ms, token=1, deliveries=1)
                 claimed = _claim(row_c)
@@ -310,7 +311,8 @@ class MemoryStore(MemoryPeople):
         return [
             {"command_id": c.command_id, "task_id": c.task_id, "type": c.type, "token": c.token,
              "deliveries": c.deliveries, "failures": c.failures, "lease_expires_ms": c.lease_expires_ms,
-             "available_at_ms": c.available_at_ms, "lease_owner": c.lease_owner}
+             "available_at_ms": c.available_at_ms, "lease_owner": c.lease_owner, "priority": c.priority,
+             "tenant": c.tenant, "waiting": c.waiting, "fair": c.fair}
             for c in rows
         ]
 
@@ -322,24 +324,6 @@ class MemoryStore(MemoryPeople):
                 for t in rows]
 
     # --- leases ------------------------------------------------------------------------
-    def claim(
-        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
-    ) -> list[Claim]:
-        with self.db.lock:
-            due = sorted(
-                (c for c in self.db.outbox.values()
-                 if c.available_at_ms <= now_ms and (c.lease_expires_ms is None or c.lease_expires_ms <= now_ms)
-                 and (task_id is None or c.task_id == task_id)),
-                key=lambda c: c.available_at_ms,
-            )[:limit]
-            out = []
-            for c in due:
-                held = replace(c, lease_owner=worker_id, lease_expires_ms=now_ms + lease_ms, token=c.token + 1,
-                               deliveries=c.deliveries + 1)
-                self.db.outbox[c.command_id] = held
-                out.append(_claim(held))
-        return out
-
     def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool:
         with self.db.lock:
             c = self.db.outbox.get(command_id)

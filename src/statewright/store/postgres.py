@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -36,6 +36,7 @@ CHANNEL = "statewright_work"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,45}$")
 _SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.schema").digest()[:8], "big", signed=True)
 _PEOPLE_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.people").digest()[:8], "big", signed=True)
+_GATES_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.gates").digest()[:8], "big", signed=True)
 _LISTEN_SLICE_SECONDS = 0.1  # how often the listener thread looks at its stop flag
 
 
@@ -86,6 +87,7 @@ class PostgresStore(SqlStore):
 
     skip_locked = " FOR UPDATE SKIP LOCKED"
     announces_work = True
+    _greatest = "GREATEST"
 
     def __init__(
         self,
@@ -264,6 +266,44 @@ class PostgresStore(SqlStore):
     def _lock_people_txn(self, cur: Any) -> None:
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_PEOPLE_LOCK_KEY,))
 
+    def _claim_scope(self) -> AbstractContextManager[Any]:
+        return nullcontext()
+
+    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+        """The shared admission in pipeline mode: BEGIN, the gates' lock and the reads go in
+        one round trip, the writes and COMMIT in another (each read's result is waited for
+        only where it is used)."""
+        if getattr(self._local, "cur", None) is not None:
+            return super()._admit(rows, now_ms)
+        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction(), \
+                conn.cursor() as cur:
+            self._local.cur = cur
+            try:
+                return super()._admit(rows, now_ms)
+            finally:
+                self._local.cur = None
+
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
+        """The shared wake as one statement: forget the ended claim's slots, make the first
+        waiters due, and announce them when there were any."""
+        if getattr(self._local, "cur", None) is not None:
+            super().wake(gates, now_ms, count, command_ids=command_ids)
+            return
+        marks = ", ".join(["%s"] * len(gates))
+        with self._stmt() as cur:
+            cur.execute(
+                "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
+                " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
+                f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
+                " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
+                (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
+            )
+
+    def _lock_gates_txn(self, cur: Any) -> None:
+        """Admissions run one at a time: each one's counts include every slot admitted
+        before it (each statement after the lock sees what committed before)."""
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+
     def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None:
         try:
             super().put_definition(content_hash, name, version, body)
@@ -420,23 +460,25 @@ class PostgresStore(SqlStore):
             if c.timer:
                 continue
             n_outbox += 1
-            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
+            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck") and c.chainable:
                 worker_id, lease_expires_ms = claim_for
                 params += (c.command_id, task_id, c.type, body_json, c.available_at_ms,
-                           worker_id, lease_expires_ms, 1, 1)
+                           worker_id, lease_expires_ms, 1, 1, c.priority, c.tenant, c.gates,
+                           c.tenant, c.tenant, c.priority)
                 claimed = Claim(
                     command_id=c.command_id, task_id=task_id, type=c.type, body=json.loads(body_json),
                     token=1, deliveries=1, failures=0, lease_expires_ms=int(lease_expires_ms),
                 )
             else:
-                params += (c.command_id, task_id, c.type, body_json, c.available_at_ms, None, None, 0, 0)
+                params += (c.command_id, task_id, c.type, body_json, c.available_at_ms, None, None, 0, 0,
+                           c.priority, c.tenant, c.gates, c.tenant, c.tenant, c.priority)
         notify = any(c.timer or claimed is None or c.command_id != claimed.command_id for c in req.commands)
         if notify:
             params.append(CHANNEL)
         shape = (complete is not None, complete_timer is not None, terminal, n_timers, n_outbox, notify)
         sql = self._fast_sql.get(shape)
         if sql is None:
-            sql = self._fast_sql[shape] = _one_statement_append(*shape)
+            sql = self._fast_sql[shape] = _one_statement_append(*shape, fair=self._sql(self._fair_sql()))
         return sql, params, AppendResult(version=version, claimed=claimed), h
 
     def release(
@@ -559,7 +601,7 @@ class PostgresStore(SqlStore):
 
 
 def _one_statement_append(
-    complete: bool, complete_timer: bool, terminal: bool, n_timers: int, n_outbox: int, notify: bool
+    complete: bool, complete_timer: bool, terminal: bool, n_timers: int, n_outbox: int, notify: bool, *, fair: str
 ) -> str:
     """The SQL of ``PostgresStore._append_one`` for one shape of append. All parts see the
     same snapshot, so the terminal clean-up leaves out the completed command and timer (which
@@ -590,8 +632,9 @@ def _one_statement_append(
     if n_outbox:
         ctes.append(
             "o AS (INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms, lease_owner,"
-            " lease_expires_ms, token, deliveries) VALUES "
-            + ", ".join(["(%s, %s, %s, %s, %s, %s::text, %s::bigint, %s, %s)"] * n_outbox) + ")"
+            " lease_expires_ms, token, deliveries, priority, tenant, gates, fair) VALUES "
+            + ", ".join([f"(%s, %s, %s, %s, %s, %s::text, %s::bigint, %s, %s, %s, %s, %s::text, {fair})"] * n_outbox)
+            + ")"
         )
     select = "SELECT 1 / (" + " * ".join(checks) + ")"
     if notify:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -119,5 +119,53 @@ MIGRATIONS: dict[int, list[str]] = {
     5: [
         "ALTER TABLE sw_tasks ADD COLUMN parent_id TEXT",
         "CREATE INDEX IF NOT EXISTS sw_tasks_by_parent ON sw_tasks (parent_id)",
+    ],
+    # Scheduling the fleet (definition/fleet.py, store/admission.py): a command's priority,
+    # tenant, place in its tenant's fair queue and the gates it passes (JSON; NULL: none);
+    # why it was passed over; the fleet's named limits and tenants; the slots and rate log
+    # that concurrency and rate limits count; each tenant's usage per day.
+    6: [
+        "ALTER TABLE sw_outbox ADD COLUMN priority INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE sw_outbox ADD COLUMN tenant TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE sw_outbox ADD COLUMN fair BIGINT NOT NULL DEFAULT 0",
+        "ALTER TABLE sw_outbox ADD COLUMN gates TEXT",
+        "ALTER TABLE sw_outbox ADD COLUMN waiting TEXT",
+        "ALTER TABLE sw_outbox ADD COLUMN wait_gate TEXT",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_order ON sw_outbox (priority DESC, fair)",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_tenant ON sw_outbox (tenant, fair)",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_waiting ON sw_outbox (wait_gate) WHERE wait_gate IS NOT NULL",
+        """CREATE TABLE IF NOT EXISTS sw_limits (
+            name TEXT PRIMARY KEY,
+            body TEXT NOT NULL,
+            updated_at_ms BIGINT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS sw_tenants (
+            tenant TEXT PRIMARY KEY,
+            share_step BIGINT NOT NULL,
+            gating INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            updated_at_ms BIGINT NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS sw_slots (
+            gate TEXT NOT NULL,
+            command_id TEXT NOT NULL,
+            token INTEGER NOT NULL,
+            PRIMARY KEY (gate, command_id)
+        )""",
+        """CREATE TABLE IF NOT EXISTS sw_rate_log (
+            gate TEXT NOT NULL,
+            at_ms BIGINT NOT NULL,
+            command_id TEXT NOT NULL,
+            tokens BIGINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (gate, at_ms, command_id)
+        )""",
+        "CREATE INDEX IF NOT EXISTS sw_rate_log_command ON sw_rate_log (command_id)",
+        """CREATE TABLE IF NOT EXISTS sw_usage (
+            tenant TEXT NOT NULL,
+            day BIGINT NOT NULL,
+            tokens BIGINT NOT NULL DEFAULT 0,
+            money_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
+            PRIMARY KEY (tenant, day)
+        )""",
     ],
 }

@@ -32,6 +32,7 @@ from statewright.store.base import (
     TimerClaim,
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
+from statewright.store.fleet_sql import FleetSql
 from statewright.store.people import PeopleSql
 from statewright.store.remote import RemoteSql
 from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -47,7 +48,7 @@ _ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
 
-class SqlStore(PeopleSql, RemoteSql, ABC):
+class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
     url: str = ""
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
@@ -356,14 +357,15 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
                     (c.command_id, task_id, c.available_at_ms, c.purpose),
                 )
                 continue
-            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck"):
+            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck") and c.chainable:
                 claimed = self._insert_claimed_txn(cur, task_id, c, body_json, *claim_for)
                 continue
             self._x(
                 cur,
-                "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (c.command_id, task_id, c.type, body_json, c.available_at_ms),
+                "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms, priority, tenant, gates,"
+                f" fair) VALUES (?, ?, ?, ?, ?, ?, ?, ?, {self._fair_sql()})",
+                (c.command_id, task_id, c.type, body_json, c.available_at_ms, c.priority, c.tenant, c.gates,
+                 c.tenant, c.tenant, c.priority),
             )
         if any(c.timer or claimed is None or c.command_id != claimed.command_id for c in req.commands):
             self._work_added_txn(cur)
@@ -390,8 +392,10 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
         self._x(
             cur,
             "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms, lease_owner,"
-            " lease_expires_ms, token, deliveries) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1)",
-            (c.command_id, task_id, c.type, body_json, c.available_at_ms, worker_id, lease_expires_ms),
+            f" lease_expires_ms, token, deliveries, priority, fair) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?,"
+            f" {self._fair_sql()})",
+            (c.command_id, task_id, c.type, body_json, c.available_at_ms, worker_id, lease_expires_ms,
+             c.priority, c.tenant, c.tenant, c.priority),
         )
         return Claim(
             command_id=c.command_id, task_id=task_id, type=c.type, body=json.loads(body_json),
@@ -533,7 +537,7 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
         return {str(r[0]): int(r[1]) for r in rows}
 
     def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
-        sql = f"SELECT {_CLAIM_COLS}, available_at_ms, lease_owner FROM sw_outbox"
+        sql = f"SELECT {_CLAIM_COLS}, available_at_ms, lease_owner, priority, tenant, waiting, fair FROM sw_outbox"
         params: tuple[Any, ...] = ()
         if task_id is not None:
             sql += " WHERE task_id = ?"
@@ -543,7 +547,8 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
         return [
             {"command_id": r[0], "task_id": r[1], "type": r[2], "token": int(r[4]),
              "deliveries": int(r[5]), "failures": int(r[6]), "lease_expires_ms": r[7],
-             "available_at_ms": int(r[8]), "lease_owner": r[9]}
+             "available_at_ms": int(r[8]), "lease_owner": r[9], "priority": int(r[10]), "tenant": str(r[11]),
+             "waiting": r[12], "fair": int(r[13])}
             for r in rows
         ]
 
@@ -557,24 +562,7 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
             rows = self._x(cur, sql + " ORDER BY due_at_ms", params).fetchall()
         return [{"timer_id": r[0], "task_id": r[1], "due_at_ms": int(r[2]), "purpose": r[3]} for r in rows]
 
-    # --- leases ----------------------------------------------------------------------
-    def claim(
-        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
-    ) -> list[Claim]:
-        """Lease up to ``limit`` commands that are due, oldest first; with ``task_id``, only
-        that task's."""
-        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
-        with self._stmt() as cur:
-            rows = self._x(
-                cur,
-                "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-                " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
-                f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
-                f" ORDER BY available_at_ms LIMIT ?{self.skip_locked}) RETURNING {_CLAIM_COLS}",
-                (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
-            ).fetchall()
-        return [_claim(r) for r in rows]
-
+    # --- leases (claim: store/fleet_sql.py) -------------------------------------------
     def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool:
         with self._stmt() as cur:
             r = self._x(
@@ -671,13 +659,6 @@ def _release_params(
     command_id: str, token: int, available_at_ms: int, failed: bool, error: str, started: bool
 ) -> tuple[Any, ...]:
     return (available_at_ms, 1 if failed else 0, error[:2000], 0 if started else 1, command_id, token)
-
-
-def _claim(r: Any) -> Claim:
-    return Claim(
-        command_id=str(r[0]), task_id=str(r[1]), type=str(r[2]), body=json.loads(r[3]),
-        token=int(r[4]), deliveries=int(r[5]), failures=int(r[6]), lease_expires_ms=int(r[7]),
-    )
 
 
 def _task(r: Any) -> StoredTask:

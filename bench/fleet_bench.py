@@ -1,0 +1,171 @@
+"""Claim throughput with the fleet's limits and shares on, against off, on SQLite and
+PostgreSQL.
+
+    .venv/bin/python bench/fleet_bench.py                 # SQLite, and PostgreSQL at --url
+    .venv/bin/python bench/fleet_bench.py --quick         # small sizes, few rounds
+    .venv/bin/python bench/fleet_bench.py --no-postgres
+
+Two workloads, each run with the fleet OFF (no tenants, no limits: the one-statement claim)
+and ON (every task of one of four tenants with weights, a tenant concurrency, the workflow's
+concurrency and the step's named limit with a concurrency and a rate, so every claim is
+ordered by fair share and admitted under five gates):
+
+  (1) worker: one in-process ``Worker(concurrency=4)`` drains N one-step tasks (a python
+      callable that returns at once); tasks per second, submit excluded. This is what a
+      worker claims in practice (batches of claims, one outcome commit per batch).
+  (2) claim loop: ``store.claim(limit=8)`` then ``ack`` of each (and, ON, the ``wake`` a
+      worker sends when a claim under a limit ends), until N commands are gone; commands
+      per second. The claim path alone, without performing anything.
+
+Rounds alternate OFF and ON; the figures are medians over rounds. bench/README.md has a run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+
+LIMIT = "model-api"
+TENANTS = ("t1", "t2", "t3", "t4")
+
+
+def fleet_on() -> Any:
+    from statewright.definition.fleet import FleetConfig, NamedLimit, TenantShare, parse_rate
+
+    return FleetConfig(
+        limits={LIMIT: NamedLimit(LIMIT, concurrency=10_000, rate=parse_rate("100000000/min"))},
+        tenants={t: TenantShare(t, weight=i + 1, concurrency=10_000) for i, t in enumerate(TENANTS)},
+    )
+
+
+def workflow(on: bool) -> Any:
+    from statewright.definition.loader import workflow_from_dict
+
+    step: dict[str, Any] = {"id": "s1", "kind": "code", "owner": "bench", "run": {"callable": "bench_steps:noop"}}
+    top: dict[str, Any] = {}
+    if on:
+        step |= {"concurrency": 10_000, "limits": [LIMIT]}
+        top = {"concurrency": 10_000}
+    return workflow_from_dict({"workflow": f"fleet-{'on' if on else 'off'}", "steps": [step], **top})
+
+
+def fill(url: str, on: bool, n: int) -> Any:
+    from statewright import Engine
+    from statewright.store import open_store
+
+    engine = Engine(open_store(url), workspace_root=Path(tempfile.gettempdir()) / "sw-fleet-bench-ws")
+    if on:
+        engine.store.put_fleet(fleet_on(), engine.clock.now_ms())
+    wf = workflow(on)
+    for i in range(n):
+        engine.submit(wf, {"n": i}, tenant=TENANTS[i % len(TENANTS)] if on else None)
+    return engine
+
+
+def worker_round(url: str, on: bool, n: int) -> float:
+    from statewright.runtime.worker import Worker
+
+    engine = fill(url, on, n)
+    try:
+        started = time.perf_counter()
+        stats = Worker(engine, concurrency=4).run(until_idle=True)
+        spent = time.perf_counter() - started
+    finally:
+        engine.close()
+    if stats.commands < n:
+        raise RuntimeError(f"the worker performed {stats.commands} commands, expected {n}")
+    return n / spent
+
+
+def claim_round(url: str, on: bool, n: int) -> float:
+    engine = fill(url, on, n)
+    store = engine.store
+    try:
+        done = 0
+        started = time.perf_counter()
+        while done < n:
+            claims = store.claim("bench", engine.clock.now_ms(), 60_000, 8)
+            if not claims:
+                raise RuntimeError(f"claimed {done} of {n}, then nothing")
+            for c in claims:
+                store.ack(c.command_id, c.token)
+            gated = [c for c in claims if c.gates]
+            if gated:  # as a worker does when claims under a limit end (once per commit)
+                store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated),
+                           command_ids=[c.command_id for c in gated])
+            done += len(claims)
+        spent = time.perf_counter() - started
+    finally:
+        engine.close()
+    return n / spent
+
+
+def sqlite_url(tmp: Path) -> str:
+    return f"sqlite:///{tmp / f'fleet-{uuid.uuid4().hex[:8]}.db'}?synchronous=NORMAL"
+
+
+def pg_url(base: str) -> str:
+    schema = f"fleet_bench_{uuid.uuid4().hex[:8]}"
+    return f"{base}{'&' if '?' in base else '?'}schema={schema}"
+
+
+def drop_pg_schema(url: str) -> None:
+    import psycopg
+
+    from statewright.store.postgres import split_url
+
+    conninfo, schema = split_url(url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int) -> list[str]:
+    lines = []
+    for label, fn in (("(1) worker, tasks/s", worker_round), ("(2) claim loop, commands/s", claim_round)):
+        figures: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for on in (False, True):
+                url = new_url()
+                try:
+                    figures[on].append(fn(url, on, n))
+                finally:
+                    cleanup(url)
+        off, on_ = statistics.median(figures[False]), statistics.median(figures[True])
+        line = (f"{name:<10} {label:<28} off {off:>8,.0f}   on {on_:>8,.0f}   on/off {on_ / off:5.2f}   "
+                f"rounds off {[round(f) for f in figures[False]]} on {[round(f) for f in figures[True]]}")
+        print(line, flush=True)
+        lines.append(line)
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--tasks", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=None)
+    args = parser.parse_args()
+    n = args.tasks or (200 if args.quick else 1000)
+    rounds = args.rounds or (2 if args.quick else 5)
+    print(f"fleet_bench: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()}-core "
+          f"{platform.machine()}, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
+          f"{n} one-step tasks per round, {rounds} rounds, medians", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="sw-fleet-bench-"))
+    measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, n, rounds)
+    if not args.no_postgres:
+        measure("postgres", lambda: pg_url(args.url), drop_pg_schema, n, rounds)
+    print(f"load at the end {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""Admission: whether a claimed command may start now under the fleet's limits, shared by
+every store. A claim that carries gates (a workflow's or step's concurrency, named limits,
+a tenant with a limit or a budget) is admitted inside one transaction that no other
+admission runs beside (SQLite's single writer; an advisory lock on PostgreSQL; the
+in-memory database's lock), so two workers can never both take the last slot:
+
+    claim (due, by priority, then fair share) -> admit each in order -> slots and rate log
+                                              -> or give it back, waiting, with its reason
+
+A command that may not start is never failed for it: it is given back without its delivery
+counting and becomes due again when room is expected (a rate window moves on, the next UTC
+day for a spent budget), or earlier when a slot frees (``Store.wake``). A command holds a
+concurrency slot while its lease is alive: a slot is a row naming the command and the
+fencing token of the claim it was admitted with, so a finished, released or expired claim
+frees it with no write of its own. Pure: the store hands in what it counts."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from statewright.definition.fleet import DAY_MS, FleetConfig, Rate
+
+CONCURRENCY_RECHECK_MS = 2_000
+"""A command waiting for a slot looks again after this long if no finishing step woke it
+(the holder's worker died and its lease must expire first)."""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One gate a command passes: ``workflow:W``, ``step:W/S``, ``limit:L`` or ``tenant:T``;
+    ``capacity`` is the concurrency a definition gave (0: from the fleet config)."""
+
+    name: str
+    capacity: int = 0
+
+
+def gates_json(gates: Sequence[Gate]) -> str | None:
+    """The column text of a command's gates (None when it has none)."""
+    return json.dumps([[g.name, g.capacity] for g in gates], separators=(",", ":")) if gates else None
+
+
+def gates_of(text: str | None) -> tuple[Gate, ...]:
+    if not text:
+        return ()
+    return tuple(Gate(str(n), int(c)) for n, c in json.loads(text))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why a command may not start now: ``reason`` for people, due again at ``until_ms``;
+    ``gate`` is what wakes it earlier (a slot's gate, ``budget:T``), or ""."""
+
+    reason: str
+    until_ms: int
+    gate: str = ""
+
+
+@dataclass
+class Ledger:
+    """What the gates of one admission count, loaded once per gate from the store (through
+    the three callables) and kept up to date with what this admission takes."""
+
+    config: FleetConfig
+    load_in_use: Callable[[str], int]  # live slots of a gate
+    load_window: Callable[[str, int], list[tuple[int, int]]]  # (at_ms, tokens) of rows after a time
+    load_spent: Callable[[str, int], tuple[int, float]]  # (tokens, usd) of a tenant on a day
+    load_totals: Callable[[str, int], tuple[int, int]] | None = None  # (rows, tokens) after a time
+    in_use: dict[str, int] = field(default_factory=dict)
+    windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rows this admission added
+    spent: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
+    window_ms: dict[str, int] = field(default_factory=dict)  # the longest window each rate gate was read for
+    totals: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (gate, window) -> [starts, tokens]
+
+    def check(self, gates: Sequence[Gate], now_ms: int) -> Waiting | None:
+        """None when a command with ``gates`` may start at ``now_ms``; else why it waits."""
+        for g in gates:
+            kind, _, name = g.name.partition(":")
+            if kind == "tenant":
+                why = self._tenant(name, g.name, now_ms)
+            elif kind == "limit":
+                why = self._limit(name, g.name, now_ms)
+            else:
+                why = self._slots(g.name, g.capacity, _what(g.name), now_ms)
+            if why is not None:
+                return why
+        return None
+
+    def forgettable(self, now_ms: int) -> dict[str, int]:
+        """Per rate gate read: rows before this no window can count any longer (two windows
+        back, so a worker whose clock is somewhat behind still sees what it must count)."""
+        return {gate: now_ms - 2 * w for gate, w in self.window_ms.items()}
+
+    def take(self, gates: Sequence[Gate], now_ms: int) -> tuple[list[str], list[str]]:
+        """Count a command admitted with ``gates``: the gates it holds a slot of, and the
+        named limits whose rate log it joins."""
+        slots, rates = [], []
+        for g in gates:
+            kind, _, name = g.name.partition(":")
+            if self.capacity(g) is not None:
+                slots.append(g.name)
+                self.in_use[g.name] = self._in_use(g.name) + 1
+            lim = self.config.limits.get(name) if kind == "limit" else None
+            if lim is not None and (lim.rate is not None or lim.tokens is not None):
+                rates.append(g.name)
+                self.windows.setdefault(g.name, []).append((now_ms, 0))  # taken by this admission
+                for key, totals in self.totals.items():
+                    if key[0] == g.name:
+                        totals[0] += 1
+        return slots, rates
+
+    # --- the checks ----------------------------------------------------------------------
+    def capacity(self, g: Gate) -> int | None:
+        kind, _, name = g.name.partition(":")
+        if kind == "limit":
+            lim = self.config.limits.get(name)
+            return lim.concurrency if lim is not None else None
+        if kind == "tenant":
+            share = self.config.tenants.get(name)
+            return share.concurrency if share is not None else None
+        return g.capacity or None
+
+    def _in_use(self, gate: str) -> int:
+        if gate not in self.in_use:
+            self.in_use[gate] = self.load_in_use(gate)
+        return self.in_use[gate]
+
+    def _slots(self, gate: str, capacity: int | None, what: str, now_ms: int) -> Waiting | None:
+        if capacity is None:
+            return None
+        used = self._in_use(gate)
+        if used < capacity:
+            return None
+        return Waiting(f"waits for a slot of {what} (concurrency {capacity}, {used} in use)",
+                       now_ms + CONCURRENCY_RECHECK_MS, gate)
+
+    def _limit(self, name: str, gate: str, now_ms: int) -> Waiting | None:
+        lim = self.config.limits.get(name)
+        if lim is None:  # a limit taken out of the fleet file no longer holds anything back
+            return None
+        why = self._slots(gate, lim.concurrency, f"limit {name!r}", now_ms)
+        if why is not None:
+            return why
+        for rate, counted in ((lim.rate, False), (lim.tokens, True)):
+            if rate is None:
+                continue
+            room_at = self._room_at(gate, rate, counted, now_ms)
+            if room_at is not None:
+                what = "tokens" if counted else "starts"
+                return Waiting(f"waits for limit {name!r} ({rate} {what}; room again at {_utc(room_at)})", room_at)
+        return None
+
+    def _room_at(self, gate: str, rate: Rate, tokens: bool, now_ms: int) -> int | None:
+        """None when the window ending now has room; else when it will. Every row after the
+        window's start counts, a later one too (a worker whose clock is behind)."""
+        since = now_ms - rate.window_ms
+        key = (gate, rate.window_ms)
+        if key not in self.totals:
+            if self.load_totals is not None:
+                self.totals[key] = list(self.load_totals(gate, since))
+            else:
+                rows = self.load_window(gate, since)
+                self.totals[key] = [len(rows), sum(t for _, t in rows)]
+            self.window_ms[gate] = max(self.window_ms.get(gate, 0), rate.window_ms)
+        count, used_tokens = self.totals[key]
+        used = used_tokens if tokens else count
+        if used < rate.amount:
+            return None
+        rows = sorted([*self.load_window(gate, since), *self.windows.get(gate, [])])
+        for at_ms, t in rows:  # the oldest leave the window first
+            used -= t if tokens else 1
+            if used < rate.amount:
+                return at_ms + rate.window_ms + 1
+        return now_ms + rate.window_ms
+
+    def _tenant(self, name: str, gate: str, now_ms: int) -> Waiting | None:
+        share = self.config.tenants.get(name)
+        if share is None:
+            return None
+        why = self._slots(gate, share.concurrency, f"tenant {name!r}", now_ms)
+        if why is not None:
+            return why
+        if share.daily_tokens is None and share.daily_usd is None:
+            return None
+        day = now_ms // DAY_MS
+        if (name, day) not in self.spent:
+            self.spent[(name, day)] = self.load_spent(name, day)
+        tokens, usd = self.spent[(name, day)]
+        next_day = (day + 1) * DAY_MS
+        tail = f"parked until {_utc(next_day)} or an operator raises it (statewright limits apply)"
+        if share.daily_tokens is not None and tokens >= share.daily_tokens:
+            return Waiting(f"tenant {name!r} spent its daily token budget ({tokens:,} of {share.daily_tokens:,}); "
+                           f"{tail}", next_day, f"budget:{name}")
+        if share.daily_usd is not None and usd >= share.daily_usd:
+            return Waiting(f"tenant {name!r} spent its daily money budget (${usd:,.2f} of ${share.daily_usd:,.2f}); "
+                           f"{tail}", next_day, f"budget:{name}")
+        return None
+
+
+def _what(gate: str) -> str:
+    kind, _, name = gate.partition(":")
+    return f"{kind} {name!r}"
+
+
+def _utc(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def with_tenant(gates: Sequence[Gate], tenant: str, gating: bool) -> tuple[Gate, ...]:
+    """A claim's gates with its tenant's when the tenant has a limit or a budget."""
+    return (*gates, Gate(f"tenant:{tenant}")) if gating and tenant else tuple(gates)
+
+
+def usage_gates(gates: Sequence[str], config: FleetConfig) -> Mapping[str, bool]:
+    """Which of an admitted command's gates count its tokens: named limits with a token
+    rate (their rate log row) and tenants with a budget (their day's usage)."""
+    out = {}
+    for g in gates:
+        kind, _, name = g.partition(":")
+        if kind == "limit":
+            lim = config.limits.get(name)
+            out[g] = lim is not None and lim.tokens is not None
+        elif kind == "tenant":
+            share = config.tenants.get(name)
+            out[g] = share is not None and (share.daily_tokens is not None or share.daily_usd is not None)
+    return out
+
+
+__all__ = [
+    "CONCURRENCY_RECHECK_MS",
+    "Gate",
+    "Ledger",
+    "Waiting",
+    "gates_json",
+    "gates_of",
+    "usage_gates",
+    "with_tenant",
+]

@@ -1,0 +1,301 @@
+"""The fleet's SQL, shared by SQLite and PostgreSQL: claiming by priority and fair share,
+admission under the limits (store/admission.py says how), the fleet config, waking the
+commands that waited for a slot, and usage against token rates and daily budgets.
+
+The claim itself stays one statement. Only when a claimed row has gates, or belongs to a
+tenant with a limit or budget, is it admitted in a second transaction that holds
+``_lock_gates_txn`` (nothing on SQLite, whose writers are serialized already; a
+transaction-level advisory lock on PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
+from statewright.store.admission import Ledger, gates_of, usage_gates, with_tenant
+from statewright.store.base import Claim
+
+CLAIM_RETURNING = (
+    "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms, gates, tenant,"
+    " (SELECT gating FROM sw_tenants WHERE sw_tenants.tenant = sw_outbox.tenant), priority, fair"
+)
+_ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
+_PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
+_PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows and dead slots
+
+
+class FleetSql:
+    """Mixed into SqlStore; uses its ``_tx``/``_stmt``/``_x`` and ``skip_locked``."""
+
+    skip_locked: str = ""
+    _prune_after_ms: int = 0
+    _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
+
+    @abstractmethod
+    def _tx(self) -> AbstractContextManager[Any]: ...
+
+    @abstractmethod
+    def _stmt(self) -> AbstractContextManager[Any]: ...
+
+    @abstractmethod
+    def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any: ...
+
+    @abstractmethod
+    def _work_added_txn(self, cur: Any) -> None: ...
+
+    @abstractmethod
+    def _sql(self, sql: str) -> str: ...
+
+    def _lock_gates_txn(self, cur: Any) -> None:
+        """Hold off every other admission until this transaction ends."""
+        return None
+
+    def _fair_sql(self) -> str:
+        """Where a new command of a tenant takes its place in the fair queue (parameters:
+        tenant, tenant, priority): one step past the tenant's last queued command (a step
+        of SHARE_SCALE / weight), and never before the oldest command queued at its
+        priority, so a tenant that was idle starts level with the others, not ahead."""
+        g = self._greatest
+        return (
+            f"{g}(COALESCE((SELECT MAX(fair) FROM sw_outbox WHERE tenant = ?)"
+            f" + COALESCE((SELECT share_step FROM sw_tenants WHERE tenant = ?), {SHARE_SCALE}), 0),"
+            " COALESCE((SELECT MIN(fair) FROM sw_outbox WHERE priority = ?), 0))"
+        )
+
+    # --- claiming ------------------------------------------------------------------------
+    def claim(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
+    ) -> list[Claim]:
+        """Lease up to ``limit`` due commands, higher priority first, then by fair share;
+        with ``task_id``, only that task's. Commands under limits are admitted (or given
+        back, waiting) before this returns."""
+        out: list[Claim] = []
+        with self._claim_scope():
+            for _ in range(_ADMISSION_ROUNDS):
+                rows = self._claim_rows(worker_id, now_ms, lease_ms, limit - len(out), task_id)
+                plain = [r for r in rows if r[8] is None and not r[10]]
+                gated = [r for r in rows if r[8] is not None or r[10]]
+                out += [_claim(r) for r in plain]
+                if not gated:
+                    break
+                out += self._admit(gated, now_ms)
+                if len(out) >= limit or len(rows) < limit:
+                    break
+        return out
+
+    def _claim_scope(self) -> AbstractContextManager[Any]:
+        """What a claim and its admission run in: one transaction on SQLite (one commit for
+        both; its writers are serialized anyway); nothing on PostgreSQL, where the claim is
+        one statement on its own and only an admission takes the gates' lock."""
+        return self._tx()
+
+    def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        with self._stmt() as cur:
+            rows = self._x(
+                cur,
+                "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
+                " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
+                f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
+                f" ORDER BY priority DESC, fair LIMIT ?{self.skip_locked}) RETURNING {CLAIM_RETURNING}",
+                (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
+            ).fetchall()
+        return sorted(rows, key=lambda r: (-int(r[11]), int(r[12])))
+
+    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+        """Admit each row in claim order, or give it back waiting: one transaction, a few
+        statements whatever the number of rows (the slots of every gate counted at once,
+        the new slots and rate log rows written together)."""
+        admitted, slot_rows, rate_rows, waits = [], [], [], []
+        with self._tx() as cur:
+            self._lock_gates_txn(cur)
+            config = self._fleet_txn(cur)
+            claimed = [(r, with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))) for r in rows]
+            ledger = Ledger(
+                config,
+                lambda gate: self._in_use_txn(cur, [gate], now_ms).get(gate, 0),
+                lambda gate, since: [(int(a), int(t)) for a, t in self._x(
+                    cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
+                ).fetchall()],
+                lambda tenant, day: self._usage_txn(cur, tenant, day),
+                lambda gate, since: self._totals_txn(cur, gate, since),
+            )
+            counted = sorted({g.name for _, gates in claimed for g in gates if ledger.capacity(g) is not None})
+            if counted:
+                ledger.in_use.update(dict.fromkeys(counted, 0) | self._in_use_txn(cur, counted, now_ms))
+            for r, gates in claimed:
+                command_id, token = str(r[0]), int(r[4])
+                why = ledger.check(gates, now_ms)
+                if why is not None:
+                    waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
+                    continue
+                slots, rates = ledger.take(gates, now_ms)
+                slot_rows += [(gate, command_id, token) for gate in slots]
+                rate_rows += [(gate, now_ms, command_id) for gate in rates]
+                admitted.append(_claim(r, tuple(g.name for g in gates)))
+            if waits:
+                self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+                                " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
+                                " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?", waits)
+            if slot_rows:
+                self._many(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES (?, ?, ?)"
+                                " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token", slot_rows)
+            if rate_rows:
+                self._many(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
+                                " ON CONFLICT DO NOTHING", rate_rows)
+            if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
+                self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
+                for gate, before in ledger.forgettable(now_ms).items():
+                    self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
+                if counted:
+                    self._drop_dead_slots_txn(cur, counted, now_ms)
+        return admitted
+
+    def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
+        """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
+        row = self._x(cur, "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?",
+                      (gate, since_ms)).fetchone()
+        return int(row[0]), int(row[1])
+
+    def _many(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        cur.executemany(self._sql(sql), rows)
+
+    def _in_use_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> dict[str, int]:
+        """Live slots of each of ``gates``: slot rows whose claim still holds its lease."""
+        marks = ", ".join("?" * len(gates))
+        rows = self._x(
+            cur,
+            "SELECT s.gate, COUNT(*) FROM sw_slots s JOIN sw_outbox o ON o.command_id = s.command_id"
+            f" AND o.token = s.token WHERE s.gate IN ({marks}) AND o.lease_expires_ms > ? GROUP BY s.gate",
+            (*gates, now_ms),
+        ).fetchall()
+        return {str(g): int(n) for g, n in rows}
+
+    def _drop_dead_slots_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> None:
+        """Forget the slot rows of claims that ended without a wake (their worker died)."""
+        marks = ", ".join("?" * len(gates))
+        self._x(
+            cur,
+            f"DELETE FROM sw_slots WHERE gate IN ({marks}) AND NOT EXISTS (SELECT 1 FROM sw_outbox o WHERE"
+            " o.command_id = sw_slots.command_id AND o.token = sw_slots.token AND o.lease_expires_ms > ?)",
+            (*gates, now_ms),
+        )
+
+    def _usage_txn(self, cur: Any, tenant: str, day: int) -> tuple[int, float]:
+        row = self._x(cur, "SELECT tokens, money_usd FROM sw_usage WHERE tenant = ? AND day = ?",
+                      (tenant, day)).fetchone()
+        return (int(row[0]), float(row[1])) if row else (0, 0.0)
+
+    # --- waking and usage ----------------------------------------------------------------
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
+        """Make up to ``count`` commands waiting for each of ``gates`` due now; forget the
+        slot rows of ``command_ids`` (the claims that ended)."""
+        marks = ", ".join("?" * len(gates))
+        with self._tx() as cur:
+            if command_ids:
+                ids = ", ".join("?" * len(command_ids))
+                self._x(cur, f"DELETE FROM sw_slots WHERE command_id IN ({ids})", tuple(command_ids))
+            woken = self._x(
+                cur,
+                "UPDATE sw_outbox SET available_at_ms = ? WHERE command_id IN (SELECT command_id FROM"
+                f" sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > ?"
+                " ORDER BY priority DESC, fair LIMIT ?)",
+                (now_ms, *gates, now_ms, count * len(gates)),
+            )
+            if woken.rowcount:
+                self._work_added_txn(cur)
+
+    def record_usage(
+        self, command_id: str, tenant: str, gates: Sequence[str], tokens: int, money_usd: float, at_ms: int
+    ) -> None:
+        if not gates or (tokens <= 0 and money_usd <= 0):
+            return
+        with self._tx() as cur:
+            counts = usage_gates(gates, self._fleet_txn(cur))
+            for gate, counted in counts.items():
+                if not counted:
+                    continue
+                if gate.startswith("limit:"):
+                    self._x(cur, "UPDATE sw_rate_log SET tokens = tokens + ? WHERE command_id = ? AND gate = ?",
+                            (tokens, command_id, gate))
+                else:
+                    self._x(
+                        cur,
+                        "INSERT INTO sw_usage (tenant, day, tokens, money_usd) VALUES (?, ?, ?, ?)"
+                        " ON CONFLICT (tenant, day) DO UPDATE SET tokens = sw_usage.tokens + excluded.tokens,"
+                        " money_usd = sw_usage.money_usd + excluded.money_usd",
+                        (tenant, at_ms // DAY_MS, tokens, money_usd),
+                    )
+
+    def usage(self, tenant: str, day: int) -> tuple[int, float]:
+        with self._stmt() as cur:
+            return self._usage_txn(cur, tenant, day)
+
+    # --- the config ----------------------------------------------------------------------
+    def put_fleet(self, config: FleetConfig, at_ms: int) -> None:
+        with self._tx() as cur:
+            self._lock_gates_txn(cur)
+            self._x(cur, "DELETE FROM sw_limits")
+            self._x(cur, "DELETE FROM sw_tenants")
+            for name, lim in sorted(config.limits.items()):
+                self._x(cur, "INSERT INTO sw_limits (name, body, updated_at_ms) VALUES (?, ?, ?)",
+                        (name, json.dumps(lim.to_dict(), sort_keys=True), at_ms))
+            for name, share in sorted(config.tenants.items()):
+                self._x(cur, "INSERT INTO sw_tenants (tenant, share_step, gating, body, updated_at_ms)"
+                             " VALUES (?, ?, ?, ?, ?)",
+                        (name, share.share_step, 1 if share.gating else 0,
+                         json.dumps(share.to_dict(), sort_keys=True), at_ms))
+            # A budget may have been raised: what it parked is looked at again now.
+            self._x(cur, "UPDATE sw_outbox SET available_at_ms = ? WHERE wait_gate LIKE 'budget:%'"
+                         " AND lease_expires_ms IS NULL AND available_at_ms > ?", (at_ms, at_ms))
+            self._work_added_txn(cur)
+
+    def fleet(self) -> FleetConfig:
+        with self._stmt() as cur:
+            return self._fleet_txn(cur)
+
+    def _fleet_txn(self, cur: Any) -> FleetConfig:
+        """The config as stored now (one read; the rows parsed once per distinct text)."""
+        rows = self._x(cur, "SELECT 'l', name, body FROM sw_limits UNION ALL"
+                            " SELECT 't', tenant, body FROM sw_tenants").fetchall()
+        key = tuple((str(k), str(n), str(b)) for k, n, b in rows)
+        cached = _PARSED.get(key)
+        if cached is None:
+            cached = FleetConfig(
+                {n: limit_from_row(n, json.loads(b)) for k, n, b in key if k == "l"},
+                {n: tenant_from_row(n, json.loads(b)) for k, n, b in key if k == "t"},
+            )
+            if len(_PARSED) > 64:
+                _PARSED.clear()
+            _PARSED[key] = cached
+        return cached
+
+
+def limit_from_row(name: str, body: dict[str, Any]) -> NamedLimit:
+    """A named limit as the store keeps it (checked when it was put)."""
+    return NamedLimit(
+        name, body.get("concurrency"),
+        parse_rate(body["rate"]) if "rate" in body else None,
+        parse_rate(body["tokens"]) if "tokens" in body else None,
+    )
+
+
+def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
+    usd = body.get("daily_usd")
+    return TenantShare(name, int(body.get("weight", 1)), body.get("concurrency"), body.get("daily_tokens"),
+                       float(usd) if usd is not None else None)
+
+
+def _claim(r: Any, gates: tuple[str, ...] = ()) -> Claim:
+    return Claim(
+        command_id=str(r[0]), task_id=str(r[1]), type=str(r[2]), body=json.loads(r[3]),
+        token=int(r[4]), deliveries=int(r[5]), failures=int(r[6]), lease_expires_ms=int(r[7]),
+        gates=gates, tenant=str(r[9]),
+    )
+
+
+__all__ = ["CLAIM_RETURNING", "FleetSql", "limit_from_row", "tenant_from_row"]

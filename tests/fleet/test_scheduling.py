@@ -1,0 +1,235 @@
+"""Scheduling the fleet on every backend: priorities, fair shares across tenants,
+concurrency and rate limits, daily budgets, and why a queued step is not running."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from statewright._errors import InputError
+from statewright.cli import cli
+from statewright.definition.fleet import DAY_MS, FleetConfig, NamedLimit, TenantShare, parse_rate
+from statewright.definition.loader import workflow_from_dict
+from statewright.definition.model import Workflow
+from statewright.runtime.clock import FakeClock
+from statewright.runtime.engine import Engine
+from statewright.runtime.fleet import waiting_reasons
+from statewright.runtime.worker import Worker
+
+from . import fl_steps
+
+LEASE_MS = 60_000
+
+
+def workflow(name: str, *, step: dict[str, Any] | None = None, **top: Any) -> Workflow:
+    body = {"id": "work", "kind": "code", "owner": "tests", "run": {"callable": "fleet.fl_steps:record"},
+            **(step or {})}
+    return workflow_from_dict({"workflow": name, "steps": [body], **top}, f"<{name}>")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def engine(open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path) -> Engine:
+    return open_engine(clock=clock, workspace_root=tmp_path / "ws")
+
+
+@pytest.fixture(autouse=True)
+def _ran() -> Iterator[list[str]]:
+    fl_steps.RAN.clear()
+    yield fl_steps.RAN
+    fl_steps.RAN.clear()
+
+
+def test_a_task_submitted_last_with_a_higher_priority_runs_next(engine: Engine) -> None:
+    """After a backlog of priority 0, a task submitted last with priority 5 is claimed first."""
+    wf = workflow("prio")
+    backlog = [engine.submit(wf, {"n": i}) for i in range(5)]
+    urgent = engine.submit(wf, {"n": 99}, priority=5)
+    claims = engine.store.claim("w1", engine.clock.now_ms(), LEASE_MS, 1)
+    assert [c.task_id for c in claims] == [urgent]
+    for c in claims:
+        engine.store.release(c.command_id, c.token, engine.clock.now_ms(), failed=False, started=False)
+    Worker(engine, concurrency=1).run(until_idle=True)
+    assert [urgent, *backlog] == fl_steps.RAN  # then the backlog, oldest first
+
+
+def test_a_tenant_with_a_backlog_does_not_starve_one_that_came_later(engine: Engine) -> None:
+    """Tenant A submits 200 tasks, then tenant B 10: B's last completes before A's 50th."""
+    wf = workflow("fair")
+    a = [engine.submit(wf, {"n": i}, tenant="a") for i in range(200)]
+    b = [engine.submit(wf, {"n": i}, tenant="b") for i in range(10)]
+    Worker(engine, concurrency=1).run(until_idle=True)
+    order = fl_steps.RAN
+    assert sorted(order) == sorted(a + b)
+    assert order.index(b[-1]) < order.index(a[49])
+    assert [t for t in order if t in set(a)] == a  # within a tenant: oldest first
+
+
+def test_weights_give_a_tenant_more_of_the_claims(engine: Engine) -> None:
+    """A tenant of weight 3 gets about three claims to every one of a tenant of weight 1."""
+    engine.store.put_fleet(FleetConfig(tenants={"big": TenantShare("big", weight=3)}), engine.clock.now_ms())
+    wf = workflow("weights")
+    small = [engine.submit(wf, {"n": i}, tenant="small") for i in range(20)]
+    big = [engine.submit(wf, {"n": i}, tenant="big") for i in range(20)]
+    Worker(engine, concurrency=1).run(until_idle=True)
+    first = fl_steps.RAN[:16]
+    assert sum(t in set(big) for t in first) >= 11 and sum(t in set(small) for t in first) >= 3
+
+
+def test_a_step_at_its_concurrency_waits_without_a_lease_and_says_why(engine: Engine) -> None:
+    """A step with concurrency 1 is admitted once across workers; the other waits unleased,
+    with its reason, and is woken when the slot frees."""
+    wf = workflow("deploy", step={"concurrency": 1})
+    t1, t2 = engine.submit(wf, {"n": 1}), engine.submit(wf, {"n": 2})
+    now = engine.clock.now_ms()
+    first = engine.store.claim("w1", now, LEASE_MS, 5)
+    assert [c.task_id for c in first] == [t1] and first[0].gates == ("step:deploy/work",)
+    assert engine.store.claim("w2", now, LEASE_MS, 5) == []
+    row = next(r for r in engine.store.outbox() if r["task_id"] == t2)
+    assert row["lease_owner"] is None and row["deliveries"] == 0
+    why = waiting_reasons(engine.store.outbox(), now)[t2]
+    assert "waits for a slot of step 'deploy/work' (concurrency 1, 1 in use)" in why
+    engine.store.ack(first[0].command_id, first[0].token)
+    engine.store.wake(first[0].gates, now)
+    assert [c.task_id for c in engine.store.claim("w2", now, LEASE_MS, 5)] == [t2]
+
+
+def test_a_workflow_concurrency_holds_across_its_steps(engine: Engine) -> None:
+    """A workflow's concurrency counts the steps of all its tasks performed at once."""
+    wf = workflow("batch", concurrency=2)
+    for i in range(4):
+        engine.submit(wf, {"n": i})
+    now = engine.clock.now_ms()
+    held = engine.store.claim("w1", now, LEASE_MS, 3)
+    assert len(held) == 2 and engine.store.claim("w2", now, LEASE_MS, 3) == []
+    for c in held:  # w1 gives them back: the slots free, and the waiters are woken
+        engine.store.release(c.command_id, c.token, now, failed=False, started=False)
+        engine.store.wake(c.gates, now)
+    Worker(engine, concurrency=2).run(until_idle=True)
+    assert len(fl_steps.RAN) == 4
+
+
+def test_a_rate_limit_makes_the_third_start_wait_for_the_window(engine: Engine, clock: FakeClock) -> None:
+    """With rate 2/min, the third step waits (unleased, never failed) until the window has room."""
+    engine.store.put_fleet(FleetConfig(limits={"model-api": NamedLimit("model-api", rate=parse_rate("2/min"))}),
+                           clock.now_ms())
+    wf = workflow("calls", step={"limits": ["model-api"]})
+    ids = [engine.submit(wf, {"n": i}) for i in range(3)]
+    Worker(engine, concurrency=1).run(until_idle=True)
+    assert ids[:2] == fl_steps.RAN
+    why = waiting_reasons(engine.store.outbox(), clock.now_ms())[ids[2]]
+    assert why.startswith("waits for limit 'model-api' (2/min starts; room again at ")
+    clock.advance(61)
+    Worker(engine, concurrency=1).run(until_idle=True)
+    assert ids == fl_steps.RAN
+    assert engine.state(ids[2]).status.value == "completed"
+
+
+def test_a_spent_daily_budget_parks_the_tenant_until_raised(engine: Engine, clock: FakeClock) -> None:
+    """A tenant whose tokens today reached its budget has its steps parked until the next UTC
+    day, with the reason; raising the budget lets them run at once. Another tenant runs on."""
+    fleet = FleetConfig(tenants={"acme": TenantShare("acme", daily_tokens=100)})
+    engine.store.put_fleet(fleet, clock.now_ms())
+    wf = workflow("budget")
+    first = engine.submit(wf, {"n": 1}, tenant="acme")
+    claim = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)[0]
+    assert claim.task_id == first and claim.gates == ("tenant:acme",)
+    engine.store.record_usage(claim.command_id, "acme", claim.gates, 100, 0.0, clock.now_ms())
+    engine.store.ack(claim.command_id, claim.token)
+    parked = engine.submit(wf, {"n": 2}, tenant="acme")
+    other = engine.submit(wf, {"n": 3}, tenant="zeta")
+    assert [c.task_id for c in engine.store.claim("w1", clock.now_ms(), LEASE_MS, 5)] == [other]
+    row = next(r for r in engine.store.outbox() if r["task_id"] == parked)
+    day = clock.now_ms() // DAY_MS
+    assert row["available_at_ms"] == (day + 1) * DAY_MS
+    assert "tenant 'acme' spent its daily token budget (100 of 100)" in row["waiting"]
+    engine.store.put_fleet(FleetConfig(tenants={"acme": TenantShare("acme", daily_tokens=1000)}), clock.now_ms())
+    assert [c.task_id for c in engine.store.claim("w1", clock.now_ms(), LEASE_MS, 5)] == [parked]
+    assert engine.store.usage("acme", day) == (100, 0.0)
+
+
+def test_the_tenant_is_read_from_the_input_the_workflow_names(engine: Engine) -> None:
+    """``tenant: input.customer`` takes a task's tenant from its input; a bad one is refused."""
+    wf = workflow("by-input", tenant="input.customer")
+    assert engine.state(engine.submit(wf, {"customer": "acme"})).tenant == "acme"
+    with pytest.raises(InputError, match=r"reads the tenant from input\.customer: input has no field 'customer'"):
+        engine.submit(wf, {})
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"priority": 5000}, "priority must be a whole number from -1000 to 1000 (higher runs first); got 5000"),
+    ({"tenant": "bad tenant!"}, "a tenant must be 1-64 letters"),
+])
+def test_bad_priority_or_tenant_is_refused_and_nothing_is_stored(engine: Engine, kwargs: Any, message: str) -> None:
+    """An out-of-range priority or a malformed tenant is one clear error; no task is made."""
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        engine.submit(workflow("bad"), {}, **kwargs)
+    assert engine.store.list_tasks() == []
+
+
+def test_a_step_drawing_on_an_unknown_limit_is_refused_at_submit(engine: Engine) -> None:
+    """A step naming a limit the fleet config does not have is refused with the fix to make."""
+    with pytest.raises(InputError, match="step 'work' draws on limit 'nope', which the fleet config"):
+        engine.submit(workflow("unknown", step={"limits": ["nope"]}), {})
+    assert engine.store.list_tasks() == []
+
+
+def test_the_cli_applies_a_fleet_file_and_lists_why_a_task_waits(store_url: str, tmp_path: Path) -> None:
+    """limits apply/show, submit --priority/--tenant, and tasks showing why a step waits."""
+    runner = CliRunner()
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("limits:\n  deploys: {concurrency: 1}\ntenants:\n  acme: {weight: 2, daily_usd: 5}\n")
+    ok = runner.invoke(cli, ["limits", "apply", str(fleet), "--db", store_url])
+    assert ok.exit_code == 0 and "1 limits, 1 tenants applied" in ok.output
+    shown = runner.invoke(cli, ["limits", "show", "--db", store_url])
+    assert "limit  deploys: concurrency 1" in shown.output and "tenant acme: weight 2, daily_usd 5" in shown.output
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("workflow: ship\nsteps:\n  - {id: go, kind: code, owner: ops, limits: [deploys],"
+                  " run: {callable: 'fleet.fl_steps:record'}}\n")
+    ids = [runner.invoke(cli, ["submit", str(wf), "--db", store_url, "--tenant", "acme", "--priority", "3"]
+                         ).output.strip() for _ in range(2)]
+    engine = Engine.open(store_url)
+    try:
+        assert len(engine.store.claim("w1", engine.clock.now_ms(), LEASE_MS, 2)) == 1
+    finally:
+        engine.close()
+    listed = runner.invoke(cli, ["tasks", "--db", store_url, "--json"])
+    rows = {r["task_id"]: r for r in __import__("json").loads(listed.output)}
+    assert rows[ids[1]]["waiting"].startswith("waits for a slot of limit 'deploys' (concurrency 1, 1 in use)")
+    assert rows[ids[1]]["priority"] == 3 and rows[ids[1]]["tenant"] == "acme"
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("limits:\n  m: {rate: 60 per minute}\n", "limit 'm': rate: a rate must be a whole number, '/', and s, min"),
+    ("tenants:\n  a: {weight: 0}\n", "tenant 'a': weight must be a whole number from 1 to 1000; got 0"),
+    ("limits:\n  m: {burst: 3}\n", "limit 'm': unknown field 'burst'; allowed: concurrency, rate, tokens"),
+])
+def test_a_bad_fleet_file_is_one_clear_line_and_changes_nothing(store_url: str, tmp_path: Path, text: str,
+                                                                line: str) -> None:
+    """Bad rate syntax, a bad weight, an unknown field: one error line naming it; the config stays."""
+    runner = CliRunner()
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(text)
+    res = runner.invoke(cli, ["limits", "apply", str(fleet), "--db", store_url])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert line in res.output and len(res.output.strip().splitlines()) == 1
+    assert "no limits or tenants configured" in runner.invoke(cli, ["limits", "show", "--db", store_url]).output
+
+
+def test_bad_priority_on_the_command_line_is_one_line(store_url: str, tmp_path: Path) -> None:
+    """submit --priority out of range: one error line, no task."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text("workflow: w\nsteps:\n  - {id: go, kind: code, owner: ops,"
+                  " run: {callable: 'fleet.fl_steps:record'}}\n")
+    res = CliRunner().invoke(cli, ["submit", str(wf), "--db", store_url, "--priority", "-2000"])
+    assert res.exit_code == 1
+    assert res.output.strip() == ("error: priority must be a whole number from -1000 to 1000 (higher runs first); "
+                                  "got -2000")
