@@ -144,13 +144,25 @@ def cli() -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
-    """Check workflow files; print OK per file or the errors. A callable or command that
-    cannot be found here is a warning (exit 0 unless a file has errors)."""
+    """Check workflow and loop files (a file with a top-level ``loop:`` is a loop file);
+    print OK per file or the errors. A callable or command that cannot be found here is a
+    warning (exit 0 unless a file has errors)."""
     from statewright.definition import load_workflow
+    from statewright.definition.loader import is_loop_file
     from statewright.executors._reachable import unreachable_references
 
     bad = 0
     for f in files:
+        if is_loop_file(f):
+            from statewright.loop.definition import load_loop
+
+            try:
+                click.echo(f"{f}: OK  {load_loop(f).describe()}")
+            except DefinitionError as exc:
+                bad += 1
+                for p in exc.problems:
+                    click.echo(f"{f}: {p}")
+            continue
         try:
             wf = load_workflow(f)
         except DefinitionError as exc:

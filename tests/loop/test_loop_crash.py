@@ -96,7 +96,7 @@ def test_a_sigkilled_loop_leaves_no_worker_running(tmp_path: Path, db: Path) -> 
     (child_pid,) = (int(x) for x in (root / "children.log").read_text().split())
     assert gone(worker_pid), "the pass worker outlived its SIGKILLed loop"
     assert gone(child_pid), "the pass worker's child outlived the SIGKILLed loop"
-    assert _run(root, db) == 1  # attempts_per_item 1: the item parks -> ESCALATED
+    assert _run(root, db) == 5  # attempts_per_item 1: the item parks -> ESCALATED
     assert launches(root) == [("88", 1)]
     assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
     assert record(db, _only_run(db))[-1].next_state is S.ESCALATED
@@ -115,7 +115,7 @@ def test_the_restart_stops_a_worker_the_supervisor_did_not(tmp_path: Path, db: P
         (state_dir / "loop-run-1-item-88-attempt-1.pid").write_text(str(orphan.pid))
         assert _run(root, db, crash_at="RUNNING") == KILLED  # dies before it launches
         assert alive(orphan.pid)
-        assert _run(root, db) == 1
+        assert _run(root, db) == 5
         assert orphan.wait(timeout=30) == -signal.SIGKILL
     finally:
         if orphan.poll() is None:
@@ -153,7 +153,7 @@ def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
     root = tmp_path / "l"
     write_loop(root, [{"id": "88"}], gate={"role": "maintainer"})
     assert _run(root, db, crash_at="AWAITING_HUMAN") == KILLED
-    assert _run(root, db) == 0  # paused, asleep at the gate
+    assert _run(root, db) == 4  # paused, asleep at the gate: a person decides next
     run_id = _only_run(db)
     status = cli(root, db, "status")
     assert "gate: role maintainer to approve item 88" in status.stdout
@@ -180,7 +180,7 @@ def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, 
     write_loop(root, [{"id": "88"}])
     for _ in range(3):
         assert _run(root, db, crash_at="FINDING") == KILLED
-    assert _run(root, db, crash_at="FINDING") == 1  # STUCK is reached without dying again
+    assert _run(root, db, crash_at="FINDING") == 5  # STUCK is reached without dying again
     assert _restarts(db) == [
         ("FINDING", "restart", "FINDING"),
         ("FINDING", "restart", "FINDING"),
@@ -189,7 +189,7 @@ def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, 
     stuck = record(db, _only_run(db))[-1]
     assert stuck.written == {"reason": "restarts", "state": "FINDING", "restarts": 3, "stop_worker": False}
     held = cli(root, db, "run", "loop.yaml")
-    assert held.returncode == 2
+    assert held.returncode == 1
     assert held.stderr.count("\n") == 1 and "Traceback" not in held.stderr
     assert "clear 1 --reason TEXT' with an operator's token" in held.stderr
     ann = token_file(db, "ann", "operator")
@@ -229,7 +229,7 @@ def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path) -> None:
     with LoopStore.open(db) as store:
         assert store.run(_only_run(db)).stop_requested is None  # consumed by the clean stop
     idle = cli(root, db, "stop")
-    assert idle.returncode == 2 and "nothing to stop" in idle.stderr
+    assert idle.returncode == 1 and "nothing to stop" in idle.stderr
     status = cli(root, db, "status")
     assert status.returncode == 0, status.stderr
     row = next(line for line in status.stdout.splitlines() if line.strip().startswith(_only_run(db)))

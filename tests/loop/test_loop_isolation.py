@@ -268,7 +268,7 @@ def test_a_declared_secret_the_runner_lacks_refuses_the_run(tmp_path: Path, db: 
     worker = {"command": command("worker.py"), "secrets": ["DEPLOY_TOKEN"]}
     write_loop(tmp_path / "l", [{"id": "1"}], workflow=worker)
     done = cli(tmp_path / "l", db, "run", "loop.yaml")
-    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert "workflow declares secret DEPLOY_TOKEN, which this process's environment lacks" in done.stderr
     assert not db.exists()

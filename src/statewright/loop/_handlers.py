@@ -15,6 +15,7 @@ from statewright.loop._moves import (
     failure_text,
     fingerprint,
     goal_command,
+    line,
     move,
     short,
     verb,
@@ -30,6 +31,7 @@ from statewright.loop.events import (
     FindItems,
     GateTimedOut,
     ItemsFound,
+    ItemUnparked,
     LaunchWorker,
     RecordAppended,
     TriggerArrived,
@@ -42,6 +44,7 @@ from statewright.loop.model import (
     CheckResult,
     ItemLedger,
     ItemStatus,
+    LineKind,
     LoopState,
     Pass,
     Verdict,
@@ -93,7 +96,7 @@ def on_items_found(state: LoopState, event: ItemsFound) -> Transition:
         return move(state, new, event, "no workable item", written, "empty list", (goal_command(new),))
     # The record is the memory: the item with the fewest failed passes, the earliest in the
     # plan among equals, so a failing item does not take every pass while others wait.
-    failed = {i: (e.attempts if (e := found.item(i)) is not None else 0) for i in workable}
+    failed = {i: (e.attempts - e.reopened_after if (e := found.item(i)) is not None else 0) for i in workable}
     pick = min(workable, key=lambda i: (failed[i], workable.index(i)))
     entry = found.item(pick) or ItemLedger(pick)
     new = replace(found, status=S.ASSIGNING, current=Pass(item=pick, attempt=entry.attempts + 1))
@@ -366,7 +369,7 @@ def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
     if closed:
         entry = replace(entry, status=ItemStatus.CLOSED, last_failure="")
     elif verdict in (Verdict.FAIL, Verdict.NO_RESULT):
-        exhausted = entry.attempts >= cfg.attempts_per_item
+        exhausted = entry.attempts_left(cfg.attempts_per_item) <= 0
         status = ItemStatus.PARKED if exhausted else ItemStatus.OPEN
         entry = replace(entry, status=status, last_failure=failure)
     else:
@@ -407,6 +410,33 @@ def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
     else:
         summary = f"{cur.item} {verb(verdict)}; {entry.status}; passes {new.passes}; since last close {since}"
     return move(state, new, event, "append acknowledged", written, summary, (goal_command(new),))
+
+
+def on_unpark(state: LoopState, event: ItemUnparked) -> Transition:
+    """A person reopens a parked item: its attempts count afresh from here (the numbers go
+    on, so no pass key repeats). The run stays where it is; the line records who and why."""
+    entry = state.item(event.item)
+    if entry is None or entry.status is not ItemStatus.PARKED:
+        how = "not in the ledger" if entry is None else str(entry.status)
+        msg = f"run {state.run_id}: item {event.item!r} is not parked ({how}); only a parked item can be unparked"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    if not event.actor.strip() or not event.reason.strip():
+        msg = f"run {state.run_id}: an unpark names who (--as WHO) and why (--reason TEXT)"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    reopened = replace(entry, status=ItemStatus.OPEN, reopened_after=entry.attempts)
+    new = replace(state, items=with_item(state, reopened))
+    written: dict[str, object] = {
+        "unpark": event.item,
+        "actor": event.actor,
+        "reason": event.reason,
+        "parked_because": entry.last_failure,
+    }
+    return Transition(
+        new,
+        (),
+        line(state, event, state.status, f"unparked by {event.actor}: {short(event.reason)}", written,
+             f"{event.item} open again, {state.config.attempts_per_item} attempts", LineKind.OPERATOR),
+    )
 
 
 def _check_text(result: CheckResult) -> str:

@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS loop_items (
     status        TEXT NOT NULL DEFAULT 'open',
     attempts      INTEGER NOT NULL DEFAULT 0,
     last_failure  TEXT NOT NULL DEFAULT '',
+    reopened_after INTEGER NOT NULL DEFAULT 0,
     payload_json  TEXT NOT NULL DEFAULT '{}',
     updated_at_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (loop, item_id)

@@ -1,24 +1,24 @@
-"""``statewright loop ...``: run, inspect, stop, clear and simulate outer loops.
+"""``statewright loop ...``: run, inspect, stop, clear, unpark and simulate outer loops.
 
-Attach the group to the main CLI with ``main.add_command(loop)``; it also runs alone
-as ``python -m statewright.loop``. The database is ``--db``, else ``$STATEWRIGHT_DB``,
-else ``.statewright/state.db``. Bad input prints one line on stderr and exits 2
-without changing anything.
+Attached to the main CLI as ``statewright loop``; it also runs alone as ``python -m
+statewright.loop``. The database is ``--db``, else ``$STATEWRIGHT_DB``, else
+``.statewright/state.db``. Errors go through the command line's one guard
+(``statewright._cli_guard``): one line on stderr, exit 1, nothing changed.
 
-Exit codes of ``loop run``: 0 DONE, or paused cleanly (kill switch, asleep at a gate);
-1 ESCALATED, STUCK or OUT_OF_BUDGET; 2 bad input, a held loop, or a source that is
-down (a crash: the next start counts it).
+Exit codes of ``loop run`` (the table of ``statewright run``): 0 DONE, or stopped cleanly
+(kill switch, signal); 4 asleep at a gate, waiting for a person; 5 ESCALATED, STUCK or
+OUT_OF_BUDGET; 1 the command failed (bad input, a held loop, a source that is down: a
+crash the next start counts).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import random
+import re
 import signal
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from statewright._errors import InputError, StatewrightError
+from statewright._cli_guard import OneLineGroup, guard
+from statewright._errors import InputError
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
-from statewright.loop.model import LineKind, LoopStatus
-from statewright.loop.runner import LoopRunner, loop_is_running
+from statewright.loop.model import ItemStatus, LineKind, LoopState, LoopStatus
+from statewright.loop.runner import LoopRunner, loop_is_running, unpark_item
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
 from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict
 
@@ -39,24 +40,9 @@ if TYPE_CHECKING:
 
 DEFAULT_DB = ".statewright/state.db"
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _friendly(fn: F) -> F:
-    """Turn statewright errors into one line on stderr and exit status 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except StatewrightError as exc:
-            text = " ; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            click.echo(f"error: {text}", err=True)
-            raise SystemExit(2) from None
-        except (OSError, sqlite3.Error) as exc:
-            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
-            raise SystemExit(2) from None
-
-    return wrapper  # type: ignore[return-value]
+EXIT_WAITING = 4  # asleep at a gate: a person decides next
+EXIT_ENDED_SHORT = 5  # ESCALATED, STUCK or OUT_OF_BUDGET: the run ended without its goal
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def _db_option(fn: F) -> F:
@@ -71,7 +57,7 @@ def _db_option(fn: F) -> F:
 
 
 def _open(db: str, *, create: bool) -> LoopStore:
-    if db.startswith(("memory:", "postgresql://", "postgres://")):
+    if _URL.match(db):  # memory:, postgresql://, sqlite:///...: never a folder named after it
         msg = f"--db {db}: the outer loop keeps its runs in a SQLite file; give a file path"
         raise InputError(msg)
     if not create and not Path(db).exists():
@@ -84,25 +70,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class _OneLineUsageError(click.UsageError):
-    """Click's usage errors, said in one line on stderr (exit status 2)."""
-
-    def show(self, file: Any = None) -> None:
-        where = self.ctx.command_path if self.ctx is not None else "statewright loop"
-        click.echo(f"error: {self.format_message()} (see '{where} --help')", err=True)
-
-
-class _LoopGroup(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except _OneLineUsageError:
-            raise
-        except click.UsageError as exc:
-            raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
-
-
-@click.group("loop", cls=_LoopGroup)
+@click.group("loop", cls=OneLineGroup)
 def loop() -> None:
     """Outer loops over a backlog: find, assign, check, record, decide."""
 
@@ -112,24 +80,19 @@ def loop() -> None:
 @_db_option
 @click.option("--trigger", default="manual trigger", show_default=True, help="What started it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_friendly
-def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
-    """Start a run of the loop FILE, or resume its unfinished run."""
+@click.option("--new-run", is_flag=True, help="Open a new run even when the newest one is unfinished "
+              "(it is left as it stands; the items' standing carries over).")
+@guard
+def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> None:
+    """Start a run of the loop FILE, or resume its unfinished run (pinned to the file it
+    opened with: a changed file is refused)."""
     definition = load_loop(file)
     require_secrets(definition, os.environ)  # refused before anything is written
     with _open(db, create=True) as store:
         before = store.latest_run(definition.name)
-        if (
-            before is not None
-            and not before.status.is_terminal
-            and before.definition_sha256 != definition.sha256
-        ):
-            click.echo(
-                f"note: {file} changed since run {before.run_id} opened; the run keeps its"
-                " budgets and thresholds, and runs checks and oracles from the file as it is now",
-                err=True,
-            )
-        runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True)
+        if new_run:
+            before = None
+        runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True, new_run=new_run)
         outcome = runner.run()
         run = store.run(outcome.run_id)
         lines = store.lines(outcome.run_id)
@@ -165,7 +128,9 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
         else:
             click.echo(f"run {outcome.run_id}: {outcome.status} ({run.state.reason})")
     if outcome.status in (LoopStatus.ESCALATED, LoopStatus.STUCK, LoopStatus.OUT_OF_BUDGET):
-        raise SystemExit(1)
+        raise SystemExit(EXIT_ENDED_SHORT)
+    if pending:
+        raise SystemExit(EXIT_WAITING)
 
 
 @loop.command("status")
@@ -173,7 +138,7 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
 @click.option("--loop", "loop_name", default=None, help="Only runs of this loop.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True)
-@_friendly
+@guard
 def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, what holds them, and gates waiting for a person."""
     if not Path(db).exists():
@@ -183,8 +148,12 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
         runs = store.runs(loop=loop_name, limit=limit)
         pending = store.pending_approvals()
         rows = [run_dict(r, running=loop_is_running(db, r.loop)) for r in runs]
+        newest = {name: store.latest_run(name) for name in {r.loop for r in runs}}
         for row, r in zip(rows, runs, strict=True):
-            if not row["running"] and not r.status.is_terminal:  # resumable: how did it stop?
+            last = newest[r.loop]
+            if last is not None and last.run_id != r.run_id and not r.status.is_terminal:
+                row["superseded_by"] = last.run_id  # left unfinished by 'loop run --new-run'
+            elif not row["running"] and not r.status.is_terminal:  # resumable: how did it stop?
                 lines = store.lines(r.run_id) if r.lines else []
                 row["stopped_cleanly"] = bool(lines) and lines[-1].kind is LineKind.CLEAN_STOP
     by_run: dict[str, list[dict[str, Any]]] = {}
@@ -205,6 +174,8 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
             note = f"HOLDS new runs until cleared: {note}"
         if row["running"]:
             note = f"running (pid {row['owner_pid']}) {note}".strip()
+        elif "superseded_by" in row:
+            note = f"left unfinished; run {row['superseded_by']} opened after it {note}".strip()
         elif "stopped_cleanly" in row:
             how = "stopped cleanly" if row["stopped_cleanly"] else "not running (its process ended)"
             note = f"{how}; 'statewright loop run' resumes it {note}".strip()
@@ -220,27 +191,33 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
 @click.argument("run_id", metavar="RUN")
 @_db_option
 @click.option("--json", "as_json", is_flag=True)
-@_friendly
+@guard
 def show_cmd(run_id: str, db: str, as_json: bool) -> None:
     """The record of RUN, pass by pass: state, event or check, what was written."""
     with _open(db, create=False) as store:
         run = store.run(run_id)
         lines = store.lines(run.run_id)
+    parked = parked_items(run.state)
     if as_json:
-        payload = run_dict(run, running=False) | {"lines": [line_dict(x) for x in lines]}
+        payload = run_dict(run, running=False) | {"parked": parked, "lines": [line_dict(x) for x in lines]}
         click.echo(json.dumps(payload, indent=2))
         return
     click.echo(f"run {run.run_id} of loop {run.loop}: {run.status} {run.state.reason}".rstrip())
     _print_lines(lines)
     if run.cleared_by:
         click.echo(f"cleared by {run.cleared_by}: {run.cleared_reason}")
+    for p in parked:
+        why = " ".join(str(p["reason"]).split()) or "no reason recorded"
+        click.echo(f"parked: {p['item']} after {p['attempts']} attempts: {why[:200]}")
+    if parked:
+        click.echo(f"  reopen one with 'statewright loop unpark {run.run_id} ITEM --reason TEXT' (role operator)")
 
 
 @loop.command("stop")
 @click.argument("run_id", metavar="[RUN]", required=False)
 @_db_option
 @click.option("--reason", default="requested", show_default=True)
-@_friendly
+@guard
 def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
     """The kill switch: stop running loops cleanly (they resume on the next start)."""
     with _open(db, create=False) as store:
@@ -271,7 +248,7 @@ def _token_option(fn: F) -> F:
 @click.option("--reason", required=True, help="Why the loop may run again.")
 @_token_option
 @_db_option
-@_friendly
+@guard
 def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None, db: str) -> None:
     """Lift the hold a STUCK run puts on new runs of its loop (needs the operator role)."""
     from statewright._errors import PermissionDeniedError
@@ -288,6 +265,33 @@ def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None,
     click.echo(f"run {run.run_id} cleared by {run.cleared_by}: {run.cleared_reason}")
 
 
+@loop.command("unpark")
+@click.argument("run_id", metavar="RUN")
+@click.argument("item")
+@click.option("--as", "who", help="Your name: refused unless it is your token's person.")
+@click.option("--reason", required=True, help="Why the item may be worked again.")
+@_token_option
+@_db_option
+@guard
+def unpark_cmd(run_id: str, item: str, who: str | None, reason: str, token_file: str | None, db: str) -> None:
+    """Reopen the parked ITEM of RUN (needs the operator role): an audited line; the next
+    pass may pick it, with a fresh count of attempts."""
+    from statewright._errors import PermissionDeniedError
+    from statewright._names import OPERATOR_ROLE
+
+    if not reason.strip():
+        raise InputError("unpark needs a reason (--reason TEXT)")
+    with _open(db, create=False) as store:
+        person = _person(db, token_file, who)
+        if OPERATOR_ROLE not in person.roles:
+            raise PermissionDeniedError(
+                f"{person.name!r} lacks the role {OPERATOR_ROLE!r} needed to unpark an item "
+                f"(has: {', '.join(person.roles) or 'none'})"
+            )
+        unpark_item(store, run_id, item, actor=person.name, reason=reason.strip(), at_ms=_now_ms())
+    click.echo(f"run {run_id}: item {item} unparked by {person.name}; 'statewright loop run FILE' may pick it again")
+
+
 @loop.command("approve")
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", help="Your name: refused unless it is your token's person.")
@@ -295,7 +299,7 @@ def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None,
 @click.option("--fingerprint", default=None, help="The fingerprint of the proposal you reviewed (required).")
 @_token_option
 @_db_option
-@_friendly
+@guard
 def approve_cmd(run_id: str, who: str | None, role: str | None, fingerprint: str | None, token_file: str | None,
                 db: str) -> None:
     """Approve the proposal a gate of RUN shows; the next 'loop run' carries on."""
@@ -311,7 +315,7 @@ def approve_cmd(run_id: str, who: str | None, role: str | None, fingerprint: str
 @click.option("--fingerprint", default=None, help="The fingerprint shown (default: the one pending).")
 @_token_option
 @_db_option
-@_friendly
+@guard
 def deny_cmd(run_id: str, who: str | None, role: str | None, reason: str, fingerprint: str | None,
              token_file: str | None, db: str) -> None:
     """Deny the proposal a gate of RUN shows; the item is parked."""
@@ -334,7 +338,7 @@ def deny_cmd(run_id: str, who: str | None, role: str | None, reason: str, finger
 @click.option("--runs", default=10_000, show_default=True, type=int, help="Monte-Carlo nights.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True)
-@_friendly
+@guard
 def simulate_cmd(
     items: int,
     success: float,
@@ -449,6 +453,15 @@ def _decide(
         f"run {row.run_id}: item {row.item_id} {row.decision} by {row.who}"
         f" (fingerprint {row.fingerprint[:12]}); run 'statewright loop run FILE' to carry on"
     )
+
+
+def parked_items(state: LoopState) -> list[dict[str, Any]]:
+    """The parked items of a run with their attempts and why they were parked."""
+    return [
+        {"item": i.id, "attempts": i.attempts, "reason": i.last_failure}
+        for i in state.items
+        if i.status is ItemStatus.PARKED
+    ]
 
 
 def _print_lines(lines: Sequence[StoredLine]) -> None:

@@ -70,6 +70,7 @@ def _item(d: Mapping[str, Any]) -> ItemLedger:
         status=ItemStatus(d.get("status", "open")),
         attempts=d.get("attempts", 0),
         last_failure=d.get("last_failure", ""),
+        reopened_after=d.get("reopened_after", 0),
     )
 
 

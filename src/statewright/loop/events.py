@@ -166,6 +166,17 @@ class KillSwitch:
     at_ms: int
 
 
+@dataclass(frozen=True)
+class ItemUnparked:
+    """A person reopened a parked item (audited: who and why); the run does not move."""
+
+    type: ClassVar[str] = "ItemUnparked"
+    item: str
+    actor: str
+    reason: str
+    at_ms: int
+
+
 Event = (
     TriggerArrived
     | ItemsFound
@@ -182,6 +193,7 @@ Event = (
     | GoalEvaluated
     | ProcessStarted
     | KillSwitch
+    | ItemUnparked
 )
 
 # ---------------------------------------------------------------- commands

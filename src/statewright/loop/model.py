@@ -76,6 +76,7 @@ class LineKind(StrEnum):
     START = "start"  # a process start after a clean stop (excused, uncounted)
     RESTART = "restart"  # an unclean process start, counted against the state
     CLEAN_STOP = "clean stop"  # kill switch, signal, or asleep at a gate
+    OPERATOR = "operator"  # an audited act of a person (unpark); the state does not move
 
 
 class BudgetCap(StrEnum):
@@ -186,12 +187,20 @@ class LoopConfig:
 
 @dataclass(frozen=True)
 class ItemLedger:
-    """An item's standing; carried into the next run (parked stays parked)."""
+    """An item's standing; carried into the next run (parked stays parked).
+
+    ``attempts`` counts every attempt ever made (so attempt numbers, and the pass keys made
+    from them, never repeat); ``reopened_after`` is the count when a person last unparked
+    the item: the attempts left are counted from there."""
 
     id: str
     status: ItemStatus = ItemStatus.OPEN
     attempts: int = 0
     last_failure: str = ""
+    reopened_after: int = 0
+
+    def attempts_left(self, per_item: int) -> int:
+        return per_item - (self.attempts - self.reopened_after)
 
 
 @dataclass(frozen=True)
@@ -262,9 +271,10 @@ class LoopState:
     def workable(self) -> tuple[str, ...]:
         """Plan items that are open with attempts left, in plan order."""
         out: list[str] = []
+        per_item = self.config.attempts_per_item
         for item_id in self.plan:
             entry = self.item(item_id)
-            if entry is not None and entry.status is ItemStatus.OPEN and entry.attempts < self.config.attempts_per_item:
+            if entry is not None and entry.status is ItemStatus.OPEN and entry.attempts_left(per_item) > 0:
                 out.append(item_id)
         return tuple(out)
 

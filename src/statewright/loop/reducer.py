@@ -34,6 +34,7 @@ from statewright.loop._handlers import (
     on_items_found,
     on_record_appended,
     on_trigger,
+    on_unpark,
     on_worker_no_result,
     on_worker_returned,
 )
@@ -61,6 +62,7 @@ from statewright.loop.events import (
     GateTimedOut,
     GoalEvaluated,
     ItemsFound,
+    ItemUnparked,
     KillSwitch,
     ProcessStarted,
     RecordAppended,
@@ -103,6 +105,8 @@ def transition(state: LoopState, event: Event) -> Transition:
     """Apply one event. Raise IllegalEventError (state unchanged) if the table forbids it."""
     if isinstance(event, ProcessStarted):
         return resume(state, event)
+    if isinstance(event, ItemUnparked):  # an operator's act: legal in every state, terminals too
+        return on_unpark(state, event)
     here = state.status
     if here.is_terminal:
         msg = (

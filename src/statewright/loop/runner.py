@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from statewright._errors import InputError
+from statewright._errors import IllegalEventError, InputError
 from statewright.loop._isolation import loop_redactor, require_secrets
 from statewright.loop.definition import LoopDefinition
 from statewright.loop.errors import LoopInvariantError, RunHeldError, SourceError
@@ -56,6 +56,7 @@ from statewright.loop.events import (
     GateTimedOut,
     GoalEvaluated,
     ItemsFound,
+    ItemUnparked,
     KillSwitch,
     LaunchWorker,
     ProcessStarted,
@@ -67,7 +68,7 @@ from statewright.loop.events import (
     WorkerNoResult,
     WorkerReturned,
 )
-from statewright.loop.model import CheckOutcome, CheckResult, LineKind, LoopState, LoopStatus
+from statewright.loop.model import CheckOutcome, CheckResult, LineKind, LoopState, LoopStatus, RecordLine
 from statewright.loop.oracles import fingerprint_assets, run_check
 from statewright.loop.passes import CommandPassRunner, EnginePassRunner, PassRunner, PassStatus
 from statewright.loop.reducer import initial_state, transition
@@ -109,6 +110,7 @@ class LoopRunner:
         trigger: str = "manual trigger",
         crash_at: str | None = None,
         install_signal_handlers: bool = False,
+        new_run: bool = False,
     ) -> None:
         self.definition = definition
         self.store = store
@@ -117,6 +119,7 @@ class LoopRunner:
         self.trigger = trigger
         self.crash_at = crash_at if crash_at is not None else self.env.get(CRASH_ENV) or None
         self.install_signal_handlers = install_signal_handlers
+        self.new_run = new_run
         self.pass_runner = pass_runner or default_pass_runner(definition, store.path, self.env)
         self.redactor = loop_redactor(definition, self.env, [store.path])
         self._signal: str | None = None
@@ -137,7 +140,8 @@ class LoopRunner:
         d = self.definition
         newest = self.store.latest_run(d.name)
         now = self.clock()
-        if newest is not None and not newest.status.is_terminal:
+        if newest is not None and not newest.status.is_terminal and not self.new_run:
+            refuse_changed_file(newest, d)
             return newest, ProcessStarted(now)
         if newest is not None and newest.held:
             msg = (
@@ -348,6 +352,43 @@ class LoopRunner:
         finally:
             for s, old in previous.items():
                 signal.signal(s, old)
+
+
+def refuse_changed_file(run: RunRow, definition: LoopDefinition) -> None:
+    """A run is pinned to the loop file it opened with (its sha256): budgets, checks, oracles
+    and the goal hold still for the run. Resuming with another file is refused."""
+    if run.definition_sha256 and run.definition_sha256 != definition.sha256:
+        msg = (
+            f"{definition.path} changed since run {run.run_id} opened (sha256 {run.definition_sha256[:12]} then,"
+            f" {definition.sha256[:12]} now); a run keeps the file it started with: restore the file to resume"
+            f" run {run.run_id}, or start a new run with 'statewright loop run {definition.path} --new-run'"
+        )
+        raise InputError(msg)
+
+
+def unpark_item(store: LoopStore, run_id: str, item: str, *, actor: str, reason: str, at_ms: int) -> RecordLine:
+    """Reopen a parked item of ``run_id`` (the newest run of its loop, not running now): an
+    audited line naming ``actor`` and ``reason``; the next pass may pick the item again."""
+    run = store.run(run_id)
+    newest = store.latest_run(run.loop)
+    if newest is not None and newest.run_id != run.run_id:
+        msg = (
+            f"run {run.run_id} is not the newest run of loop {run.loop!r} (run {newest.run_id} is,"
+            f" and carries the items on); unpark the item there"
+        )
+        raise InputError(msg)
+    if loop_is_running(store.path, run.loop):
+        msg = f"loop {run.loop!r} is running; stop it first ('statewright loop stop {run.run_id}'), then unpark"
+        raise InputError(msg)
+    try:
+        step = transition(run.state, ItemUnparked(item, actor, reason, at_ms))
+    except IllegalEventError as exc:
+        raise InputError(str(exc)) from None
+    if step.line is None:
+        raise LoopInvariantError(f"run {run.run_id}: an unpark wrote no line")
+    store.append(run.run_id, expected_lines=run.lines, line=step.line, state=step.state,
+                 event=ItemUnparked(item, actor, reason, at_ms), commands=())
+    return step.line
 
 
 def compose_brief(command: BuildBrief, data: Mapping[str, object], attempts_per_item: int) -> str:

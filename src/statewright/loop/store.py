@@ -137,6 +137,9 @@ class LoopStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             conn.executescript(SCHEMA)
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(loop_items)")}
+            if "reopened_after" not in columns:  # a database from before unparking
+                conn.execute("ALTER TABLE loop_items ADD COLUMN reopened_after INTEGER NOT NULL DEFAULT 0")
         except sqlite3.DatabaseError as exc:
             conn.close()
             msg = f"{p} is not a statewright database ({exc}); pass another --db"
@@ -307,19 +310,21 @@ class LoopStore:
             for item in state.items:
                 conn.execute(
                     "INSERT INTO loop_items (loop, item_id, status, attempts, last_failure,"
-                    " updated_at_ms) VALUES (?, ?, ?, ?, ?, ?)"
+                    " reopened_after, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (loop, item_id) DO UPDATE SET status = excluded.status,"
                     " attempts = excluded.attempts, last_failure = excluded.last_failure,"
-                    " updated_at_ms = excluded.updated_at_ms"
+                    " reopened_after = excluded.reopened_after, updated_at_ms = excluded.updated_at_ms"
                     " WHERE loop_items.status != excluded.status"
                     " OR loop_items.attempts != excluded.attempts"
-                    " OR loop_items.last_failure != excluded.last_failure",
+                    " OR loop_items.last_failure != excluded.last_failure"
+                    " OR loop_items.reopened_after != excluded.reopened_after",
                     (
                         row["loop"],
                         item.id,
                         str(item.status),
                         item.attempts,
                         item.last_failure,
+                        item.reopened_after,
                         line.at_ms,
                     ),
                 )
@@ -508,10 +513,14 @@ class LoopStore:
 
     def _ledger_txn(self, conn: sqlite3.Connection, loop: str) -> tuple[ItemLedger, ...]:
         rows = conn.execute(
-            "SELECT item_id, status, attempts, last_failure FROM loop_items WHERE loop = ? ORDER BY item_id",
+            "SELECT item_id, status, attempts, last_failure, reopened_after FROM loop_items"
+            " WHERE loop = ? ORDER BY item_id",
             (loop,),
         )
-        return tuple(ItemLedger(r["item_id"], ItemStatus(r["status"]), r["attempts"], r["last_failure"]) for r in rows)
+        return tuple(
+            ItemLedger(r["item_id"], ItemStatus(r["status"]), r["attempts"], r["last_failure"], r["reopened_after"])
+            for r in rows
+        )
 
 
 def _run_key(run_id: str) -> int:
