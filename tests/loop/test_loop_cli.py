@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from statewright.loop.cli import loop
+from store.backends import SQL_BACKENDS
 
 from .helpers import token_file, write_loop
 
@@ -92,18 +93,45 @@ def test_bad_input_is_one_line(tmp_path: Path, db: Path, args: tuple[str, ...], 
 
 
 @pytest.mark.parametrize(
-    "url", ["memory:", "memory:name", "postgresql://postgres@127.0.0.1:5432/test", "sqlite:///x.db", "mysql://h/db"],
+    ("url", "says"),
+    [
+        ("memory:", "an in-memory database ends with the command"),
+        ("memory:name", "an in-memory database ends with the command"),
+        ("mysql://h/db", "not a database the loop can use; give a file path, sqlite:///PATH or a postgresql:// URL"),
+    ],
 )
 def test_a_db_url_the_loop_cannot_use_is_one_line_and_makes_nothing(
-    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, url: str, says: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The loop's runs live in a SQLite file: a memory or PostgreSQL URL is refused in one line,
-    and no file named after the URL appears."""
+    """A memory database (it would end with the command) or a URL of no backend is refused in
+    one line, and no file named after the URL appears."""
     monkeypatch.chdir(tmp_path)
     path = write_loop(tmp_path / "l", [{"id": "1"}])
     line = _one_line_error(_cli("run", str(path), "--db", url))
-    assert line == f"error: --db {url}: the outer loop keeps its runs in a SQLite file; give a file path"
+    assert line.startswith(f"error: --db {url}: {says}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l"]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_loop_run_on_postgresql_and_sqlite_urls(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                 backend: str) -> None:
+    """'loop run --db postgresql://...' (or a SQLite URL) keeps the run in that database: show,
+    status and verify read it there, and no local folder is named after the URL."""
+    from statewright.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite://{store_url}" if backend == "sqlite" else store_url
+    path = write_loop(tmp_path / "l", [{"id": "88", "fix_on_attempt": 2}])
+    result = _cli("run", str(path), "--db", url)
+    assert result.exit_code == 0, result.output
+    assert "run 1: DONE (goal met)" in result.stdout
+    shown = json.loads(_cli("show", "1", "--json", "--db", url).stdout)
+    assert shown["status"] == "DONE" and len(shown["lines"]) == 13
+    status = json.loads(_cli("status", "--json", "--db", url).stdout)
+    assert [(r["run"], r["status"]) for r in status] == [("1", "DONE")]
+    verified = CliRunner().invoke(cli, ["verify", "--db", url])
+    assert verified.exit_code == 0 and "verified 1 tasks: 0 differ" in verified.stdout, verified.output
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("db")) == ["l"]
 
 
 def test_read_commands_do_not_create_a_database(tmp_path: Path) -> None:
@@ -115,15 +143,15 @@ def test_read_commands_do_not_create_a_database(tmp_path: Path) -> None:
 
 
 def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
-    """run pauses at the gate and prints the fingerprint; approve with the role; run finishes."""
+    """run pauses at the gate and prints the proposal_hash; approve with the role; run finishes."""
     path = write_loop(tmp_path / "l", [{"id": "1"}], gate={"role": "maintainer"})
     paused = _cli("run", str(path), db=db)
     assert paused.exit_code == 4  # waits for a person
     assert "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
     assert "waiting for role maintainer to approve item 1" in paused.stdout
-    shown = re.search(r"fingerprint ([0-9a-f]{64})", paused.stdout)
+    shown = re.search(r"hash ([0-9a-f]{64})", paused.stdout)
     assert shown is not None, paused.stdout
-    fp = ("--fingerprint", shown.group(1))
+    fp = ("--hash", shown.group(1))
     eve, ann = token_file(db, "eve", "intern"), token_file(db, "ann", "author")
     wrong = _one_line_error(_cli("approve", "1", "--role", "intern", *fp, "--token-file", str(eve), db=db))
     assert "needs role 'maintainer'" in wrong
@@ -135,7 +163,7 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     assert "needs your token" in anonymous
     ann = token_file(db, "ann", "maintainer")
     blind = _one_line_error(_cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db))
-    assert "approve needs --fingerprint F" in blind
+    assert "approve needs --hash H" in blind
     ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout

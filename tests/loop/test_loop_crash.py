@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from statewright.loop.model import LineKind, LoopStatus
 from statewright.loop.store import LoopStore
+from statewright.machine.loop.model import LineKind, LoopStatus
 
 from .helpers import alive, cli, command, gone, launches, record, table, token_file, write_loop
 
@@ -148,8 +148,8 @@ def test_checking_crashing_twice_fails_the_check(tmp_path: Path, db: Path) -> No
 
 
 def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
-    """Killed at the gate: the restart asks again and sleeps (clean stop); after the approval the
-    next start is excused and the run finishes."""
+    """Killed at the gate: the restart asks again and sleeps (clean stop); the approval moves the
+    sleeping run to RECORDING, the next start is excused and the run finishes."""
     root = tmp_path / "l"
     write_loop(root, [{"id": "88"}], gate={"role": "maintainer"})
     assert _run(root, db, crash_at="AWAITING_HUMAN") == KILLED
@@ -158,16 +158,16 @@ def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
     status = cli(root, db, "status")
     assert "gate: role maintainer to approve item 88" in status.stdout
     ann = token_file(db, "ann", "maintainer")
-    shown = re.search(r"fingerprint ([0-9a-f]{64})", status.stdout)
+    shown = re.search(r"hash ([0-9a-f]{64})", status.stdout)
     assert shown is not None, status.stdout
     approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer", "--token-file", str(ann),
-                   "--fingerprint", shown.group(1))
+                   "--hash", shown.group(1))
     assert approved.returncode == 0, approved.stderr
     assert _run(root, db) == 0
     assert _restarts(db) == [
         ("AWAITING_HUMAN", "restart", "AWAITING_HUMAN"),
         ("AWAITING_HUMAN", "clean stop", "AWAITING_HUMAN"),
-        ("AWAITING_HUMAN", "start", "AWAITING_HUMAN"),
+        ("RECORDING", "start", "RECORDING"),
     ]
     assert record(db, run_id)[-1].next_state is S.DONE
     assert launches(root) == [("88", 1)]
@@ -226,8 +226,7 @@ def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path) -> None:
     assert _run(root, db) == 0
     lines = record(db, _only_run(db))
     assert lines[-1].kind is LineKind.CLEAN_STOP and lines[-1].state is S.RUNNING
-    with LoopStore.open(db) as store:
-        assert store.run(_only_run(db)).stop_requested is None  # consumed by the clean stop
+    assert lines[-1].event.startswith("kill switch (loop stop: requested)")  # the stop's own line
     idle = cli(root, db, "stop")
     assert idle.returncode == 1 and "nothing to stop" in idle.stderr
     status = cli(root, db, "status")

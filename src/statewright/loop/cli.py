@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
@@ -30,10 +31,17 @@ from statewright._cli_guard import OneLineGroup, guard
 from statewright._errors import InputError
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
-from statewright.loop.model import ItemStatus, LineKind, LoopState, LoopStatus
-from statewright.loop.runner import LoopRunner, loop_is_running, unpark_item
+from statewright.loop.runner import (
+    LoopRunner,
+    clear_hold,
+    decide_gate,
+    loop_is_running,
+    request_stop,
+    unpark_item,
+)
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
 from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict
+from statewright.machine.loop.model import ItemStatus, LineKind, LoopState, LoopStatus
 
 if TYPE_CHECKING:
     from statewright.runtime.users import Principal
@@ -57,13 +65,28 @@ def _db_option(fn: F) -> F:
 
 
 def _open(db: str, *, create: bool) -> LoopStore:
-    if _URL.match(db):  # memory:, postgresql://, sqlite:///...: never a folder named after it
-        msg = f"--db {db}: the outer loop keeps its runs in a SQLite file; give a file path"
+    if db.startswith("memory:"):
+        msg = (f"--db {db}: an in-memory database ends with the command, and a loop's runs must outlive it;"
+               " give a file path or a postgresql:// URL")
         raise InputError(msg)
-    if not create and not Path(db).exists():
+    if _URL.match(db) and not db.startswith(("postgresql://", "postgres://", "sqlite:")):
+        msg = f"--db {db}: not a database the loop can use; give a file path, sqlite:///PATH or a postgresql:// URL"
+        raise InputError(msg)
+    path = _sqlite_path(db)
+    if not create and path is not None and not path.exists():
         msg = f"no statewright database at {db}; start a loop with 'statewright loop run FILE'"
         raise InputError(msg)
-    return LoopStore.open(db)
+    return LoopStore.open(db, create=create)
+
+
+def _sqlite_path(db: str) -> Path | None:
+    """The file of a SQLite ``--db`` (a path or ``sqlite:///PATH``); None for PostgreSQL."""
+    if db.startswith(("postgresql://", "postgres://")):
+        return None
+    if db.startswith("sqlite:"):
+        parts = urlsplit(db)
+        return Path(parts.path if not parts.netloc else parts.netloc + parts.path)
+    return Path(db)
 
 
 def _now_ms() -> int:
@@ -97,7 +120,7 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
         run = store.run(outcome.run_id)
         lines = store.lines(outcome.run_id)
         pending = [
-            {"item": a.item_id, "role": a.role, "fingerprint": a.fingerprint}
+            {"item": a.item_id, "role": a.role, "proposal_hash": a.proposal_hash}
             for a in store.pending_approvals(outcome.run_id)
         ]
         if before is not None and before.run_id == outcome.run_id:
@@ -123,7 +146,7 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
             click.echo(f"run {outcome.run_id}: paused in {outcome.status} ({outcome.paused})")
             for a in pending:
                 click.echo(
-                    f"  waiting for role {a['role']} to approve item {a['item']}: fingerprint {a['fingerprint']}"
+                    f"  waiting for role {a['role']} to approve item {a['item']}: hash {a['proposal_hash']}"
                 )
         else:
             click.echo(f"run {outcome.run_id}: {outcome.status} ({run.state.reason})")
@@ -141,13 +164,14 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
 @guard
 def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, what holds them, and gates waiting for a person."""
-    if not Path(db).exists():
+    path = _sqlite_path(db)
+    if path is not None and not path.exists() and not db.startswith("memory:"):
         click.echo("[]" if as_json else f"no loop runs (no database at {db})")
         return
     with _open(db, create=False) as store:
         runs = store.runs(loop=loop_name, limit=limit)
         pending = store.pending_approvals()
-        rows = [run_dict(r, running=loop_is_running(db, r.loop)) for r in runs]
+        rows = [run_dict(r, running=loop_is_running(store, r.loop)) for r in runs]
         newest = {name: store.latest_run(name) for name in {r.loop for r in runs}}
         for row, r in zip(rows, runs, strict=True):
             last = newest[r.loop]
@@ -158,7 +182,7 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
                 row["stopped_cleanly"] = bool(lines) and lines[-1].kind is LineKind.CLEAN_STOP
     by_run: dict[str, list[dict[str, Any]]] = {}
     for a in pending:
-        by_run.setdefault(a.run_id, []).append({"item": a.item_id, "role": a.role, "fingerprint": a.fingerprint})
+        by_run.setdefault(a.run_id, []).append({"item": a.item_id, "role": a.role, "proposal_hash": a.proposal_hash})
     for row in rows:
         row["awaiting_approval"] = by_run.get(row["run"], [])
     if as_json:
@@ -184,7 +208,7 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
             f" {row['passes']:>6} {row['since_last_close']:>5}  {note}"
         )
         for a in row["awaiting_approval"]:
-            click.echo(f"{'':>7}gate: role {a['role']} to approve item {a['item']}, fingerprint {a['fingerprint']}")
+            click.echo(f"{'':>7}gate: role {a['role']} to approve item {a['item']}, hash {a['proposal_hash']}")
 
 
 @loop.command("show")
@@ -225,12 +249,12 @@ def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
             targets = [store.run(run_id)]
         else:
             targets = [r for r in store.runs(limit=1000) if not r.status.is_terminal]
-        running = [r for r in targets if loop_is_running(db, r.loop)]
+        running = [r for r in targets if loop_is_running(store, r.loop)]
         if not running:
             which = f"run {run_id} is" if run_id else "no loop run is"
             raise InputError(f"{which} running; nothing to stop")
         for r in running:
-            store.request_stop(r.run_id, reason)
+            request_stop(store, r.run_id, reason=reason, at_ms=_now_ms())
             if r.owner_pid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(r.owner_pid, signal.SIGTERM)
@@ -261,7 +285,8 @@ def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None,
                 f"{person.name!r} lacks the role {OPERATOR_ROLE!r} needed to clear a hold "
                 f"(has: {', '.join(person.roles) or 'none'})"
             )
-        run = store.clear(run_id, who=person.name, reason=reason, at_ms=_now_ms())
+        clear_hold(store, run_id, actor=person.name, reason=reason, at_ms=_now_ms())
+        run = store.run(run_id)
     click.echo(f"run {run.run_id} cleared by {run.cleared_by}: {run.cleared_reason}")
 
 
@@ -296,31 +321,32 @@ def unpark_cmd(run_id: str, item: str, who: str | None, reason: str, token_file:
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None, help="The role you act in (default: the role the gate asks for).")
-@click.option("--fingerprint", default=None, help="The fingerprint of the proposal you reviewed (required).")
+@click.option("--hash", "proposal_hash", default=None, help="The hash of the proposal you reviewed (required).")
 @_token_option
 @_db_option
 @guard
-def approve_cmd(run_id: str, who: str | None, role: str | None, fingerprint: str | None, token_file: str | None,
+def approve_cmd(run_id: str, who: str | None, role: str | None, proposal_hash: str | None, token_file: str | None,
                 db: str) -> None:
     """Approve the proposal a gate of RUN shows; the next 'loop run' carries on."""
-    _decide(db, run_id, who=who, token_file=token_file, role=role, fingerprint=fingerprint, approve=True,
+    _decide(db, run_id, who=who, token_file=token_file, role=role, proposal_hash=proposal_hash, approve=True,
             reason="")
 
 
-@loop.command("deny")
+@loop.command("reject")
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None)
-@click.option("--reason", required=True, help="Why not; the item is parked.")
-@click.option("--fingerprint", default=None, help="The fingerprint shown (default: the one pending).")
+@click.option("--reason", "reason_code", required=True, help="The reason code; the item is parked.")
+@click.option("--hash", "proposal_hash", default=None,
+              help="The hash of the proposal shown (default: the one pending).")
 @_token_option
 @_db_option
 @guard
-def deny_cmd(run_id: str, who: str | None, role: str | None, reason: str, fingerprint: str | None,
-             token_file: str | None, db: str) -> None:
-    """Deny the proposal a gate of RUN shows; the item is parked."""
-    _decide(db, run_id, who=who, token_file=token_file, role=role, fingerprint=fingerprint, approve=False,
-            reason=reason)
+def reject_cmd(run_id: str, who: str | None, role: str | None, reason_code: str, proposal_hash: str | None,
+               token_file: str | None, db: str) -> None:
+    """Reject the proposal a gate of RUN shows, with a reason code; the item is parked."""
+    _decide(db, run_id, who=who, token_file=token_file, role=role, proposal_hash=proposal_hash, approve=False,
+            reason=reason_code)
 
 
 @loop.command("simulate")
@@ -412,46 +438,44 @@ def _person(db: str, token_file: str | None, who: str | None) -> Principal:
 
 
 def _decide(
-    db: str, run_id: str, *, who: str | None, token_file: str | None, role: str | None, fingerprint: str | None,
+    db: str, run_id: str, *, who: str | None, token_file: str | None, role: str | None, proposal_hash: str | None,
     approve: bool, reason: str,
 ) -> None:
     with _open(db, create=False) as store:
         run = store.run(run_id)
         pending = store.pending_approvals(run.run_id)
-        if not fingerprint:
+        if not proposal_hash:
             if len(pending) != 1:
-                msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --fingerprint"
+                msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --hash"
                 raise InputError(msg)
             if approve:
                 msg = (
-                    f"run {run.run_id}: approve needs --fingerprint F, the proposal you reviewed "
+                    f"run {run.run_id}: approve needs --hash H, the hash of the proposal you reviewed "
                     "('statewright loop status' shows it); nothing is approved unseen"
                 )
                 raise InputError(msg)
-            fingerprint = pending[0].fingerprint
-        gate = next((p for p in pending if p.fingerprint == fingerprint), None)
+            proposal_hash = pending[0].proposal_hash
+        gate = next((p for p in pending if p.proposal_hash == proposal_hash), None)
+        if gate is None:
+            msg = (
+                f"run {run.run_id} has no gate waiting on hash {proposal_hash[:12]!r} (it may have been decided);"
+                " 'statewright loop status' shows the hash a gate shows"
+            )
+            raise InputError(msg)
         person = _person(db, token_file, who)
-        if gate is not None:
-            role = role or gate.role
-            if role == gate.role and gate.role not in person.roles:
-                msg = (
-                    f"run {run.run_id}: {person.name!r} does not hold the role {gate.role!r} the gate needs "
-                    f"(has: {', '.join(person.roles) or 'none'}); an admin adds it with "
-                    f"'statewright users add {person.name} --role {gate.role}'"
-                )
-                raise InputError(msg)
-        row = store.decide_approval(
-            run.run_id,
-            fingerprint=fingerprint,
-            who=person.name,
-            role=role or "",
-            approve=approve,
-            reason=reason,
-            at_ms=_now_ms(),
-        )
+        role = role or gate.role
+        if role != gate.role:
+            raise InputError(f"run {run.run_id}: the gate needs role {gate.role!r}, you acted as {role!r}")
+        now = _now_ms()
+        if gate.timeout_at_ms is not None and now >= gate.timeout_at_ms:
+            msg = f"run {run.run_id}: the gate's time limit passed; the next 'statewright loop run' records it"
+            raise InputError(msg)
+        decide_gate(store, run.run_id, proposal_hash=proposal_hash, actor=person.name, roles=tuple(person.roles),
+                    approve=approve, reason_code=reason, at_ms=now)
+    decision = "approved" if approve else "rejected"
     click.echo(
-        f"run {row.run_id}: item {row.item_id} {row.decision} by {row.who}"
-        f" (fingerprint {row.fingerprint[:12]}); run 'statewright loop run FILE' to carry on"
+        f"run {run.run_id}: item {gate.item_id} {decision} by {person.name}"
+        f" (hash {proposal_hash[:12]}); run 'statewright loop run FILE' to carry on"
     )
 
 

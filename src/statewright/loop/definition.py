@@ -60,7 +60,7 @@ from statewright.definition.limits import (
 )
 from statewright.definition.loader import load_workflow, plain_definition
 from statewright.loop.errors import LoopDefinitionError
-from statewright.loop.model import LoopConfig
+from statewright.machine.loop.model import LoopConfig
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # matched whole (fullmatch)
 _DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0

@@ -22,6 +22,7 @@ from statewright._canonical import canonical_json
 from statewright._crash import crash_point
 from statewright._errors import StaleLeaseError, VersionConflictError
 from statewright.store.base import (
+    TASK_KIND,
     AppendRequest,
     AppendResult,
     Claim,
@@ -103,6 +104,7 @@ class MemoryStore(MemoryPeople):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
         complete_remote: str | None = None,
+        kind: str = TASK_KIND,
     ) -> AppendResult:
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
                             complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
@@ -114,7 +116,7 @@ class MemoryStore(MemoryPeople):
                 return dup
             if expected_version == 0 and idem_key is not None and idem_key in self.db.idem_keys:
                 return AppendResult(version=self.db.tasks[self.db.idem_keys[idem_key]].version, duplicate=True)
-            return self._append_txn(txn, req, workflow, workflow_hash, idem_key)
+            return self._append_txn(txn, req, workflow, workflow_hash, idem_key, kind)
 
     def encode(self, request: AppendRequest) -> AppendRequest:
         if isinstance(request.encoded, _Encoded):
@@ -143,7 +145,7 @@ class MemoryStore(MemoryPeople):
 
     def _append_txn(
         self, txn: Txn, req: AppendRequest, workflow: str = "", workflow_hash: str = "",
-        idem_key: str | None = None,
+        idem_key: str | None = None, kind: str = TASK_KIND,
     ) -> AppendResult:
         """The writes of one append; raises on a refusal (the caller's transaction undoes)."""
         db, enc = self.db, req.encoded
@@ -158,7 +160,7 @@ class MemoryStore(MemoryPeople):
             prev = GENESIS_HASH
             h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, enc.body)
             txn.put(db.tasks, task_id, TaskRow(task_id, workflow, workflow_hash, status, version, enc.state_json,
-                                             idem_key, h, at_ms, at_ms))
+                                             idem_key, h, at_ms, at_ms, kind))
             if idem_key is not None:
                 txn.put(db.idem_keys, idem_key, task_id)
         else:
@@ -220,10 +222,12 @@ class MemoryStore(MemoryPeople):
     def task_by_key(self, idem_key: str) -> str | None:
         return self.db.idem_keys.get(idem_key)
 
-    def list_tasks(self, status: str | None = None, workflow: str | None = None, limit: int = 1000) -> list[StoredTask]:
+    def list_tasks(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 1000, *, kind: str = TASK_KIND
+    ) -> list[StoredTask]:
         with self.db.lock:
-            rows = [r for r in self.db.tasks.values()
-                    if (not status or r.status == status) and (not workflow or r.workflow == workflow)]
+            rows = [r for r in self.db.tasks.values() if r.kind == kind
+                    and (not status or r.status == status) and (not workflow or r.workflow == workflow)]
         rows.sort(key=lambda r: (r.created_at_ms, r.task_id))
         return [_stored(r) for r in rows[:limit]]
 
@@ -277,7 +281,8 @@ class MemoryStore(MemoryPeople):
         out: dict[str, int] = {}
         with self.db.lock:
             for r in self.db.tasks.values():
-                out[r.status] = out.get(r.status, 0) + 1
+                if r.kind == TASK_KIND:
+                    out[r.status] = out.get(r.status, 0) + 1
         return out
 
     def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
@@ -452,4 +457,5 @@ def _stored(r: TaskRow) -> StoredTask:
     return StoredTask(
         task_id=r.task_id, workflow=r.workflow, workflow_hash=r.workflow_hash, status=r.status,
         version=r.version, state=json.loads(r.state), created_at_ms=r.created_at_ms, updated_at_ms=r.updated_at_ms,
+        kind=r.kind,
     )

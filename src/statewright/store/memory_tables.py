@@ -28,6 +28,7 @@ class TaskRow:
     last_hash: str
     created_at_ms: int
     updated_at_ms: int
+    kind: str = "task"
 
 
 @dataclass(frozen=True)

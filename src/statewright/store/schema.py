@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -113,5 +113,11 @@ MIGRATIONS: dict[int, list[str]] = {
             claimed_at_ms BIGINT
         )""",
         "CREATE INDEX IF NOT EXISTS sw_remote_by_queue ON sw_remote (queue, parked_at_ms)",
+    ],
+    # Streams of more than one kind in the same tables: a task, or a run of an outer loop
+    # (``statewright.machine.seam.StreamKind``). Every row there before is a task.
+    5: [
+        "ALTER TABLE sw_tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'task'",
+        "CREATE INDEX IF NOT EXISTS sw_tasks_by_kind ON sw_tasks (kind, workflow)",
     ],
 }

@@ -5,6 +5,7 @@ how idle workers learn that work was added (``_work_added_txn`` / ``wait_for_wor
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -22,6 +23,7 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright.store.base import (
+    TASK_KIND,
     AppendRequest,
     AppendResult,
     Claim,
@@ -42,6 +44,7 @@ __all__ = ["GENESIS_HASH", "SqlStore"]
 _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _CLAIM_COLS = "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms"
 _LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last event hash) a store remembers
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
 
@@ -77,6 +80,12 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
     @abstractmethod
     def _tables(self, cur: Any) -> set[str]:
         """Each dialect defines it."""
+
+    def _columns(self, cur: Any, table: str) -> set[str]:
+        """The column names of ``table`` (the standard catalogue; SQLite overrides it)."""
+        rows = self._x(cur, "SELECT column_name FROM information_schema.columns"
+                            " WHERE table_schema = current_schema() AND table_name = ?", (table,)).fetchall()
+        return {str(r[0]) for r in rows}
 
     def _work_added_txn(self, cur: Any) -> None:
         """Inside a transaction that leaves claimable work for other workers (new outbox rows
@@ -135,6 +144,9 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
                 raise SchemaVersionError(msg)
             for v in range(current + 1, SCHEMA_VERSION + 1):
                 for stmt in MIGRATIONS[v]:
+                    added = _ADD_COLUMN.match(stmt)
+                    if added is not None and added[2] in self._columns(cur, added[1]):
+                        continue  # a migration run again (the version was set back): it is there
                     self._x(cur, stmt)
                 self._x(cur, "UPDATE sw_meta SET value = ? WHERE key = ?", (str(v), "schema_version"))
             return SCHEMA_VERSION
@@ -171,6 +183,7 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
         complete_remote: str | None = None,
+        kind: str = TASK_KIND,
     ) -> AppendResult:
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
                             complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
@@ -189,7 +202,7 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
                         ).fetchone()
                         if row is not None:
                             return AppendResult(version=int(row[1]), duplicate=True)
-                res, h = self._append_txn(cur, req, encoded, workflow, workflow_hash, idem_key)
+                res, h = self._append_txn(cur, req, encoded, workflow, workflow_hash, idem_key, kind)
         except (VersionConflictError, StaleLeaseError):
             raise
         except Exception as exc:
@@ -239,7 +252,7 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
 
     def _append_txn(
         self, cur: Any, req: AppendRequest, encoded: _Encoded, workflow: str = "", workflow_hash: str = "",
-        idem_key: str | None = None,
+        idem_key: str | None = None, kind: str = TASK_KIND,
     ) -> tuple[AppendResult, str]:
         """The writes of one append inside the caller's transaction; raises on a refusal
         (the caller rolls back). Returns the result and the new event's hash."""
@@ -256,9 +269,9 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
             self._x(
                 cur,
                 "INSERT INTO sw_tasks (task_id, workflow, workflow_hash, status, version, state,"
-                " idem_key, last_hash, created_at_ms, updated_at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (task_id, workflow, workflow_hash, status, version, state_json, idem_key, h, at_ms, at_ms),
+                " idem_key, last_hash, created_at_ms, updated_at_ms, kind)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (task_id, workflow, workflow_hash, status, version, state_json, idem_key, h, at_ms, at_ms, kind),
             )
         else:
             known = self._last_hash.get(task_id)
@@ -374,7 +387,8 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
         marks = ", ".join("?" * len(task_ids))
         with self._stmt() as cur:
             rows = self._x(
-                cur, f"SELECT {_TASK_COLS}, last_hash FROM sw_tasks WHERE task_id IN ({marks})", tuple(task_ids)
+                cur, f"SELECT {_TASK_COLS}, last_hash, kind FROM sw_tasks WHERE task_id IN ({marks})",
+                tuple(task_ids),
             ).fetchall()
         out = {}
         for row in rows:
@@ -387,8 +401,10 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
             row = self._x(cur, "SELECT task_id FROM sw_tasks WHERE idem_key = ?", (idem_key,)).fetchone()
         return str(row[0]) if row else None
 
-    def list_tasks(self, status: str | None = None, workflow: str | None = None, limit: int = 1000) -> list[StoredTask]:
-        where, params = [], []
+    def list_tasks(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 1000, *, kind: str = TASK_KIND
+    ) -> list[StoredTask]:
+        where, params = ["kind = ?"], [kind]
         if status:
             where.append("status = ?")
             params.append(status)
@@ -398,7 +414,8 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self._stmt() as cur:
             rows = self._x(
-                cur, f"SELECT {_TASK_COLS} FROM sw_tasks{clause} ORDER BY created_at_ms, task_id LIMIT ?",
+                cur, f"SELECT {_TASK_COLS}, last_hash, kind FROM sw_tasks{clause} ORDER BY created_at_ms, task_id"
+                " LIMIT ?",
                 (*params, limit),
             ).fetchall()
         return [_task(r) for r in rows]
@@ -484,7 +501,8 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
 
     def counts_by_status(self) -> dict[str, int]:
         with self._stmt() as cur:
-            rows = self._x(cur, "SELECT status, COUNT(*) FROM sw_tasks GROUP BY status").fetchall()
+            rows = self._x(cur, "SELECT status, COUNT(*) FROM sw_tasks WHERE kind = ? GROUP BY status",
+                           (TASK_KIND,)).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
     def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
@@ -639,5 +657,6 @@ def _task(r: Any) -> StoredTask:
     return StoredTask(
         task_id=str(r[0]), workflow=str(r[1]), workflow_hash=str(r[2]), status=str(r[3]),
         version=int(r[4]), state=json.loads(r[5]), created_at_ms=int(r[6]), updated_at_ms=int(r[7]),
+        kind=str(r[9]) if len(r) > 9 else TASK_KIND,
     )
 

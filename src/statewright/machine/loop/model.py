@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from statewright.loop.errors import LoopDefinitionError
+from statewright._errors import LoopDefinitionError
 
 
 class LoopStatus(StrEnum):
@@ -124,7 +124,7 @@ TABLE: tuple[Row, ...] = (
     Row(S.CHECKING, "fail, timeout, or unfinished twice", S.RECORDING),
     Row(S.CHECKING, "verdict pass, item ungated", S.RECORDING),
     Row(S.CHECKING, "pass, and a person must approve", S.AWAITING_HUMAN),
-    Row(S.AWAITING_HUMAN, "approval for that fingerprint", S.RECORDING),
+    Row(S.AWAITING_HUMAN, "approval for that proposal_hash", S.RECORDING),
     Row(S.AWAITING_HUMAN, "denial, or time limit passes", S.RECORDING),
     Row(S.RECORDING, "store acknowledges the append", S.DECIDING),
     Row(S.DECIDING, "1. goal predicate true", S.DONE),
@@ -233,7 +233,7 @@ class Pass:
     tokens: int = 0
     money_usd: float = 0.0
     checks: tuple[CheckResult, ...] = ()
-    fingerprint: str = ""
+    proposal_hash: str = ""
     shown: Mapping[str, object] = field(default_factory=dict)
     gate_started_at_ms: int | None = None
     verdict: Verdict | None = None
@@ -261,6 +261,13 @@ class LoopState:
     clean_stop: bool = False
     recent_failures: tuple[str, ...] = ()
     reason: str = ""
+    cleared_by: str = ""  # who lifted the hold a STUCK run puts on its loop, and why
+    cleared_reason: str = ""
+
+    @property
+    def held(self) -> bool:
+        """A STUCK run that nobody has cleared holds every new run of its loop."""
+        return self.status is LoopStatus.STUCK and not self.cleared_by
 
     def item(self, item_id: str) -> ItemLedger | None:
         for entry in self.items:
