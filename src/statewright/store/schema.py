@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -114,9 +114,15 @@ MIGRATIONS: dict[int, list[str]] = {
         )""",
         "CREATE INDEX IF NOT EXISTS sw_remote_by_queue ON sw_remote (queue, parked_at_ms)",
     ],
+    # Child tasks: the task that started one (a map step's item, a loop's pass). Its end is
+    # appended to the parent's stream in the same transaction as its own terminal event.
+    5: [
+        "ALTER TABLE sw_tasks ADD COLUMN parent_id TEXT",
+        "CREATE INDEX IF NOT EXISTS sw_tasks_by_parent ON sw_tasks (parent_id)",
+    ],
     # Streams of more than one kind in the same tables: a task, or a run of an outer loop
     # (``statewright.machine.seam.StreamKind``). Every row there before is a task.
-    5: [
+    6: [
         "ALTER TABLE sw_tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'task'",
         "CREATE INDEX IF NOT EXISTS sw_tasks_by_kind ON sw_tasks (kind, workflow)",
     ],
