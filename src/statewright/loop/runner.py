@@ -500,7 +500,9 @@ def local_dir(store: LoopStore) -> Path:
     if store.path is not None:
         return Path(store.path).parent
     digest = hashlib.sha256(store.url.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    where = Path(tempfile.gettempdir()) / f"statewright-loop-{os.getuid()}" / digest
+    # Not $TMPDIR: a command the loop runs gets a private one, and must find the same lock.
+    base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    where = base / f"statewright-loop-{os.getuid()}" / digest
     where.mkdir(parents=True, exist_ok=True, mode=0o700)
     return where
 
