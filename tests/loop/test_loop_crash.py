@@ -18,8 +18,8 @@ import pytest
 
 from statewright.loop.runner import local_dir
 from statewright.loop.store import LoopStore
-from store.backends import SQL_BACKENDS, fresh_pg_schema
 from statewright.machine.loop.model import LineKind, LoopStatus
+from store.backends import SQL_BACKENDS, fresh_pg_schema
 
 from .helpers import alive, cli, command, gone, launches, record, table, token_file, write_loop
 
