@@ -2,9 +2,10 @@
 
     find -> assign -> run -> check -> (approve) -> record -> decide
 
-The pure core is :func:`transition` / :func:`resume` over :class:`LoopState`; the
-:class:`LoopRunner` performs its commands against a :class:`LoopStore` (SQLite) and
-a :class:`PassRunner`. The click group lives in ``statewright.loop.cli`` (``loop``).
+The pure core (``statewright.machine.loop``) is :func:`transition` / :func:`resume` over
+:class:`LoopState`; the :class:`LoopRunner` performs its commands against a
+:class:`LoopStore` (loop runs as streams of the store: memory, SQLite or PostgreSQL) and a
+:class:`PassRunner`. The click group lives in ``statewright.loop.cli`` (``loop``).
 """
 
 from statewright.loop.definition import LoopDefinition, load_loop, parse_loop

@@ -24,7 +24,14 @@ from typing import Any
 
 from statewright._errors import InputError, VersionConflictError
 from statewright.loop.errors import RunHeldError
-from statewright.machine.loop.codec import command_to_dict, event_to_dict, line_from_dict, line_to_dict, state_to_dict
+from statewright.machine.loop.codec import (
+    command_to_dict,
+    event_to_dict,
+    line_from_dict,
+    line_to_dict,
+    state_from_dict,
+    state_to_dict,
+)
 from statewright.machine.loop.events import AppendRecord, Command, Event, ItemsFound, RecordAppended, RunOpened
 from statewright.machine.loop.model import ItemLedger, LineKind, LoopState, LoopStatus, RecordLine
 from statewright.machine.seam import StreamKind
@@ -308,8 +315,6 @@ def _projection(state: LoopState, meta: Mapping[str, Any], lines: int) -> dict[s
 
 
 def _run_row(row: StoredTask) -> RunRow:
-    from statewright.machine.loop.codec import state_from_dict
-
     projection = row.state
     meta = projection.get("meta") or {}
     state = state_from_dict(projection["state"])
