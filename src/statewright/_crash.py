@@ -25,3 +25,15 @@ def crash_point(name: str) -> None:
         _passes += 1
         if _passes >= _AT_PASS:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+# The outer loop's crash points are its states: ``STATEWRIGHT_LOOP_CRASH_AT=RUNNING`` makes
+# ``statewright loop run`` SIGKILL itself right after the record line that names RUNNING is
+# committed (IDLE: right after the run is opened).
+LOOP_CRASH_ENV = "STATEWRIGHT_LOOP_CRASH_AT"
+
+
+def loop_crash_point(target: str | None, state: str) -> None:
+    """Die here when ``target`` (the value of STATEWRIGHT_LOOP_CRASH_AT) names ``state``."""
+    if target and target.strip().upper() == str(state).upper():
+        os.kill(os.getpid(), signal.SIGKILL)

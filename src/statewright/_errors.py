@@ -2,6 +2,7 @@
 
     StatewrightError
     ├── DefinitionError (ValueError)        a workflow or loop file breaks a rule
+    │   └── LoopDefinitionError             a loop file breaks a rule
     ├── IllegalEventError                   the reducer refuses an event; state unchanged
     │   └── ApprovalError                   the approver may not act (role, duty, hash, expiry);
     │                                       its ``refusal`` says which kind of no it is
@@ -20,6 +21,7 @@
     ├── AccessError                         a person could not be identified, or may not act
     │   ├── AuthenticationError             no token, or one that is unknown or revoked
     │   └── PermissionDeniedError           the token's person lacks the role, or is not --as
+    ├── LoopInvariantError                  the loop reducer caught itself leaving its table
     └── ExecutorError
         ├── TransientError                  retryable: timeout, throttle, connection
         └── PermanentError                  not retryable: a poisoned command
@@ -41,6 +43,14 @@ class DefinitionError(StatewrightError, ValueError):
         self.problems = list(problems)
         self.source = source
         super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
+
+
+class LoopDefinitionError(DefinitionError):
+    """A loop file (or dict) breaks a rule. Every problem names the field."""
+
+
+class LoopInvariantError(StatewrightError):
+    """The loop reducer was about to make a move the state table does not allow."""
 
 
 class IllegalEventError(StatewrightError):

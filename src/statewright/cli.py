@@ -151,13 +151,25 @@ def cli() -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True)
 def validate(files: tuple[str, ...]) -> None:
-    """Check workflow files; print OK per file or the errors. A callable or command that
-    cannot be found here is a warning (exit 0 unless a file has errors)."""
+    """Check workflow and loop files (a file with a top-level ``loop:`` is a loop file);
+    print OK per file or the errors. A callable or command that cannot be found here is a
+    warning (exit 0 unless a file has errors)."""
     from statewright.definition import load_workflow
+    from statewright.definition.loader import is_loop_file
     from statewright.executors._reachable import unreachable_references
 
     bad = 0
     for f in files:
+        if is_loop_file(f):
+            from statewright.loop.definition import load_loop
+
+            try:
+                click.echo(f"{f}: OK  {load_loop(f).describe()}")
+            except DefinitionError as exc:
+                bad += 1
+                for p in exc.problems:
+                    click.echo(f"{f}: {p}")
+            continue
         try:
             wf = load_workflow(f)
         except DefinitionError as exc:
@@ -565,8 +577,8 @@ def evidence(task_id: str, as_name: str | None, path: str, note: str, token_file
               help="A workflow POST /api/tasks may start, by its name (repeatable).")
 @click.option("--hooks", "hooks_file", type=click.Path(dir_okay=False),
               help="A hooks file: POST /api/hooks/NAME starts its workflow (README: Serving).")
-@click.option("--loop-db", help="The SQLite file of the outer loop's runs (default: --db when it is a SQLite "
-                                "file, else .statewright/state.db).")
+@click.option("--loop-db", help="Another database holding the outer loop's runs (default: --db, where "
+                                "'statewright loop run' keeps them beside the tasks).")
 @click.option("--github", "github_files", multiple=True, type=click.Path(dir_okay=False),
               help="A workflow whose github key names the repository whose webhooks (POST /api/github/webhook) "
                    "start and drive its tasks (repeatable; README: GitHub).")
@@ -595,8 +607,6 @@ def serve(host: str, port: int, metrics_port: int | None, workflow_files: tuple[
         from statewright.integrations.github.webhook import WebhookConfig
 
         github = WebhookConfig.load(github_files)
-    if loop_db is None:
-        loop_db = ".statewright/state.db" if db.startswith(("postgresql://", "postgres://")) else db
     sockets = [_listen(host, port, "--port")]
     if metrics_port is not None:
         sockets.append(_listen(host, metrics_port, "--metrics-port"))
@@ -861,12 +871,19 @@ def db() -> None:
 @_db_option
 @_guard
 def db_upgrade(db: str) -> None:
-    """Apply pending schema migrations; rewrite hash chains that verify in the current format
-    (the tasks' and the people log's)."""
+    """Apply pending schema migrations; carry an earlier release's loop tables over into loop-run
+    streams; rewrite hash chains that verify in the current format (the tasks' and the people
+    log's)."""
+    from statewright.loop._carry import carry_loop_tables
     from statewright.runtime.verify import upgrade_history, upgrade_people
 
     engine = _engine(db, create=True)
     click.echo(f"{engine.store.url}: schema version {engine.store.ensure_schema()}")
+    carried, not_carried = carry_loop_tables(engine.store)
+    if carried:
+        click.echo(f"{carried} loop runs carried over from the loop tables into the store's streams")
+    for problem in not_carried:
+        click.echo(f"left as it is: {problem}", err=True)
     chains, projections, findings = upgrade_history(engine)
     people_rechained, people = upgrade_people(engine)
     if chains:
@@ -877,7 +894,7 @@ def db_upgrade(db: str) -> None:
         click.echo(f"the people log's chain rewritten in the current format ({engine.store.chain!r})")
     for f in [*findings, *people]:
         click.echo(f"{f.task_id}: left as it is: {f.problem}", err=True)
-    sys.exit(1 if findings or people else 0)
+    sys.exit(1 if findings or people or not_carried else 0)
 
 
 @cli.command()

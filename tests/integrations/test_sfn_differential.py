@@ -19,11 +19,14 @@ from strategies import ANALYSIS_OUTCOMES, ANALYSIS_SCHEMA, FIXER, PYTEST, load_c
 
 from .sfn_harness import Script, StepFunctions, definition, run_reducer, run_sfn
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+# The examples the ASL export takes (it refuses map steps, tests/export/test_export.py).
+EXAMPLES = [p for p in sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+            if all(s.kind is not StepKind.MAP for s in load_workflow(p).steps)]
 INPUTS: dict[str, dict[str, Any]] = {
     "bug-triage": {"repo": "acme/app", "issue": 7, "title": "crash on save"},
     "expense-approval": {"month": "2026-11", "region": "eu"},
     "fix-bug": {"bug": "test_save fails"},
+    "review-one-file": {"item": "examples/file_review.py", "index": 0},
     "supplier-bank-change": {"supplier_id": "S-1", "account_fingerprint": "fp", "evidence": []},
 }
 # States no scripted answer reaches: a clock's (an approval window, a silent worker:

@@ -74,7 +74,7 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def run_loop(path: Path, db: Path, clock: FakeClock | None = None, **kwargs: Any) -> RunOutcome:
+def run_loop(path: Path, db: Path | str, clock: FakeClock | None = None, **kwargs: Any) -> RunOutcome:
     """One in-process 'loop run' with an injected clock."""
     definition = load_loop(path)
     with LoopStore.open(db) as store:
@@ -83,13 +83,13 @@ def run_loop(path: Path, db: Path, clock: FakeClock | None = None, **kwargs: Any
         return runner.run()
 
 
-def record(db: Path, run_id: str) -> list[StoredLine]:
+def record(db: Path | str, run_id: str) -> list[StoredLine]:
     with LoopStore.open(db) as store:
         return store.lines(run_id)
 
 
 def cli(
-    root: Path, db: Path, *args: str, crash_at: str | None = None, extra_env: Mapping[str, str] | None = None
+    root: Path, db: Path | str, *args: str, crash_at: str | None = None, extra_env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run 'python -m statewright.loop ...' as a real process (for SIGKILL tests)."""
     env = clean_env()
@@ -142,7 +142,21 @@ def table(lines: Sequence[StoredLine]) -> list[tuple[str, str, str]]:
     return [(str(x.state), str(x.kind), str(x.next_state)) for x in lines]
 
 
-def token_file(db: Path, name: str, *roles: str) -> Path:
+def token_dir(db: Path | str) -> Path:
+    """Where a test keeps the token files of a database: beside a SQLite file, else a
+    directory of the temporary dir named after the database URL."""
+    text = str(db)
+    if not text.startswith(("postgresql://", "postgres://", "memory:")):
+        return Path(text).parent
+    import hashlib
+    import tempfile
+
+    where = Path(tempfile.gettempdir()) / f"statewright-test-tokens-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    where.mkdir(exist_ok=True)
+    return where
+
+
+def token_file(db: Path | str, name: str, *roles: str) -> Path:
     """A file holding a token of ``name``, whom the database's first admin adds with ``roles``."""
     from statewright.runtime.clock import SystemClock
     from statewright.runtime.users import Users
@@ -151,12 +165,12 @@ def token_file(db: Path, name: str, *roles: str) -> Path:
     store = open_store(db)
     try:
         users = Users(store, SystemClock())
-        root = db.parent / "root.token"
+        root = token_dir(db) / "root.token"
         if not root.exists():
             root.write_text(users.bootstrap("root").token + "\n", encoding="utf-8")
         admin = users.authenticate(root.read_text(encoding="utf-8").strip())
         users.add(admin, name, roles)
-        path = db.parent / f"{name}.token"
+        path = token_dir(db) / f"{name}.token"
         path.write_text(users.issue_token(admin, name).token + "\n", encoding="utf-8")
         return path
     finally:

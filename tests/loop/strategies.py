@@ -10,9 +10,9 @@ import random
 
 from hypothesis import strategies as st
 
-from statewright.loop.events import (
-    ApprovalDenied,
+from statewright.machine.loop.events import (
     ApprovalGranted,
+    ApprovalRejected,
     BriefNeedsPerson,
     BriefReady,
     CheckFinished,
@@ -28,7 +28,7 @@ from statewright.loop.events import (
     WorkerNoResult,
     WorkerReturned,
 )
-from statewright.loop.model import CheckOutcome, CheckResult, LoopConfig, LoopState, LoopStatus
+from statewright.machine.loop.model import CheckOutcome, CheckResult, LoopConfig, LoopState, LoopStatus
 
 S = LoopStatus
 ITEMS = ("a", "b", "c")
@@ -94,15 +94,15 @@ def next_event(rnd: random.Random, state: LoopState, now: int) -> Event:
     if status is S.CHECKING:
         return CheckFinished(item, attempt, _results(rnd, cfg.check_names), now)
     if status is S.AWAITING_HUMAN:
-        fp = cur.fingerprint if cur and rnd.randint(0, 5) else "f" * 64
+        fp = cur.proposal_hash if cur and rnd.randint(0, 5) else "f" * 64
         kind = rnd.randint(0, 3)
         if kind == 0:
-            return ApprovalDenied(fp, "bob", "no", now)
+            return ApprovalRejected(fp, "bob", "no", now, ("maintainer",))
         if kind == 1:
             return GateTimedOut(now + rnd.choice([0, 1000, 10_000]))
         if kind == 2:
             return GateSleep(now)
-        return ApprovalGranted(fp, "ann", now)
+        return ApprovalGranted(fp, "ann", now, ("maintainer",))
     if status is S.RECORDING:
         return RecordAppended(f"receipt-{now}", now)
     if status is S.DECIDING:

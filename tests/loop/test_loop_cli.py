@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from statewright.loop.cli import loop
+from store.backends import SQL_BACKENDS
 
 from .helpers import token_file, write_loop
 
@@ -19,8 +20,8 @@ def _cli(*args: str, db: Path | None = None, env: dict[str, str] | None = None) 
     return CliRunner().invoke(loop, full, env=env, catch_exceptions=False)
 
 
-def _one_line_error(result: Result) -> str:
-    assert result.exit_code == 2, result.output
+def _one_line_error(result: Result, code: int = 1) -> str:
+    assert result.exit_code == code, result.output
     assert "Traceback" not in result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -48,10 +49,10 @@ def test_run_show_status(tmp_path: Path, db: Path) -> None:
 
 
 def test_run_exit_status_for_other_terminals(tmp_path: Path, db: Path) -> None:
-    """ESCALATED, STUCK and OUT_OF_BUDGET exit 1."""
+    """ESCALATED, STUCK and OUT_OF_BUDGET exit 5 (the task table's "halted"); bad input is 1."""
     path = write_loop(tmp_path / "l", [{"id": "7", "fix_on_attempt": None}])
     result = _cli("run", str(path), "--json", db=db)
-    assert result.exit_code == 1
+    assert result.exit_code == 5
     assert json.loads(result.stdout)["status"] == "ESCALATED"
 
 
@@ -64,7 +65,7 @@ def test_db_from_the_environment(tmp_path: Path) -> None:
 
 
 def test_bad_loop_file_changes_nothing(tmp_path: Path, db: Path) -> None:
-    """A bad file: one line on stderr naming file and field, exit 2, no database made."""
+    """A bad file: one line on stderr naming file and field, exit 1, no database made."""
     path = write_loop(tmp_path / "l", [{"id": "1"}], budgets={"passes": "many"})
     line = _one_line_error(_cli("run", str(path), db=db))
     assert line.startswith("error: ") and "loop.yaml: budgets.passes: expected a whole number" in line
@@ -84,24 +85,53 @@ def test_bad_loop_file_changes_nothing(tmp_path: Path, db: Path) -> None:
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, db: Path, args: tuple[str, ...], says: str) -> None:
-    """Unknown runs and impossible actions: one clear line, exit 2."""
+    """Unknown runs and impossible actions: one clear line, exit 1."""
     path = write_loop(tmp_path / "l", [{"id": "1"}])
     assert _cli("run", str(path), db=db).exit_code == 0
     ann = token_file(db, "ann", "operator")
     assert says in _one_line_error(_cli(*[a.replace("{ann}", str(ann)) for a in args], db=db))
 
 
-@pytest.mark.parametrize("url", ["memory:", "memory:name", "postgresql://postgres@127.0.0.1:5432/test"])
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("memory:", "an in-memory database ends with the command"),
+        ("memory:name", "an in-memory database ends with the command"),
+        ("mysql://h/db", "not a database the loop can use; give a file path, sqlite:///PATH or a postgresql:// URL"),
+    ],
+)
 def test_a_db_url_the_loop_cannot_use_is_one_line_and_makes_nothing(
-    tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, url: str, says: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The loop's runs live in a SQLite file: a memory or PostgreSQL URL is refused in one line,
-    and no file named after the URL appears."""
+    """A memory database (it would end with the command) or a URL of no backend is refused in
+    one line, and no file named after the URL appears."""
     monkeypatch.chdir(tmp_path)
     path = write_loop(tmp_path / "l", [{"id": "1"}])
     line = _one_line_error(_cli("run", str(path), "--db", url))
-    assert line == f"error: --db {url}: the outer loop keeps its runs in a SQLite file; give a file path"
+    assert line.startswith(f"error: --db {url}: {says}")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l"]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_loop_run_on_postgresql_and_sqlite_urls(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch,
+                                                 backend: str) -> None:
+    """'loop run --db postgresql://...' (or a SQLite URL) keeps the run in that database: show,
+    status and verify read it there, and no local folder is named after the URL."""
+    from statewright.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite://{store_url}" if backend == "sqlite" else store_url
+    path = write_loop(tmp_path / "l", [{"id": "88", "fix_on_attempt": 2}])
+    result = _cli("run", str(path), "--db", url)
+    assert result.exit_code == 0, result.output
+    assert "run 1: DONE (goal met)" in result.stdout
+    shown = json.loads(_cli("show", "1", "--json", "--db", url).stdout)
+    assert shown["status"] == "DONE" and len(shown["lines"]) == 13
+    status = json.loads(_cli("status", "--json", "--db", url).stdout)
+    assert [(r["run"], r["status"]) for r in status] == [("1", "DONE")]
+    verified = CliRunner().invoke(cli, ["verify", "--db", url])
+    assert verified.exit_code == 0 and "verified 1 tasks: 0 differ" in verified.stdout, verified.output
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("db")) == ["l"]
 
 
 def test_read_commands_do_not_create_a_database(tmp_path: Path) -> None:
@@ -113,15 +143,15 @@ def test_read_commands_do_not_create_a_database(tmp_path: Path) -> None:
 
 
 def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
-    """run pauses at the gate and prints the fingerprint; approve with the role; run finishes."""
+    """run pauses at the gate and prints the proposal_hash; approve with the role; run finishes."""
     path = write_loop(tmp_path / "l", [{"id": "1"}], gate={"role": "maintainer"})
     paused = _cli("run", str(path), db=db)
-    assert paused.exit_code == 0
+    assert paused.exit_code == 4  # waits for a person
     assert "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
     assert "waiting for role maintainer to approve item 1" in paused.stdout
-    shown = re.search(r"fingerprint ([0-9a-f]{64})", paused.stdout)
+    shown = re.search(r"hash ([0-9a-f]{64})", paused.stdout)
     assert shown is not None, paused.stdout
-    fp = ("--fingerprint", shown.group(1))
+    fp = ("--hash", shown.group(1))
     eve, ann = token_file(db, "eve", "intern"), token_file(db, "ann", "author")
     wrong = _one_line_error(_cli("approve", "1", "--role", "intern", *fp, "--token-file", str(eve), db=db))
     assert "needs role 'maintainer'" in wrong
@@ -133,7 +163,7 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     assert "needs your token" in anonymous
     ann = token_file(db, "ann", "maintainer")
     blind = _one_line_error(_cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db))
-    assert "approve needs --fingerprint F" in blind
+    assert "approve needs --hash H" in blind
     ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
@@ -190,6 +220,70 @@ def test_simulate_json_and_bad_input() -> None:
     ],
 )
 def test_usage_errors_are_one_line(args: tuple[str, ...], says: str) -> None:
-    """Missing options, bad values and unknown commands: one line on stderr, exit 2."""
-    line = _one_line_error(_cli(*args))
+    """Missing options, bad values and unknown commands: one line on stderr, exit 2 (usage)."""
+    line = _one_line_error(_cli(*args), code=2)
     assert says in line and line.startswith("error: ")
+
+
+def test_a_parked_item_is_shown_with_its_reason_and_an_operator_unparks_it(tmp_path: Path, db: Path) -> None:
+    """'loop show' lists a parked item with why; 'loop unpark' (role operator) reopens it with a
+    fresh count of attempts, in an audited line; the next run works it again and closes it."""
+    root = tmp_path / "l"
+    path = write_loop(root, [{"id": "7", "fix_on_attempt": 3}], attempts_per_item=2)
+    assert _cli("run", str(path), db=db).exit_code == 5  # parked after 2 attempts: ESCALATED
+    shown = _cli("show", "1", db=db)
+    assert any(x.startswith("parked: 7 after 2 attempts: suite fail") for x in shown.stdout.splitlines())
+    parked = json.loads(_cli("show", "1", "--json", db=db).stdout)["parked"]
+    assert [(p["item"], p["attempts"]) for p in parked] == [("7", 2)]
+    eve, ann = token_file(db, "eve", "maintainer"), token_file(db, "ann", "operator")
+    refused = _one_line_error(_cli("unpark", "1", "7", "--reason", "r", "--token-file", str(eve), db=db))
+    assert "lacks the role 'operator'" in refused
+    closed = _one_line_error(_cli("unpark", "1", "8", "--reason", "r", "--token-file", str(ann), db=db))
+    assert "item '8' is not parked (not in the ledger)" in closed
+    before = _cli("show", "1", "--json", db=db).stdout
+    ok = _cli("unpark", "1", "7", "--as", "ann", "--reason", "flaky fixture fixed", "--token-file", str(ann), db=db)
+    assert ok.exit_code == 0, ok.output
+    again = _one_line_error(_cli("unpark", "1", "7", "--reason", "r", "--token-file", str(ann), db=db))
+    assert "is not parked (open)" in again
+    after = json.loads(_cli("show", "1", "--json", db=db).stdout)
+    assert after["parked"] == [] and after["status"] == json.loads(before)["status"] == "ESCALATED"
+    last = after["lines"][-1]
+    assert last["kind"] == "operator" and last["written"]["actor"] == "ann"
+    assert last["written"]["reason"] == "flaky fixture fixed"
+    rerun = _cli("run", str(path), db=db)
+    assert rerun.exit_code == 0 and "run 2: DONE" in rerun.stdout
+    assert "brief, 7 in flight, attempt 3" in rerun.stdout  # attempt numbers go on: no pass key repeats
+
+
+def test_a_run_is_pinned_to_its_loop_file(tmp_path: Path, db: Path) -> None:
+    """Resuming a run whose loop file changed is refused in one line saying how to start a new
+    run; '--new-run' opens one, carrying the items, and the old run is shown as left unfinished."""
+    root = tmp_path / "l"
+    path = write_loop(root, [{"id": "1"}], kill_switch={"file": "STOP"})
+    (root / "STOP").write_text("", encoding="utf-8")
+    assert _cli("run", str(path), db=db).exit_code == 0  # stopped cleanly in IDLE... or later
+    (root / "STOP").unlink()
+    write_loop(root, [{"id": "1"}], kill_switch={"file": "STOP"}, budgets={"passes": 7})
+    line = _one_line_error(_cli("run", str(path), db=db))
+    assert "changed since run 1 opened" in line and f"'statewright loop run {path} --new-run'" in line
+    assert json.loads(_cli("show", "1", "--json", db=db).stdout)["status"] != "DONE"
+    fresh = _cli("run", str(path), "--new-run", db=db)
+    assert fresh.exit_code == 0 and "run 2: DONE" in fresh.stdout
+    status = _cli("status", db=db).stdout
+    assert any("left unfinished; run 2 opened after it" in x for x in status.splitlines() if x.strip().startswith("1"))
+
+
+def test_validate_accepts_loop_files(tmp_path: Path) -> None:
+    """'statewright validate' knows a loop file from a workflow: OK with a summary, or the loop
+    file's own errors (not the workflow loader's)."""
+    from statewright.cli import cli
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    good = CliRunner().invoke(cli, ["validate", str(examples / "loops" / "fix-backlog" / "loop.yaml"),
+                                    str(examples / "fix-bug.yaml")])
+    assert good.exit_code == 0, good.output
+    assert "loop.yaml: OK  loop fix-backlog: jsonl source -> command worker; checks [item-tests]" in good.stdout
+    bad = write_loop(tmp_path / "l", [{"id": "1"}], budgets={"passes": "many"})
+    result = CliRunner().invoke(cli, ["validate", str(bad)])
+    assert result.exit_code == 1
+    assert result.stdout.strip().splitlines() == [f"{bad}: budgets.passes: expected a whole number, got 'many' (str)"]

@@ -11,12 +11,15 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from statewright.loop.model import LineKind, LoopStatus
+from statewright.loop.runner import local_dir
 from statewright.loop.store import LoopStore
+from statewright.machine.loop.model import LineKind, LoopStatus
+from store.backends import SQL_BACKENDS, fresh_pg_schema
 
 from .helpers import alive, cli, command, gone, launches, record, table, token_file, write_loop
 
@@ -24,23 +27,38 @@ S = LoopStatus
 KILLED = -signal.SIGKILL
 
 
-def _run(root: Path, db: Path, crash_at: str | None = None) -> int:
+SQLITE_ONLY = pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    """The database the loop's processes share: a SQLite file, or a fresh PostgreSQL schema
+    (an in-memory one would end with each process)."""
+    if request.param == "sqlite":
+        yield tmp_path / "state" / "state.db"
+        return
+    with fresh_pg_schema() as (url, _name):
+        yield url
+
+
+def _run(root: Path, db: Path | str, crash_at: str | None = None) -> int:
     done = cli(root, db, "run", "loop.yaml", crash_at=crash_at)
     if crash_at is None:
         assert "Traceback" not in done.stderr, done.stderr
     return done.returncode
 
 
-def _only_run(db: Path) -> str:
+def _only_run(db: Path | str) -> str:
     with LoopStore.open(db) as store:
         (run,) = store.runs()
         return run.run_id
 
 
-def _restarts(db: Path) -> list[tuple[str, str, str]]:
+def _restarts(db: Path | str) -> list[tuple[str, str, str]]:
     return [row for row in table(record(db, _only_run(db))) if row[1] != "move"]
 
 
+@SQLITE_ONLY
 @pytest.mark.parametrize(
     ("state", "expected"),
     [
@@ -53,7 +71,7 @@ def _restarts(db: Path) -> list[tuple[str, str, str]]:
     ],
 )
 def test_one_crash_then_the_state_runs_again(
-    tmp_path: Path, db: Path, state: S, expected: list[tuple[str, str, str]]
+    tmp_path: Path, db: Path | str, state: S, expected: list[tuple[str, str, str]]
 ) -> None:
     """A crash in a state that is safe to redo: one counted restart, then on to DONE."""
     root = tmp_path / "l"
@@ -68,7 +86,7 @@ def test_one_crash_then_the_state_runs_again(
         assert len(store.passes(_only_run(db))) == 1  # RECORDING's append is idempotent
 
 
-def test_crash_in_running_records_no_result_and_never_relaunches(tmp_path: Path, db: Path) -> None:
+def test_crash_in_running_records_no_result_and_never_relaunches(tmp_path: Path, db: Path | str) -> None:
     """Killed right after the record names RUNNING (before launch): the restart stops any worker,
     writes 'no result' for attempt 1 and the next pass launches attempt 2; attempt 1 never runs."""
     root = tmp_path / "l"
@@ -84,7 +102,8 @@ def test_crash_in_running_records_no_result_and_never_relaunches(tmp_path: Path,
     assert lines[-1].next_state is S.DONE
 
 
-def test_a_sigkilled_loop_leaves_no_worker_running(tmp_path: Path, db: Path) -> None:
+@SQLITE_ONLY
+def test_a_sigkilled_loop_leaves_no_worker_running(tmp_path: Path, db: Path | str) -> None:
     """The worker starts a child, SIGKILLs its loop process and blocks: the worker and its
     child die with the loop (before any restart); the restart records 'no result' and does
     not launch that attempt again."""
@@ -96,13 +115,14 @@ def test_a_sigkilled_loop_leaves_no_worker_running(tmp_path: Path, db: Path) -> 
     (child_pid,) = (int(x) for x in (root / "children.log").read_text().split())
     assert gone(worker_pid), "the pass worker outlived its SIGKILLed loop"
     assert gone(child_pid), "the pass worker's child outlived the SIGKILLed loop"
-    assert _run(root, db) == 1  # attempts_per_item 1: the item parks -> ESCALATED
+    assert _run(root, db) == 5  # attempts_per_item 1: the item parks -> ESCALATED
     assert launches(root) == [("88", 1)]
     assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
     assert record(db, _only_run(db))[-1].next_state is S.ESCALATED
 
 
-def test_the_restart_stops_a_worker_the_supervisor_did_not(tmp_path: Path, db: Path) -> None:
+@SQLITE_ONLY
+def test_the_restart_stops_a_worker_the_supervisor_did_not(tmp_path: Path, db: Path | str) -> None:
     """Where no parent-death signal stops it (a worker that left its supervisor's reach), the
     pid file lets the next start kill a worker of the crashed attempt (StopWorker)."""
     root = tmp_path / "l"
@@ -110,12 +130,13 @@ def test_the_restart_stops_a_worker_the_supervisor_did_not(tmp_path: Path, db: P
     orphan = subprocess.Popen([sys.executable, "-c", "import select; select.select([], [], [])"],
                               start_new_session=True)
     try:
-        state_dir = db.parent / "loop-workers"
+        with LoopStore.open(db) as store:
+            state_dir = local_dir(store) / "loop-workers"
         state_dir.mkdir(parents=True)
         (state_dir / "loop-run-1-item-88-attempt-1.pid").write_text(str(orphan.pid))
         assert _run(root, db, crash_at="RUNNING") == KILLED  # dies before it launches
         assert alive(orphan.pid)
-        assert _run(root, db) == 1
+        assert _run(root, db) == 5
         assert orphan.wait(timeout=30) == -signal.SIGKILL
     finally:
         if orphan.poll() is None:
@@ -125,7 +146,8 @@ def test_the_restart_stops_a_worker_the_supervisor_did_not(tmp_path: Path, db: P
     assert launches(root) == []
 
 
-def test_checking_crashing_twice_fails_the_check(tmp_path: Path, db: Path) -> None:
+@SQLITE_ONLY
+def test_checking_crashing_twice_fails_the_check(tmp_path: Path, db: Path | str) -> None:
     """CHECKING on its second restart records FAIL 'check did not complete'; the item is retried."""
     root = tmp_path / "l"
     write_loop(root, [{"id": "88"}])
@@ -147,40 +169,40 @@ def test_checking_crashing_twice_fails_the_check(tmp_path: Path, db: Path) -> No
     assert lines[-1].next_state is S.DONE
 
 
-def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path) -> None:
-    """Killed at the gate: the restart asks again and sleeps (clean stop); after the approval the
-    next start is excused and the run finishes."""
+def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path | str) -> None:
+    """Killed at the gate: the restart asks again and sleeps (clean stop); the approval moves the
+    sleeping run to RECORDING, the next start is excused and the run finishes."""
     root = tmp_path / "l"
     write_loop(root, [{"id": "88"}], gate={"role": "maintainer"})
     assert _run(root, db, crash_at="AWAITING_HUMAN") == KILLED
-    assert _run(root, db) == 0  # paused, asleep at the gate
+    assert _run(root, db) == 4  # paused, asleep at the gate: a person decides next
     run_id = _only_run(db)
     status = cli(root, db, "status")
     assert "gate: role maintainer to approve item 88" in status.stdout
     ann = token_file(db, "ann", "maintainer")
-    shown = re.search(r"fingerprint ([0-9a-f]{64})", status.stdout)
+    shown = re.search(r"hash ([0-9a-f]{64})", status.stdout)
     assert shown is not None, status.stdout
     approved = cli(root, db, "approve", run_id, "--as", "ann", "--role", "maintainer", "--token-file", str(ann),
-                   "--fingerprint", shown.group(1))
+                   "--hash", shown.group(1))
     assert approved.returncode == 0, approved.stderr
     assert _run(root, db) == 0
     assert _restarts(db) == [
         ("AWAITING_HUMAN", "restart", "AWAITING_HUMAN"),
         ("AWAITING_HUMAN", "clean stop", "AWAITING_HUMAN"),
-        ("AWAITING_HUMAN", "start", "AWAITING_HUMAN"),
+        ("RECORDING", "start", "RECORDING"),
     ]
     assert record(db, run_id)[-1].next_state is S.DONE
     assert launches(root) == [("88", 1)]
 
 
-def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, db: Path) -> None:
+def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, db: Path | str) -> None:
     """Dying in FINDING on every start: restarts 1 and 2 run it again, the third is STUCK naming
     FINDING; the next run is refused until someone clears it."""
     root = tmp_path / "l"
     write_loop(root, [{"id": "88"}])
     for _ in range(3):
         assert _run(root, db, crash_at="FINDING") == KILLED
-    assert _run(root, db, crash_at="FINDING") == 1  # STUCK is reached without dying again
+    assert _run(root, db, crash_at="FINDING") == 5  # STUCK is reached without dying again
     assert _restarts(db) == [
         ("FINDING", "restart", "FINDING"),
         ("FINDING", "restart", "FINDING"),
@@ -189,7 +211,7 @@ def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, 
     stuck = record(db, _only_run(db))[-1]
     assert stuck.written == {"reason": "restarts", "state": "FINDING", "restarts": 3, "stop_worker": False}
     held = cli(root, db, "run", "loop.yaml")
-    assert held.returncode == 2
+    assert held.returncode == 1
     assert held.stderr.count("\n") == 1 and "Traceback" not in held.stderr
     assert "clear 1 --reason TEXT' with an operator's token" in held.stderr
     ann = token_file(db, "ann", "operator")
@@ -200,7 +222,8 @@ def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, 
         assert [r.status for r in store.runs()] == [S.DONE, S.STUCK]
 
 
-def test_sigterm_writes_a_clean_stop_line(tmp_path: Path, db: Path) -> None:
+@SQLITE_ONLY
+def test_sigterm_writes_a_clean_stop_line(tmp_path: Path, db: Path | str) -> None:
     """SIGTERM mid-pass interrupts the worker and writes a clean-stop line; the next start is
     excused and records the interrupted attempt as 'no result'."""
     root = tmp_path / "l"
@@ -216,7 +239,7 @@ def test_sigterm_writes_a_clean_stop_line(tmp_path: Path, db: Path) -> None:
     assert launches(root) == [("88", 1), ("88", 2)]
 
 
-def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path) -> None:
+def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path | str) -> None:
     """'statewright loop stop' from inside a running pass stops the run cleanly. The worker
     inherits no database: the loop file declares where it is (``env: {LOOP_DB: ...}``)."""
     root = tmp_path / "l"
@@ -226,10 +249,9 @@ def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path) -> None:
     assert _run(root, db) == 0
     lines = record(db, _only_run(db))
     assert lines[-1].kind is LineKind.CLEAN_STOP and lines[-1].state is S.RUNNING
-    with LoopStore.open(db) as store:
-        assert store.run(_only_run(db)).stop_requested is None  # consumed by the clean stop
+    assert lines[-1].event.startswith("kill switch (loop stop: requested)")  # the stop's own line
     idle = cli(root, db, "stop")
-    assert idle.returncode == 2 and "nothing to stop" in idle.stderr
+    assert idle.returncode == 1 and "nothing to stop" in idle.stderr
     status = cli(root, db, "status")
     assert status.returncode == 0, status.stderr
     row = next(line for line in status.stdout.splitlines() if line.strip().startswith(_only_run(db)))

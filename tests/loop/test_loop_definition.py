@@ -44,10 +44,32 @@ def _minimal(**over: Any) -> dict[str, Any]:
     return data
 
 
+FIX_WORKFLOW = """\
+workflow: fix
+steps:
+  - {id: fix, kind: code, owner: ci, run: {command: [python, fix.py]}}
+"""
+
+
+def test_a_workflow_the_loop_names_must_exist_and_load(tmp_path: Path) -> None:
+    """``workflow: PATH`` names a workflow file that loads; a missing or broken one is refused
+    naming the field and the file."""
+    path = tmp_path / "loop.yaml"
+    path.write_text(FULL, encoding="utf-8")
+    with pytest.raises(LoopDefinitionError, match=r"workflow: workflows/fix.yaml: .*file not found"):
+        load_loop(path)
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "workflows" / "fix.yaml").write_text("workflow: fix\nsteps: []\n", encoding="utf-8")
+    with pytest.raises(LoopDefinitionError, match=r"workflow: workflows/fix.yaml: "):
+        load_loop(path)
+
+
 def test_full_file_parses_with_paths_relative_to_it(tmp_path: Path) -> None:
     """Every field of the document's loop file, resolved against the file's directory."""
     path = tmp_path / "loop.yaml"
     path.write_text(FULL, encoding="utf-8")
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "workflows" / "fix.yaml").write_text(FIX_WORKFLOW, encoding="utf-8")
     d = load_loop(path)
     assert d.name == "nightly-fixes"
     assert d.source.kind is SourceKind.JSONL and d.source.path == tmp_path / "backlog.jsonl"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from statewright.loop.model import LoopStatus
+from statewright.machine.loop.model import LoopStatus
 from statewright.runtime.engine import Engine
 
 from .helpers import record, run_loop, write_loop

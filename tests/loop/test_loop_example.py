@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from statewright.loop.model import LoopStatus
+from statewright.machine.loop.model import LoopStatus
 
 from .helpers import FakeClock, record, run_loop
 

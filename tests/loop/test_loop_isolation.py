@@ -21,8 +21,10 @@ import yaml
 
 from statewright.loop.definition import load_loop, parse_loop
 from statewright.loop.errors import LoopDefinitionError
-from statewright.loop.model import LoopStatus
+from statewright.loop.runner import decide_gate
 from statewright.loop.store import LoopStore
+from statewright.machine.loop.model import LoopConfig, LoopStatus
+from statewright.machine.loop.reducer import initial_state
 from tally import tally
 
 from .helpers import PY, SCRIPTS, FakeClock, clean_env, cli, command, run_loop, token_file, write_loop
@@ -168,11 +170,10 @@ def test_planted_secrets_are_found_nowhere_after_a_loop_run(tmp_path: Path, db: 
 def test_the_database_search_sees_what_is_written(tmp_path: Path) -> None:
     """The search is not blind: a value the loop store writes is found in its files."""
     db = tmp_path / "probe.db"
-    with LoopStore.open(db):
-        pass
-    with sqlite3.connect(db) as conn:
-        conn.execute("INSERT INTO loop_items (loop, item_id) VALUES ('x', 'needle-9b2e')")
-    conn.close()
+    config = LoopConfig(loop="needle-9b2e", check_names=("c",), oracle_names=("o",), max_passes=1)
+    with LoopStore.open(db) as store:
+        store.create_run(loop=config.loop, definition_path="l.yaml", definition_sha256="0" * 64,
+                         make_state=lambda run_id, ledger: initial_state(run_id, config, ledger), assets={}, at_ms=1)
     assert _database_text(db).count("needle-9b2e") >= 1  # the row, and its key in the index
 
 
@@ -201,7 +202,7 @@ def test_a_loop_worker_cannot_act_as_a_person(tmp_path: Path, db: Path) -> None:
                                                                 "--db", "$LOOP_DB"],
         "loop worker: loop approve --db, no token": [
             PY, "-m", "statewright.loop", "approve", "1", "--as", "rubberstamp", "--role", "maintainer",
-            "--fingerprint", pending.fingerprint, "--db", "$LOOP_DB"],
+            "--hash", pending.proposal_hash, "--db", "$LOOP_DB"],
     }
     hostile = write_loop(
         tmp_path / "hostile", [{"id": "h", "try": list(tries.values())}], loop="hostile",
@@ -216,9 +217,9 @@ def test_a_loop_worker_cannot_act_as_a_person(tmp_path: Path, db: Path) -> None:
         names = {row[0] for row in conn.execute("SELECT name FROM sw_users")}
     conn.close()
     with LoopStore.open(db) as store:
-        still = [a.fingerprint for a in store.pending_approvals("1")]
+        still = [a.proposal_hash for a in store.pending_approvals("1")]
     for (case, _argv), result in zip(tries.items(), results, strict=True):
-        refused = result["status"] != 0 and "rubberstamp" not in names and still == [pending.fingerprint]
+        refused = result["status"] != 0 and "rubberstamp" not in names and still == [pending.proposal_hash]
         tally("bypass", case, backend="sqlite", refused=refused)
         assert refused, f"{case}: {result}"
     control = subprocess.run(add, env=runner_env, capture_output=True, text=True, check=False)
@@ -268,24 +269,24 @@ def test_a_declared_secret_the_runner_lacks_refuses_the_run(tmp_path: Path, db: 
     worker = {"command": command("worker.py"), "secrets": ["DEPLOY_TOKEN"]}
     write_loop(tmp_path / "l", [{"id": "1"}], workflow=worker)
     done = cli(tmp_path / "l", db, "run", "loop.yaml")
-    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1, done.stderr
     assert "workflow declares secret DEPLOY_TOKEN, which this process's environment lacks" in done.stderr
     assert not db.exists()
 
 
 def test_an_approval_binds_when_a_secret_is_part_of_its_fingerprint(tmp_path: Path, db: Path) -> None:
-    """Redaction never rewrites the fingerprint an approval binds to: with a runner secret
+    """Redaction never rewrites the proposal_hash an approval binds to: with a runner secret
     that happens to be a piece of it, the approved run still carries on to DONE."""
     clock = FakeClock()
     path = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "maintainer"})
     paused = run_loop(path, db, clock)
     with LoopStore.open(db) as store:
         (pending,) = store.pending_approvals(paused.run_id)
-        store.decide_approval(paused.run_id, fingerprint=pending.fingerprint, who="ann", role="maintainer",
-                              approve=True, reason="", at_ms=clock())
-    piece = next(pending.fingerprint[i:i + 12] for i in range(0, 52)
-                 if not pending.fingerprint[i:i + 12].isdigit())
+        decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="ann", roles=("maintainer",),
+                    approve=True, reason_code="", at_ms=clock())
+    piece = next(pending.proposal_hash[i:i + 12] for i in range(0, 52)
+                 if not pending.proposal_hash[i:i + 12].isdigit())
     done = run_loop(path, db, clock, env={**clean_env(), "DEPLOY_TOKEN": piece})
     assert done.status is S.DONE, done
 

@@ -8,10 +8,10 @@ import pytest
 
 from statewright._errors import IllegalEventError
 from statewright.loop.errors import LoopDefinitionError
-from statewright.loop.events import (
+from statewright.machine.loop.events import (
     AppendRecord,
-    ApprovalDenied,
     ApprovalGranted,
+    ApprovalRejected,
     BriefNeedsPerson,
     BriefReady,
     BuildBrief,
@@ -34,7 +34,7 @@ from statewright.loop.events import (
     WorkerNoResult,
     WorkerReturned,
 )
-from statewright.loop.model import (
+from statewright.machine.loop.model import (
     LEGAL_MOVES,
     TABLE,
     CheckOutcome,
@@ -47,7 +47,7 @@ from statewright.loop.model import (
     LoopStatus,
     RecordLine,
 )
-from statewright.loop.reducer import Transition, initial_state, transition
+from statewright.machine.loop.reducer import Transition, initial_state, transition
 
 S = LoopStatus
 CFG = LoopConfig(loop="nightly", check_names=("suite",), oracle_names=("tests",), max_passes=10)
@@ -337,7 +337,7 @@ def test_brief_needing_a_person_parks_without_spending_a_pass() -> None:
 
 
 def test_gate_binds_approval_to_the_fingerprint() -> None:
-    """A passing gated item waits; only an approval for the fingerprint shown moves it."""
+    """A passing gated item waits; only an approval for the proposal_hash shown moves it."""
     d = Driver(replace(CFG, gate_role="maintainer"))
     d.open("a")
     step = d.work(PASS)
@@ -346,9 +346,9 @@ def test_gate_binds_approval_to_the_fingerprint() -> None:
     assert isinstance(req, RequestApproval) and req.role == "maintainer"
     before = d.state
     with pytest.raises(IllegalEventError, match="binds to what was shown"):
-        transition(before, ApprovalGranted("0" * 64, "ann", d.at()))
-    step = d(ApprovalGranted(req.fingerprint, "ann", d.at()))
-    assert step.line is not None and step.line.written["who"] == "ann"
+        transition(before, ApprovalGranted("0" * 64, "ann", d.at(), (req.role,)))
+    step = d(ApprovalGranted(req.proposal_hash, "ann", d.at(), (req.role,)))
+    assert step.line is not None and step.line.written["actor"] == "ann"
     d.record()
     assert d.state.item("a").status is ItemStatus.CLOSED  # type: ignore[union-attr]
 
@@ -359,7 +359,7 @@ def test_gate_denial_and_timeout_park_the_item() -> None:
     d.open("a")
     req = d.work(PASS).commands[0]
     assert isinstance(req, RequestApproval)
-    d(ApprovalDenied(req.fingerprint, "bob", "touches billing", d.at()))
+    d(ApprovalRejected(req.proposal_hash, "bob", "touches billing", d.at(), (req.role,)))
     d.record()
     assert d.state.item("a").status is ItemStatus.PARKED  # type: ignore[union-attr]
 
@@ -476,13 +476,13 @@ def test_checking_fails_on_its_second_restart() -> None:
 def test_awaiting_human_keeps_waiting_and_a_clean_stop_excuses_one_start() -> None:
     """Asleep at the gate is a clean stop: the next start is not counted, the one after is."""
     d = _in(S.AWAITING_HUMAN)
-    fp = d.state.current.fingerprint  # type: ignore[union-attr]
+    fp = d.state.current.proposal_hash  # type: ignore[union-attr]
     step = d(GateSleep(d.at()))
     assert step.line is not None and step.line.kind is LineKind.CLEAN_STOP
     step = d(ProcessStarted(d.at()))
     assert step.line is not None and step.line.kind is LineKind.START
     assert d.state.restarts_here == 0
-    assert isinstance(step.commands[0], RequestApproval) and step.commands[0].fingerprint == fp
+    assert isinstance(step.commands[0], RequestApproval) and step.commands[0].proposal_hash == fp
     step = d(ProcessStarted(d.at()))
     assert step.line is not None and step.line.kind is LineKind.RESTART
     assert d.state.restarts_here == 1
@@ -527,7 +527,7 @@ def test_find_items_command_follows_go_again() -> None:
 
 def test_state_round_trips_through_json() -> None:
     """The store keeps states as JSON: every field survives."""
-    from statewright.loop.codec import state_from_dict, state_to_dict
+    from statewright.machine.loop.codec import state_from_dict, state_to_dict
 
     d = _in(S.AWAITING_HUMAN)
     s: LoopState = d.state

@@ -1,4 +1,5 @@
-"""The runner against real scripts and a real SQLite file, with an injected clock."""
+"""The runner against real scripts, with an injected clock, on every store backend (memory,
+SQLite, PostgreSQL): the seed table, rule order, budgets, gates, the hold after STUCK, parked items."""
 
 from __future__ import annotations
 
@@ -6,16 +7,24 @@ from pathlib import Path
 
 import pytest
 
+from statewright._errors import InputError
 from statewright.loop.errors import RunHeldError, SourceError
-from statewright.loop.model import ItemStatus, LineKind, LoopStatus
+from statewright.loop.runner import clear_hold, decide_gate
 from statewright.loop.store import LoopStore
+from statewright.machine.loop.model import ItemStatus, LineKind, LoopStatus
 
 from .helpers import FakeClock, command, launches, record, run_loop, table, write_loop
 
 S = LoopStatus
 
 
-def test_traced_run_reproduced(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+@pytest.fixture
+def db(store_url: str) -> str:
+    """The run's database: an in-memory one, a SQLite file, or a PostgreSQL schema."""
+    return store_url
+
+
+def test_traced_run_reproduced(tmp_path: Path, db: str, clock: FakeClock) -> None:
     """'Done. All tests pass.' while a test fails -> FAIL recorded, go again, PASS, DONE."""
     loop = write_loop(tmp_path / "loop", [{"id": "88", "fix_on_attempt": 2}])
     outcome = run_loop(loop, db, clock)
@@ -57,7 +66,7 @@ def test_traced_run_reproduced(tmp_path: Path, db: Path, clock: FakeClock) -> No
         assert store.run(outcome.run_id).state.tokens_spent == 200
 
 
-def test_escalated_parked_item_persists_across_runs(tmp_path: Path, db: Path) -> None:
+def test_escalated_parked_item_persists_across_runs(tmp_path: Path, db: str) -> None:
     """An always-failing item is parked after 3 attempts and gets no fresh attempts next run."""
     loop = write_loop(tmp_path / "loop", [{"id": "7", "fix_on_attempt": None}])
     first = run_loop(loop, db)
@@ -73,7 +82,7 @@ def test_escalated_parked_item_persists_across_runs(tmp_path: Path, db: Path) ->
     assert (item.status, item.attempts) == (ItemStatus.PARKED, 3)
 
 
-def test_stuck_holds_new_runs_until_cleared(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+def test_stuck_holds_new_runs_until_cleared(tmp_path: Path, db: str, clock: FakeClock) -> None:
     """STUCK by passes-since-last-close; the next run refuses to start until cleared with a reason."""
     items = [{"id": "a", "fix_on_attempt": None}, {"id": "b", "fix_on_attempt": None}]
     loop = write_loop(tmp_path / "loop", items, stuck_after=2)
@@ -83,13 +92,13 @@ def test_stuck_holds_new_runs_until_cleared(tmp_path: Path, db: Path, clock: Fak
     with pytest.raises(RunHeldError, match=f"clear {outcome.run_id} --reason TEXT"):
         run_loop(loop, db, clock)
     with LoopStore.open(db) as store:
-        store.clear(outcome.run_id, who="ann", reason="b's test was flaky; fixed", at_ms=clock())
+        clear_hold(store, outcome.run_id, actor="ann", reason="b's test was flaky; fixed", at_ms=clock())
         assert store.run(outcome.run_id).cleared_by == "ann"
     again = run_loop(loop, db, clock)
     assert again.run_id != outcome.run_id
 
 
-def test_out_of_budget_on_passes_and_tokens(tmp_path: Path, db: Path) -> None:
+def test_out_of_budget_on_passes_and_tokens(tmp_path: Path, db: str) -> None:
     """A spent cap ends the run OUT_OF_BUDGET, naming the cap."""
     loop = write_loop(tmp_path / "a", [{"id": "x", "fix_on_attempt": 3}], budgets={"passes": 1})
     outcome = run_loop(loop, db)
@@ -107,7 +116,7 @@ def test_out_of_budget_on_passes_and_tokens(tmp_path: Path, db: Path) -> None:
     assert record(tmp_path / "b.db", outcome.run_id)[-1].written["caps"] == ["tokens"]
 
 
-def test_wall_time_budget_uses_the_injected_clock(tmp_path: Path, db: Path) -> None:
+def test_wall_time_budget_uses_the_injected_clock(tmp_path: Path, db: str) -> None:
     """Wall time is measured from the trigger with the clock the runner was given."""
 
     class Jumpy(FakeClock):
@@ -121,7 +130,7 @@ def test_wall_time_budget_uses_the_injected_clock(tmp_path: Path, db: Path) -> N
     assert record(db, outcome.run_id)[-1].written["caps"] == ["wall_time"]
 
 
-def test_worker_failing_to_launch_is_a_no_result_pass(tmp_path: Path, db: Path) -> None:
+def test_worker_failing_to_launch_is_a_no_result_pass(tmp_path: Path, db: str) -> None:
     """A worker that exits non-zero, or cannot start, is 'no result' and spends the pass."""
     loop = write_loop(tmp_path / "l", [{"id": "x", "exit": 3}], attempts_per_item=1)
     outcome = run_loop(loop, db)
@@ -143,43 +152,33 @@ def test_worker_failing_to_launch_is_a_no_result_pass(tmp_path: Path, db: Path) 
     assert "launch failed" in running.written["cause"]
 
 
-def test_gate_sleeps_then_approval_resumes(tmp_path: Path, db: Path, clock: FakeClock) -> None:
-    """A gated pass parks the process (clean stop); an approval for the fingerprint carries on."""
+def test_gate_sleeps_then_approval_resumes(tmp_path: Path, db: str, clock: FakeClock) -> None:
+    """A gated pass parks the process (clean stop); an approval for the proposal_hash carries on."""
     loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "maintainer"})
     paused = run_loop(loop, db, clock)
     assert paused.status is S.AWAITING_HUMAN and paused.paused == "asleep at the gate"
     with LoopStore.open(db) as store:
         (pending,) = store.pending_approvals(paused.run_id)
         assert pending.shown["checks"][0]["outcome"] == "pass"
-        with pytest.raises(Exception, match="needs role 'maintainer'"):
-            store.decide_approval(
-                paused.run_id,
-                fingerprint=pending.fingerprint,
-                who="eve",
-                role="intern",
-                approve=True,
-                reason="",
-                at_ms=clock(),
-            )
-        store.decide_approval(
-            paused.run_id,
-            fingerprint=pending.fingerprint,
-            who="ann",
-            role="maintainer",
-            approve=True,
-            reason="",
-            at_ms=clock(),
-        )
+        with pytest.raises(InputError, match="'eve' does not hold the role 'maintainer' the gate needs"):
+            decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="eve", roles=("intern",),
+                        approve=True, reason_code="", at_ms=clock())
+        with pytest.raises(InputError, match="names an agent or the system"):
+            decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="agent:worker",
+                        roles=("maintainer",), approve=True, reason_code="", at_ms=clock())
+        decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="ann", roles=("maintainer",),
+                    approve=True, reason_code="", at_ms=clock())
     done = run_loop(loop, db, clock)
     assert done.status is S.DONE and done.run_id == paused.run_id
     lines = record(db, done.run_id)
     kinds = [(x.state, x.kind) for x in lines if x.kind is not LineKind.MOVE]
-    assert kinds == [(S.AWAITING_HUMAN, LineKind.CLEAN_STOP), (S.AWAITING_HUMAN, LineKind.START)]
+    # the approval moves the sleeping run on; the next start is excused, as the sleep was
+    assert kinds == [(S.AWAITING_HUMAN, LineKind.CLEAN_STOP), (S.RECORDING, LineKind.START)]
     approved = next(x for x in lines if x.event_type == "ApprovalGranted")
-    assert approved.written["who"] == "ann" and approved.written["fingerprint"] == pending.fingerprint
+    assert approved.written["actor"] == "ann" and approved.written["proposal_hash"] == pending.proposal_hash
 
 
-def test_gate_timeout_parks_the_item(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+def test_gate_timeout_parks_the_item(tmp_path: Path, db: str, clock: FakeClock) -> None:
     """No decision within the gate's limit: the item parks; the clock is the injected one."""
     loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "m", "timeout": "2d"})
     assert run_loop(loop, db, clock).status is S.AWAITING_HUMAN
@@ -191,29 +190,22 @@ def test_gate_timeout_parks_the_item(tmp_path: Path, db: Path, clock: FakeClock)
         assert store.pending_approvals() == []
 
 
-def test_gate_denial_parks(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+def test_gate_denial_parks(tmp_path: Path, db: str, clock: FakeClock) -> None:
     """A denial parks the item with the reason in the record."""
     loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "m"})
     paused = run_loop(loop, db, clock)
     with LoopStore.open(db) as store:
         (p,) = store.pending_approvals(paused.run_id)
-        store.decide_approval(
-            paused.run_id,
-            fingerprint=p.fingerprint,
-            who="bob",
-            role="m",
-            approve=False,
-            reason="touches billing",
-            at_ms=clock(),
-        )
+        decide_gate(store, paused.run_id, proposal_hash=p.proposal_hash, actor="bob", roles=("m",), approve=False,
+                    reason_code="touches billing", at_ms=clock())
     outcome = run_loop(loop, db, clock)
     assert outcome.status is S.ESCALATED
-    denial = next(x for x in record(db, outcome.run_id) if x.event_type == "ApprovalDenied")
-    assert denial.written["denial"] == {"who": "bob", "reason": "touches billing"}
+    denial = next(x for x in record(db, outcome.run_id) if x.event_type == "ApprovalRejected")
+    assert denial.written["denial"] == {"actor": "bob", "reason_code": "touches billing"}
 
 
 def test_kill_switch_file_stops_cleanly_and_the_restart_never_relaunches(
-    tmp_path: Path, db: Path, clock: FakeClock
+    tmp_path: Path, db: str, clock: FakeClock
 ) -> None:
     """The worker creates the kill-switch file: clean stop in RUNNING; the next start is excused,
     records 'no result' for that attempt and launches attempt 2, never attempt 1 again."""
@@ -243,7 +235,7 @@ def test_kill_switch_file_stops_cleanly_and_the_restart_never_relaunches(
     assert launches(root) == [("x", 1), ("x", 2)]
 
 
-def test_check_assets_the_worker_writes_make_the_check_error(tmp_path: Path, db: Path) -> None:
+def test_check_assets_the_worker_writes_make_the_check_error(tmp_path: Path, db: str) -> None:
     """A worker that edits a check's asset gets an error (a fail), never a pass."""
     root = tmp_path / "l"
     root.mkdir()
@@ -262,7 +254,7 @@ def test_check_assets_the_worker_writes_make_the_check_error(tmp_path: Path, db:
     assert "check asset changed" in checking.written["output"]["suite"]
 
 
-def test_a_source_that_is_down_writes_nothing(tmp_path: Path, db: Path) -> None:
+def test_a_source_that_is_down_writes_nothing(tmp_path: Path, db: str) -> None:
     """SourceError is a crash: no line for FINDING's work; the next start counts a restart."""
     loop = write_loop(tmp_path / "l", [{"id": "x"}])
     (tmp_path / "l" / "backlog.jsonl").unlink()
@@ -275,7 +267,7 @@ def test_a_source_that_is_down_writes_nothing(tmp_path: Path, db: Path) -> None:
     assert shape[:2] == [("IDLE", "move", "FINDING"), ("FINDING", "restart", "FINDING")]
 
 
-def test_brief_needing_a_person_parks_the_item(tmp_path: Path, db: Path) -> None:
+def test_brief_needing_a_person_parks_the_item(tmp_path: Path, db: str) -> None:
     """An item marked needs_person parks in ASSIGNING without launching a worker."""
     root = tmp_path / "l"
     loop = write_loop(root, [{"id": "x", "needs_person": "which customer is meant?"}])
@@ -286,7 +278,7 @@ def test_brief_needing_a_person_parks_the_item(tmp_path: Path, db: Path) -> None
     assert line.written == {"reason": "which customer is meant?", "park": "x"}
 
 
-def test_several_items_close_in_source_order(tmp_path: Path, db: Path) -> None:
+def test_several_items_close_in_source_order(tmp_path: Path, db: str) -> None:
     """Three items, one pass each, then the goal oracle runs once everything is closed."""
     root = tmp_path / "l"
     loop = write_loop(root, [{"id": "a"}, {"id": "b"}, {"id": "c"}])
@@ -297,7 +289,7 @@ def test_several_items_close_in_source_order(tmp_path: Path, db: Path) -> None:
     assert [x.next_state for x in goal_lines] == [S.FINDING, S.FINDING, S.DONE]
 
 
-def test_kill_switch_on_before_the_trigger(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+def test_kill_switch_on_before_the_trigger(tmp_path: Path, db: str, clock: FakeClock) -> None:
     """With the switch on, IDLE writes a clean-stop line instead of moving; off, the run starts."""
     root = tmp_path / "l"
     loop = write_loop(root, [{"id": "x"}], kill_switch={"file": "STOP"})

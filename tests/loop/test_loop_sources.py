@@ -9,9 +9,9 @@ import pytest
 
 from statewright.loop.definition import CommandSpec, SourceKind, SourceSpec
 from statewright.loop.errors import SourceError
-from statewright.loop.model import CheckOutcome, CheckResult
 from statewright.loop.oracles import run_check
 from statewright.loop.sources import MAX_SOURCE_OUTPUT_CHARS, find_items
+from statewright.machine.loop.model import CheckOutcome, CheckResult
 
 from .helpers import PY, clean_env
 

@@ -1,122 +1,205 @@
-"""The loop tables: one transaction per line, the ledger, clears and approvals."""
+"""Loop runs as streams of the store on every backend: one append per line, the hash chain and
+``verify``, the ledger, clears and gate decisions; and the carry-over of an earlier release's
+loop tables (SQLite)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from statewright._errors import InputError, NotAStatewrightDatabaseError, VersionConflictError
 from statewright.loop.errors import RunHeldError
-from statewright.loop.events import AppendRecord, ItemsFound, RequestApproval, TriggerArrived
-from statewright.loop.model import ItemLedger, ItemStatus, LoopConfig, LoopStatus, Verdict
-from statewright.loop.reducer import initial_state, transition
+from statewright.loop.runner import clear_hold, decide_gate, unpark_item
 from statewright.loop.store import LoopStore
+from statewright.machine.loop.codec import event_to_dict, state_to_dict
+from statewright.machine.loop.events import (
+    ApprovalGranted,
+    BriefReady,
+    CheckFinished,
+    Event,
+    GateSleep,
+    ItemsFound,
+    KillSwitch,
+    TriggerArrived,
+    WorkerReturned,
+)
+from statewright.machine.loop.model import (
+    CheckOutcome,
+    CheckResult,
+    ItemLedger,
+    ItemStatus,
+    LineKind,
+    LoopConfig,
+    LoopState,
+    LoopStatus,
+    RecordLine,
+)
+from statewright.machine.loop.reducer import initial_state, transition
+from statewright.runtime.engine import Engine
+from statewright.runtime.verify import verify_all
+from statewright.store import open_store
+from store.backends import SQL_BACKENDS
 
 CFG = LoopConfig(loop="l", check_names=("c",), oracle_names=("o",), max_passes=3)
+S = LoopStatus
 
 
-def _new(store: LoopStore) -> str:
+def _new(store: LoopStore, config: LoopConfig = CFG) -> str:
     run = store.create_run(
-        loop="l",
+        loop=config.loop,
         definition_path="l.yaml",
         definition_sha256="0" * 64,
-        make_state=lambda run_id, ledger: initial_state(run_id, CFG, ledger),
+        make_state=lambda run_id, ledger: initial_state(run_id, config, ledger),
         assets={},
         at_ms=1,
     )
     return run.run_id
 
 
-def test_lines_append_with_state_and_ledger_in_one_step(db: Path) -> None:
-    """Each append stores the line, the run's state and the items, checking the line count."""
-    with LoopStore.open(db) as store:
+def _step(store: LoopStore, run_id: str, event: Event) -> LoopState:
+    run = store.run(run_id)
+    step = transition(run.state, event)
+    assert step.line is not None
+    store.append(run_id, expected_lines=run.lines, line=step.line, state=step.state, event=event,
+                 commands=step.commands)
+    return step.state
+
+
+def _force(store: LoopStore, run_id: str, state: LoopState) -> None:
+    """Store ``state`` as the run's newest (a line a test makes up; verify would name it)."""
+    run = store.run(run_id)
+    line = RecordLine(run.state.status, "test", {}, "test", state.status, LineKind.MOVE, "KillSwitch", 9)
+    store.append(run_id, expected_lines=run.lines, line=line, state=state, event=KillSwitch("test", 9),
+                 commands=())
+
+
+def test_lines_append_with_state_in_one_step_on_every_backend(store_url: str) -> None:
+    """Each append stores the event, its line and the run's state, checking the version; the
+    stream is hash-chained and verify replays it; loop runs are not tasks."""
+    with LoopStore.open(store_url) as store:
         run_id = _new(store)
         state = store.run(run_id).state
         ev = TriggerArrived("t", 2)
         step = transition(state, ev)
         assert step.line is not None
         store.append(run_id, expected_lines=0, line=step.line, state=step.state, event=ev, commands=step.commands)
-        with pytest.raises(VersionConflictError, match="expected version 0, found 1"):
+        with pytest.raises(VersionConflictError):
             store.append(run_id, expected_lines=0, line=step.line, state=step.state, event=ev, commands=step.commands)
         ev2 = ItemsFound(("a",), 3)
         step2 = transition(step.state, ev2)
         assert step2.line is not None
-        store.append(run_id, expected_lines=1, line=step2.line, state=step2.state, event=ev2, commands=step2.commands)
+        store.append(run_id, expected_lines=1, line=step2.line, state=step2.state, event=ev2, commands=step2.commands,
+                     extra={"payloads": {"a": {"id": "a", "title": "x"}}})
         run = store.run(run_id)
-        assert run.status is LoopStatus.ASSIGNING and run.lines == 2
+        assert run.status is S.ASSIGNING and run.lines == 2 and run.version == 3
         assert run.state == step2.state
         assert [x.event_type for x in store.lines(run_id)] == ["TriggerArrived", "ItemsFound"]
         assert store.lines(run_id)[1].commands == [
-            {"type": "BuildBrief", "item": "a", "attempt": 1, "prior_failure": ""}
+            {"type": "BuildBrief", "command_id": "", "item": "a", "attempt": 1, "prior_failure": ""}
         ]
+        assert store.item_payload(run_id, "a") == {"id": "a", "title": "x"}
         assert store.ledger("l") == (ItemLedger("a"),)
+        events = store.events(run_id)
+        assert [e.type for e in events] == ["RunOpened", "TriggerArrived", "ItemsFound"]
+        assert events[1].prev_hash == events[0].hash and events[2].prev_hash == events[1].hash
+        tasks = open_store(store_url)
+        try:
+            assert tasks.list_tasks() == [] and tasks.counts_by_status() == {}
+            engine = Engine(tasks)
+            assert verify_all(engine) == (1, [])
+        finally:
+            tasks.close()
 
 
-def test_pass_records_are_idempotent(db: Path) -> None:
-    """Appending the same record twice (a restart in RECORDING) keeps one row."""
-    with LoopStore.open(db) as store:
+def test_verify_names_a_loop_line_edited_behind_the_stores_back(store_url: str) -> None:
+    """A projection written that the log does not replay to is a finding, never a traceback."""
+    with LoopStore.open(store_url) as store:
         run_id = _new(store)
-        rec = AppendRecord(record_no=1, item="a", attempt=1, verdict=Verdict.FAIL, cause="x")
-        assert store.append_pass(run_id, rec, 5) == store.append_pass(run_id, rec, 6)
-        assert len(store.passes(run_id)) == 1
+        _step(store, run_id, TriggerArrived("t", 2))
+        _force(store, run_id, replace(store.run(run_id).state, passes=7))
+        tasks = open_store(store_url)
+        try:
+            n, findings = verify_all(Engine(tasks))
+        finally:
+            tasks.close()
+    assert n == 1
+    problems = [f.problem for f in findings]
+    assert "event version 3: its record line is not the line the replay writes" in problems
+    assert "replayed loop state differs from the stored projection" in problems
 
 
-def test_clear_only_a_stuck_run_once_with_who_and_why(db: Path) -> None:
-    """A held loop refuses new runs; clear needs a person and a reason, once."""
-    with LoopStore.open(db) as store:
+def test_clear_only_a_stuck_run_once_with_who_and_why(store_url: str) -> None:
+    """A held loop refuses new runs; a clear needs a person and a reason, once, and is a line."""
+    with LoopStore.open(store_url) as store:
         run_id = _new(store)
         with pytest.raises(InputError, match="not STUCK"):
-            store.clear(run_id, who="ann", reason="r", at_ms=1)
-        store._conn.execute("UPDATE loop_runs SET status = 'STUCK' WHERE run_id = ?", (run_id,))
+            clear_hold(store, run_id, actor="ann", reason="r", at_ms=1)
+        _force(store, run_id, replace(store.run(run_id).state, status=S.STUCK, reason="restarts"))
         with pytest.raises(RunHeldError, match=f"clear {run_id}"):
             _new(store)
-        with pytest.raises(InputError, match="a reason"):
-            store.clear(run_id, who="ann", reason=" ", at_ms=1)
-        store.clear(run_id, who="ann", reason="fixed the disk", at_ms=2)
+        with pytest.raises(InputError, match="why"):
+            clear_hold(store, run_id, actor="ann", reason=" ", at_ms=1)
+        clear_hold(store, run_id, actor="ann", reason="fixed the disk", at_ms=2)
         with pytest.raises(InputError, match="already cleared by ann"):
-            store.clear(run_id, who="bob", reason="again", at_ms=3)
+            clear_hold(store, run_id, actor="bob", reason="again", at_ms=3)
+        assert store.run(run_id).cleared_by == "ann"
+        assert store.lines(run_id)[-1].written == {"cleared_by": "ann", "reason": "fixed the disk"}
         assert _new(store) != run_id
 
 
-def test_approvals_bind_to_fingerprint_and_role(db: Path) -> None:
-    """A decision needs the pending fingerprint and the gate's role, and happens once."""
-    with LoopStore.open(db) as store:
-        run_id = _new(store)
-        store._conn.execute("UPDATE loop_runs SET status = 'AWAITING_HUMAN' WHERE run_id = ?", (run_id,))
-        req = RequestApproval("a", 1, "f" * 64, "maintainer", {"item": "a"}, None)
-        store.request_approval(run_id, req, 10)
-        store.request_approval(run_id, req, 11)  # idempotent
-        assert len(store.pending_approvals(run_id)) == 1
-        with pytest.raises(InputError, match="no approval request with fingerprint"):
-            store.decide_approval(
-                run_id, fingerprint="e" * 64, who="ann", role="maintainer", approve=True, reason="", at_ms=12
-            )
-        row = store.decide_approval(
-            run_id, fingerprint="f" * 64, who="ann", role="maintainer", approve=True, reason="", at_ms=12
-        )
-        assert (row.decision, row.who, row.decided_at_ms) == ("approved", "ann", 12)
-        with pytest.raises(InputError, match="already approved by ann"):
-            store.decide_approval(
-                run_id, fingerprint="f" * 64, who="bob", role="maintainer", approve=False, reason="no", at_ms=13
-            )
+def test_gate_decisions_bind_to_the_hash_and_the_role(store_url: str) -> None:
+    """A decision names the hash shown and needs the gate's role; it moves the run once."""
+    gated = replace(CFG, gate_role="maintainer")
+    with LoopStore.open(store_url) as store:
+        run_id = _new(store, gated)
+        _step(store, run_id, TriggerArrived("t", 2))
+        _step(store, run_id, ItemsFound(("a",), 3))
+        _step(store, run_id, BriefReady("a", "brief", 4))
+        _step(store, run_id, WorkerReturned("a", 1, 5))
+        _step(store, run_id, CheckFinished("a", 1, (CheckResult("c", CheckOutcome.PASS),), 6))
+        _step(store, run_id, GateSleep(7))
+        (pending,) = store.pending_approvals(run_id)
+        assert pending.role == "maintainer" and pending.item_id == "a"
+
+        def decide(h: str, roles: tuple[str, ...]) -> None:
+            decide_gate(store, run_id, proposal_hash=h, actor="ann", roles=roles, approve=True, reason_code="",
+                        at_ms=8)
+
+        with pytest.raises(InputError, match="binds to what was shown"):
+            decide("e" * 64, ("maintainer",))
+        with pytest.raises(InputError, match="does not hold the role 'maintainer'"):
+            decide(pending.proposal_hash, ("intern",))
+        decide(pending.proposal_hash, ("maintainer",))
+        run = store.run(run_id)
+        assert run.status is S.RECORDING and run.state.clean_stop  # asleep at the gate: the next start is excused
         assert store.pending_approvals() == []
+        with pytest.raises(InputError, match="ApprovalGranted is not legal in RECORDING"):
+            decide(pending.proposal_hash, ("maintainer",))
 
 
-def test_ledger_carries_into_the_next_run(db: Path) -> None:
-    """A new run starts from the loop's item ledger."""
-    with LoopStore.open(db) as store:
-        store._conn.execute("INSERT INTO loop_items (loop, item_id, status, attempts) VALUES ('l', 'a', 'parked', 3)")
-        run_id = _new(store)
-        assert store.run(run_id).state.items == (ItemLedger("a", ItemStatus.PARKED, 3),)
+def test_the_ledger_carries_into_the_next_run_and_unpark_reopens(store_url: str) -> None:
+    """A new run starts from the items' standing of the loop's newest run; unpark reopens one."""
+    with LoopStore.open(store_url) as store:
+        first = _new(store)
+        parked = ItemLedger("a", ItemStatus.PARKED, 3, "suite fail")
+        _force(store, first, replace(store.run(first).state, status=S.ESCALATED, items=(parked,)))
+        second = _new(store)
+        assert store.run(second).state.items == (parked,)
+        with pytest.raises(InputError, match="not the newest run"):
+            unpark_item(store, first, "a", actor="ann", reason="fixed", at_ms=5)
+        unpark_item(store, second, "a", actor="ann", reason="fixed", at_ms=5)
+        assert store.ledger("l") == (replace(parked, status=ItemStatus.OPEN, reopened_after=3),)
 
 
 def test_not_a_database(tmp_path: Path) -> None:
     """A file that is not SQLite is refused with a message naming it."""
     bad = tmp_path / "x.db"
     bad.write_bytes(b"this is not sqlite at all, not even close" * 100)
-    with pytest.raises(NotAStatewrightDatabaseError, match="is not a statewright database"):
+    with pytest.raises(NotAStatewrightDatabaseError, match="not a statewright database"):
         LoopStore.open(bad)
 
 
@@ -137,19 +220,102 @@ def test_a_foreign_database_is_left_alone(tmp_path: Path) -> None:
     assert names == {"customers"}
 
 
-def test_shares_the_file_with_the_task_store(tmp_path: Path) -> None:
-    """The loop tables sit beside the task store's tables in one file."""
-    from statewright.store import open_store  # the task store (another package)
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_loop_runs_and_tasks_share_the_tables(store_url: str) -> None:
+    """Loop runs are rows of sw_tasks of kind loop_run, beside the tasks."""
+    with LoopStore.open(store_url) as store:
+        run_id = _new(store)
+        kind = store.store.load(f"loop-run-{run_id}")
+        assert kind is not None and kind.kind == "loop_run" and kind.workflow == "l"
 
-    path = tmp_path / "state.db"
-    LoopStore.open(path).close()
-    open_store(path).close()
+
+# The loop tables of the release before loop runs became streams (loop/_schema.py then).
+OLD_SCHEMA = """
+CREATE TABLE loop_runs (run_id INTEGER PRIMARY KEY AUTOINCREMENT, loop TEXT NOT NULL, status TEXT NOT NULL,
+    definition_path TEXT NOT NULL, definition_sha256 TEXT NOT NULL, opened_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL, lines INTEGER NOT NULL DEFAULT 0, state_json TEXT NOT NULL,
+    assets_json TEXT NOT NULL DEFAULT '{}', stop_requested TEXT, owner_pid INTEGER, cleared_by TEXT,
+    cleared_reason TEXT, cleared_at_ms INTEGER);
+CREATE TABLE loop_lines (run_id INTEGER NOT NULL, seq INTEGER NOT NULL, state TEXT NOT NULL,
+    next_state TEXT NOT NULL, kind TEXT NOT NULL, event_type TEXT NOT NULL, event TEXT NOT NULL,
+    summary TEXT NOT NULL, written_json TEXT NOT NULL, event_json TEXT NOT NULL, commands_json TEXT NOT NULL,
+    at_ms INTEGER NOT NULL, PRIMARY KEY (run_id, seq));
+CREATE TABLE loop_items (loop TEXT NOT NULL, item_id TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'open',
+    attempts INTEGER NOT NULL DEFAULT 0, last_failure TEXT NOT NULL DEFAULT '', payload_json TEXT NOT NULL
+    DEFAULT '{}', updated_at_ms INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (loop, item_id));
+CREATE TABLE loop_passes (run_id INTEGER NOT NULL, record_no INTEGER NOT NULL, item_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL, verdict TEXT NOT NULL, record_json TEXT NOT NULL, at_ms INTEGER NOT NULL,
+    PRIMARY KEY (run_id, record_no));
+CREATE TABLE loop_approvals (run_id INTEGER NOT NULL, fingerprint TEXT NOT NULL, item_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL, role TEXT NOT NULL, shown_json TEXT NOT NULL, requested_at_ms INTEGER NOT NULL,
+    timeout_at_ms INTEGER, decision TEXT, who TEXT, reason TEXT, decided_at_ms INTEGER,
+    PRIMARY KEY (run_id, fingerprint));
+"""
+
+
+def _old(value: object) -> object:
+    """Today's JSON in the earlier release's words (fingerprint, who)."""
+    if isinstance(value, dict):
+        names = {"proposal_hash": "fingerprint", "actor": "who"}
+        return {names.get(k, k): _old(v) for k, v in value.items() if k not in ("event_id", "command_id", "roles",
+                                                                                "cleared_by", "cleared_reason",
+                                                                                "reopened_after")}
+    if isinstance(value, list):
+        return [_old(v) for v in value]
+    return value
+
+
+def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path) -> None:
+    """An old SQLite file's loop runs become streams that replay to their stored state (a
+    decision the run had not taken up included); 'verify' passes; carrying again adds nothing."""
+    from click.testing import CliRunner
+
+    from statewright.cli import cli
+
+    path = tmp_path / "old.db"
+    gated = replace(CFG, gate_role="maintainer")
+    state = initial_state("1", gated)
+    conn = sqlite3.connect(path)
+    conn.executescript(OLD_SCHEMA)
+    events: list[Event] = [
+        TriggerArrived("t", 2), ItemsFound(("a",), 3), BriefReady("a", "brief", 4), WorkerReturned("a", 1, 5),
+        CheckFinished("a", 1, (CheckResult("c", CheckOutcome.PASS),), 6), GateSleep(7),
+    ]
+    for seq, event in enumerate(events, start=1):
+        step = transition(state, event)
+        assert step.line is not None
+        conn.execute("INSERT INTO loop_lines VALUES (1, ?, ?, ?, ?, ?, ?, ?, '{}', ?, '[]', ?)",
+                     (seq, str(step.line.state), str(step.line.next_state), str(step.line.kind), event.type,
+                      step.line.event, step.line.summary, json.dumps(_old(event_to_dict(event))), event.at_ms))
+        state = step.state
+    assert state.current is not None
+    conn.execute("INSERT INTO loop_runs (run_id, loop, status, definition_path, definition_sha256, opened_at_ms,"
+                 " updated_at_ms, lines, state_json) VALUES (1, 'l', ?, 'l.yaml', ?, 1, 7, 6, ?)",
+                 (str(state.status), "0" * 64, json.dumps(_old(state_to_dict(state)))))
+    conn.execute("INSERT INTO loop_items (loop, item_id, payload_json) VALUES ('l', 'a', '{\"id\": \"a\"}')")
+    conn.execute("INSERT INTO loop_approvals VALUES (1, ?, 'a', 1, 'maintainer', '{}', 6, NULL, 'approved', 'ann',"
+                 " '', 8)", (state.current.proposal_hash,))
+    conn.commit()
+    conn.close()
+
+    upgraded = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
+    assert upgraded.exit_code == 0, upgraded.output
+    assert "1 loop runs carried over" in upgraded.stdout
     with LoopStore.open(path) as store:
-        assert store.runs() == []
+        (run,) = store.runs()
+        assert run.run_id == "1" and run.status is S.RECORDING and run.state.clean_stop
+        lines = store.lines("1")
+        assert [x.event_type for x in lines] == [e.type for e in events] + [ApprovalGranted.type]
+        assert store.item_payload("1", "a") == {"id": "a"}
+    again = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
+    assert again.exit_code == 0 and "carried over" not in again.stdout
+    verified = CliRunner().invoke(cli, ["verify", "--db", str(path)])
+    assert verified.exit_code == 0, verified.output
 
 
-def test_wal_mode(db: Path) -> None:
-    """The file is in WAL mode."""
+def test_wal_mode(tmp_path: Path) -> None:
+    """A SQLite file is in WAL mode."""
+    db = tmp_path / "state.db"
     LoopStore.open(db).close()
     conn = sqlite3.connect(db)
     try:

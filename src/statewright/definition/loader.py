@@ -155,6 +155,20 @@ def read_definition_text(path: str | Path) -> str:
         raise DefinitionError([msg], source) from None
 
 
+def is_loop_file(path: str | Path) -> bool:
+    """Whether ``path`` holds a loop file (a mapping with ``loop:`` and no ``steps:``) rather
+    than a workflow. Anything unreadable or malformed is not: the workflow loader says why."""
+    import yaml
+
+    from statewright.definition._yaml import load_yaml
+
+    try:
+        data = load_yaml(read_definition_text(path))
+    except (DefinitionError, yaml.YAMLError):
+        return False
+    return isinstance(data, Mapping) and "loop" in data and "steps" not in data
+
+
 def load_workflow(path: str | Path) -> Workflow:
     """Read and validate one YAML workflow file, and the child workflows its map steps name
     by file (each pinned in it by content hash)."""

@@ -2,14 +2,26 @@
 
     find -> assign -> run -> check -> (approve) -> record -> decide
 
-The pure core is :func:`transition` / :func:`resume` over :class:`LoopState`; the
-:class:`LoopRunner` performs its commands against a :class:`LoopStore` (SQLite) and
-a :class:`PassRunner`. The click group lives in ``statewright.loop.cli`` (``loop``).
+The pure core (``statewright.machine.loop``) is :func:`transition` / :func:`resume` over
+:class:`LoopState`; the :class:`LoopRunner` performs its commands against a
+:class:`LoopStore` (loop runs as streams of the store: memory, SQLite or PostgreSQL) and a
+:class:`PassRunner`. The click group lives in ``statewright.loop.cli`` (``loop``).
 """
 
 from statewright.loop.definition import LoopDefinition, load_loop, parse_loop
 from statewright.loop.errors import LoopDefinitionError, RunHeldError, SourceError
-from statewright.loop.model import (
+from statewright.loop.passes import (
+    CommandPassRunner,
+    EnginePassRunner,
+    PassResult,
+    PassRunner,
+    PassStatus,
+)
+from statewright.loop.runner import LoopRunner, RunOutcome
+from statewright.loop.simulate import SimInputs, exact, monte_carlo
+from statewright.loop.sources import WorkItem
+from statewright.loop.store import LoopStore
+from statewright.machine.loop.model import (
     TABLE,
     CheckOutcome,
     CheckResult,
@@ -21,18 +33,7 @@ from statewright.loop.model import (
     RecordLine,
     Verdict,
 )
-from statewright.loop.passes import (
-    CommandPassRunner,
-    EnginePassRunner,
-    PassResult,
-    PassRunner,
-    PassStatus,
-)
-from statewright.loop.reducer import Transition, initial_state, resume, transition
-from statewright.loop.runner import LoopRunner, RunOutcome
-from statewright.loop.simulate import SimInputs, exact, monte_carlo
-from statewright.loop.sources import WorkItem
-from statewright.loop.store import LoopStore
+from statewright.machine.loop.reducer import Transition, initial_state, resume, transition
 
 __all__ = [
     "TABLE",

@@ -1,62 +1,56 @@
-"""``statewright loop ...``: run, inspect, stop, clear and simulate outer loops.
+"""``statewright loop ...``: run, inspect, stop, clear, unpark and simulate outer loops.
 
-Attach the group to the main CLI with ``main.add_command(loop)``; it also runs alone
-as ``python -m statewright.loop``. The database is ``--db``, else ``$STATEWRIGHT_DB``,
-else ``.statewright/state.db``. Bad input prints one line on stderr and exits 2
-without changing anything.
+Attached to the main CLI as ``statewright loop``; it also runs alone as ``python -m
+statewright.loop``. The database is ``--db``, else ``$STATEWRIGHT_DB``, else
+``.statewright/state.db``. Errors go through the command line's one guard
+(``statewright._cli_guard``): one line on stderr, exit 1, nothing changed.
 
-Exit codes of ``loop run``: 0 DONE, or paused cleanly (kill switch, asleep at a gate);
-1 ESCALATED, STUCK or OUT_OF_BUDGET; 2 bad input, a held loop, or a source that is
-down (a crash: the next start counts it).
+Exit codes of ``loop run`` (the table of ``statewright run``): 0 DONE, or stopped cleanly
+(kill switch, signal); 4 asleep at a gate, waiting for a person; 5 ESCALATED, STUCK or
+OUT_OF_BUDGET; 1 the command failed (bad input, a held loop, a source that is down: a
+crash the next start counts).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import random
+import re
 import signal
-import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 import click
 
-from statewright._errors import InputError, StatewrightError
+from statewright._cli_guard import OneLineGroup, guard
+from statewright._errors import InputError
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
-from statewright.loop.model import LineKind, LoopStatus
-from statewright.loop.runner import LoopRunner, loop_is_running
+from statewright.loop.runner import (
+    LoopRunner,
+    clear_hold,
+    decide_gate,
+    loop_is_running,
+    request_stop,
+    unpark_item,
+)
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
 from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict
+from statewright.machine.loop.model import ItemStatus, LineKind, LoopState, LoopStatus
 
 if TYPE_CHECKING:
     from statewright.runtime.users import Principal
 
 DEFAULT_DB = ".statewright/state.db"
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _friendly(fn: F) -> F:
-    """Turn statewright errors into one line on stderr and exit status 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except StatewrightError as exc:
-            text = " ; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            click.echo(f"error: {text}", err=True)
-            raise SystemExit(2) from None
-        except (OSError, sqlite3.Error) as exc:
-            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
-            raise SystemExit(2) from None
-
-    return wrapper  # type: ignore[return-value]
+EXIT_WAITING = 4  # asleep at a gate: a person decides next
+EXIT_ENDED_SHORT = 5  # ESCALATED, STUCK or OUT_OF_BUDGET: the run ended without its goal
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 def _db_option(fn: F) -> F:
@@ -71,38 +65,35 @@ def _db_option(fn: F) -> F:
 
 
 def _open(db: str, *, create: bool) -> LoopStore:
-    if db.startswith(("memory:", "postgresql://", "postgres://")):
-        msg = f"--db {db}: the outer loop keeps its runs in a SQLite file; give a file path"
+    if db.startswith("memory:"):
+        msg = (f"--db {db}: an in-memory database ends with the command, and a loop's runs must outlive it;"
+               " give a file path or a postgresql:// URL")
         raise InputError(msg)
-    if not create and not Path(db).exists():
+    if _URL.match(db) and not db.startswith(("postgresql://", "postgres://", "sqlite:")):
+        msg = f"--db {db}: not a database the loop can use; give a file path, sqlite:///PATH or a postgresql:// URL"
+        raise InputError(msg)
+    path = _sqlite_path(db)
+    if not create and path is not None and not path.exists():
         msg = f"no statewright database at {db}; start a loop with 'statewright loop run FILE'"
         raise InputError(msg)
-    return LoopStore.open(db)
+    return LoopStore.open(db, create=create)
+
+
+def _sqlite_path(db: str) -> Path | None:
+    """The file of a SQLite ``--db`` (a path or ``sqlite:///PATH``); None for PostgreSQL."""
+    if db.startswith(("postgresql://", "postgres://")):
+        return None
+    if db.startswith("sqlite:"):
+        parts = urlsplit(db)
+        return Path(parts.path if not parts.netloc else parts.netloc + parts.path)
+    return Path(db)
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class _OneLineUsageError(click.UsageError):
-    """Click's usage errors, said in one line on stderr (exit status 2)."""
-
-    def show(self, file: Any = None) -> None:
-        where = self.ctx.command_path if self.ctx is not None else "statewright loop"
-        click.echo(f"error: {self.format_message()} (see '{where} --help')", err=True)
-
-
-class _LoopGroup(click.Group):
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except _OneLineUsageError:
-            raise
-        except click.UsageError as exc:
-            raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
-
-
-@click.group("loop", cls=_LoopGroup)
+@click.group("loop", cls=OneLineGroup)
 def loop() -> None:
     """Outer loops over a backlog: find, assign, check, record, decide."""
 
@@ -112,29 +103,24 @@ def loop() -> None:
 @_db_option
 @click.option("--trigger", default="manual trigger", show_default=True, help="What started it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
-@_friendly
-def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
-    """Start a run of the loop FILE, or resume its unfinished run."""
+@click.option("--new-run", is_flag=True, help="Open a new run even when the newest one is unfinished "
+              "(it is left as it stands; the items' standing carries over).")
+@guard
+def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> None:
+    """Start a run of the loop FILE, or resume its unfinished run (pinned to the file it
+    opened with: a changed file is refused)."""
     definition = load_loop(file)
     require_secrets(definition, os.environ)  # refused before anything is written
     with _open(db, create=True) as store:
         before = store.latest_run(definition.name)
-        if (
-            before is not None
-            and not before.status.is_terminal
-            and before.definition_sha256 != definition.sha256
-        ):
-            click.echo(
-                f"note: {file} changed since run {before.run_id} opened; the run keeps its"
-                " budgets and thresholds, and runs checks and oracles from the file as it is now",
-                err=True,
-            )
-        runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True)
+        if new_run:
+            before = None
+        runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True, new_run=new_run)
         outcome = runner.run()
         run = store.run(outcome.run_id)
         lines = store.lines(outcome.run_id)
         pending = [
-            {"item": a.item_id, "role": a.role, "fingerprint": a.fingerprint}
+            {"item": a.item_id, "role": a.role, "proposal_hash": a.proposal_hash}
             for a in store.pending_approvals(outcome.run_id)
         ]
         if before is not None and before.run_id == outcome.run_id:
@@ -160,12 +146,14 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
             click.echo(f"run {outcome.run_id}: paused in {outcome.status} ({outcome.paused})")
             for a in pending:
                 click.echo(
-                    f"  waiting for role {a['role']} to approve item {a['item']}: fingerprint {a['fingerprint']}"
+                    f"  waiting for role {a['role']} to approve item {a['item']}: hash {a['proposal_hash']}"
                 )
         else:
             click.echo(f"run {outcome.run_id}: {outcome.status} ({run.state.reason})")
     if outcome.status in (LoopStatus.ESCALATED, LoopStatus.STUCK, LoopStatus.OUT_OF_BUDGET):
-        raise SystemExit(1)
+        raise SystemExit(EXIT_ENDED_SHORT)
+    if pending:
+        raise SystemExit(EXIT_WAITING)
 
 
 @loop.command("status")
@@ -173,23 +161,28 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool) -> None:
 @click.option("--loop", "loop_name", default=None, help="Only runs of this loop.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True)
-@_friendly
+@guard
 def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> None:
     """List recent runs, what holds them, and gates waiting for a person."""
-    if not Path(db).exists():
+    path = _sqlite_path(db)
+    if path is not None and not path.exists() and not db.startswith("memory:"):
         click.echo("[]" if as_json else f"no loop runs (no database at {db})")
         return
     with _open(db, create=False) as store:
         runs = store.runs(loop=loop_name, limit=limit)
         pending = store.pending_approvals()
-        rows = [run_dict(r, running=loop_is_running(db, r.loop)) for r in runs]
+        rows = [run_dict(r, running=loop_is_running(store, r.loop)) for r in runs]
+        newest = {name: store.latest_run(name) for name in {r.loop for r in runs}}
         for row, r in zip(rows, runs, strict=True):
-            if not row["running"] and not r.status.is_terminal:  # resumable: how did it stop?
+            last = newest[r.loop]
+            if last is not None and last.run_id != r.run_id and not r.status.is_terminal:
+                row["superseded_by"] = last.run_id  # left unfinished by 'loop run --new-run'
+            elif not row["running"] and not r.status.is_terminal:  # resumable: how did it stop?
                 lines = store.lines(r.run_id) if r.lines else []
                 row["stopped_cleanly"] = bool(lines) and lines[-1].kind is LineKind.CLEAN_STOP
     by_run: dict[str, list[dict[str, Any]]] = {}
     for a in pending:
-        by_run.setdefault(a.run_id, []).append({"item": a.item_id, "role": a.role, "fingerprint": a.fingerprint})
+        by_run.setdefault(a.run_id, []).append({"item": a.item_id, "role": a.role, "proposal_hash": a.proposal_hash})
     for row in rows:
         row["awaiting_approval"] = by_run.get(row["run"], [])
     if as_json:
@@ -205,6 +198,8 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
             note = f"HOLDS new runs until cleared: {note}"
         if row["running"]:
             note = f"running (pid {row['owner_pid']}) {note}".strip()
+        elif "superseded_by" in row:
+            note = f"left unfinished; run {row['superseded_by']} opened after it {note}".strip()
         elif "stopped_cleanly" in row:
             how = "stopped cleanly" if row["stopped_cleanly"] else "not running (its process ended)"
             note = f"{how}; 'statewright loop run' resumes it {note}".strip()
@@ -213,34 +208,40 @@ def status_cmd(db: str, loop_name: str | None, limit: int, as_json: bool) -> Non
             f" {row['passes']:>6} {row['since_last_close']:>5}  {note}"
         )
         for a in row["awaiting_approval"]:
-            click.echo(f"{'':>7}gate: role {a['role']} to approve item {a['item']}, fingerprint {a['fingerprint']}")
+            click.echo(f"{'':>7}gate: role {a['role']} to approve item {a['item']}, hash {a['proposal_hash']}")
 
 
 @loop.command("show")
 @click.argument("run_id", metavar="RUN")
 @_db_option
 @click.option("--json", "as_json", is_flag=True)
-@_friendly
+@guard
 def show_cmd(run_id: str, db: str, as_json: bool) -> None:
     """The record of RUN, pass by pass: state, event or check, what was written."""
     with _open(db, create=False) as store:
         run = store.run(run_id)
         lines = store.lines(run.run_id)
+    parked = parked_items(run.state)
     if as_json:
-        payload = run_dict(run, running=False) | {"lines": [line_dict(x) for x in lines]}
+        payload = run_dict(run, running=False) | {"parked": parked, "lines": [line_dict(x) for x in lines]}
         click.echo(json.dumps(payload, indent=2))
         return
     click.echo(f"run {run.run_id} of loop {run.loop}: {run.status} {run.state.reason}".rstrip())
     _print_lines(lines)
     if run.cleared_by:
         click.echo(f"cleared by {run.cleared_by}: {run.cleared_reason}")
+    for p in parked:
+        why = " ".join(str(p["reason"]).split()) or "no reason recorded"
+        click.echo(f"parked: {p['item']} after {p['attempts']} attempts: {why[:200]}")
+    if parked:
+        click.echo(f"  reopen one with 'statewright loop unpark {run.run_id} ITEM --reason TEXT' (role operator)")
 
 
 @loop.command("stop")
 @click.argument("run_id", metavar="[RUN]", required=False)
 @_db_option
 @click.option("--reason", default="requested", show_default=True)
-@_friendly
+@guard
 def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
     """The kill switch: stop running loops cleanly (they resume on the next start)."""
     with _open(db, create=False) as store:
@@ -248,12 +249,12 @@ def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
             targets = [store.run(run_id)]
         else:
             targets = [r for r in store.runs(limit=1000) if not r.status.is_terminal]
-        running = [r for r in targets if loop_is_running(db, r.loop)]
+        running = [r for r in targets if loop_is_running(store, r.loop)]
         if not running:
             which = f"run {run_id} is" if run_id else "no loop run is"
             raise InputError(f"{which} running; nothing to stop")
         for r in running:
-            store.request_stop(r.run_id, reason)
+            request_stop(store, r.run_id, reason=reason, at_ms=_now_ms())
             if r.owner_pid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(r.owner_pid, signal.SIGTERM)
@@ -271,7 +272,7 @@ def _token_option(fn: F) -> F:
 @click.option("--reason", required=True, help="Why the loop may run again.")
 @_token_option
 @_db_option
-@_friendly
+@guard
 def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None, db: str) -> None:
     """Lift the hold a STUCK run puts on new runs of its loop (needs the operator role)."""
     from statewright._errors import PermissionDeniedError
@@ -284,39 +285,68 @@ def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None,
                 f"{person.name!r} lacks the role {OPERATOR_ROLE!r} needed to clear a hold "
                 f"(has: {', '.join(person.roles) or 'none'})"
             )
-        run = store.clear(run_id, who=person.name, reason=reason, at_ms=_now_ms())
+        clear_hold(store, run_id, actor=person.name, reason=reason, at_ms=_now_ms())
+        run = store.run(run_id)
     click.echo(f"run {run.run_id} cleared by {run.cleared_by}: {run.cleared_reason}")
+
+
+@loop.command("unpark")
+@click.argument("run_id", metavar="RUN")
+@click.argument("item")
+@click.option("--as", "who", help="Your name: refused unless it is your token's person.")
+@click.option("--reason", required=True, help="Why the item may be worked again.")
+@_token_option
+@_db_option
+@guard
+def unpark_cmd(run_id: str, item: str, who: str | None, reason: str, token_file: str | None, db: str) -> None:
+    """Reopen the parked ITEM of RUN (needs the operator role): an audited line; the next
+    pass may pick it, with a fresh count of attempts."""
+    from statewright._errors import PermissionDeniedError
+    from statewright._names import OPERATOR_ROLE
+
+    if not reason.strip():
+        raise InputError("unpark needs a reason (--reason TEXT)")
+    with _open(db, create=False) as store:
+        person = _person(db, token_file, who)
+        if OPERATOR_ROLE not in person.roles:
+            raise PermissionDeniedError(
+                f"{person.name!r} lacks the role {OPERATOR_ROLE!r} needed to unpark an item "
+                f"(has: {', '.join(person.roles) or 'none'})"
+            )
+        unpark_item(store, run_id, item, actor=person.name, reason=reason.strip(), at_ms=_now_ms())
+    click.echo(f"run {run_id}: item {item} unparked by {person.name}; 'statewright loop run FILE' may pick it again")
 
 
 @loop.command("approve")
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None, help="The role you act in (default: the role the gate asks for).")
-@click.option("--fingerprint", default=None, help="The fingerprint of the proposal you reviewed (required).")
+@click.option("--hash", "proposal_hash", default=None, help="The hash of the proposal you reviewed (required).")
 @_token_option
 @_db_option
-@_friendly
-def approve_cmd(run_id: str, who: str | None, role: str | None, fingerprint: str | None, token_file: str | None,
+@guard
+def approve_cmd(run_id: str, who: str | None, role: str | None, proposal_hash: str | None, token_file: str | None,
                 db: str) -> None:
     """Approve the proposal a gate of RUN shows; the next 'loop run' carries on."""
-    _decide(db, run_id, who=who, token_file=token_file, role=role, fingerprint=fingerprint, approve=True,
+    _decide(db, run_id, who=who, token_file=token_file, role=role, proposal_hash=proposal_hash, approve=True,
             reason="")
 
 
-@loop.command("deny")
+@loop.command("reject")
 @click.argument("run_id", metavar="RUN")
 @click.option("--as", "who", help="Your name: refused unless it is your token's person.")
 @click.option("--role", default=None)
-@click.option("--reason", required=True, help="Why not; the item is parked.")
-@click.option("--fingerprint", default=None, help="The fingerprint shown (default: the one pending).")
+@click.option("--reason", "reason_code", required=True, help="The reason code; the item is parked.")
+@click.option("--hash", "proposal_hash", default=None,
+              help="The hash of the proposal shown (default: the one pending).")
 @_token_option
 @_db_option
-@_friendly
-def deny_cmd(run_id: str, who: str | None, role: str | None, reason: str, fingerprint: str | None,
-             token_file: str | None, db: str) -> None:
-    """Deny the proposal a gate of RUN shows; the item is parked."""
-    _decide(db, run_id, who=who, token_file=token_file, role=role, fingerprint=fingerprint, approve=False,
-            reason=reason)
+@guard
+def reject_cmd(run_id: str, who: str | None, role: str | None, reason_code: str, proposal_hash: str | None,
+               token_file: str | None, db: str) -> None:
+    """Reject the proposal a gate of RUN shows, with a reason code; the item is parked."""
+    _decide(db, run_id, who=who, token_file=token_file, role=role, proposal_hash=proposal_hash, approve=False,
+            reason=reason_code)
 
 
 @loop.command("simulate")
@@ -334,7 +364,7 @@ def deny_cmd(run_id: str, who: str | None, role: str | None, reason: str, finger
 @click.option("--runs", default=10_000, show_default=True, type=int, help="Monte-Carlo nights.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "as_json", is_flag=True)
-@_friendly
+@guard
 def simulate_cmd(
     items: int,
     success: float,
@@ -408,47 +438,54 @@ def _person(db: str, token_file: str | None, who: str | None) -> Principal:
 
 
 def _decide(
-    db: str, run_id: str, *, who: str | None, token_file: str | None, role: str | None, fingerprint: str | None,
+    db: str, run_id: str, *, who: str | None, token_file: str | None, role: str | None, proposal_hash: str | None,
     approve: bool, reason: str,
 ) -> None:
     with _open(db, create=False) as store:
         run = store.run(run_id)
         pending = store.pending_approvals(run.run_id)
-        if not fingerprint:
+        if not proposal_hash:
             if len(pending) != 1:
-                msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --fingerprint"
+                msg = f"run {run.run_id} has {len(pending)} pending approvals; pass --hash"
                 raise InputError(msg)
             if approve:
                 msg = (
-                    f"run {run.run_id}: approve needs --fingerprint F, the proposal you reviewed "
+                    f"run {run.run_id}: approve needs --hash H, the hash of the proposal you reviewed "
                     "('statewright loop status' shows it); nothing is approved unseen"
                 )
                 raise InputError(msg)
-            fingerprint = pending[0].fingerprint
-        gate = next((p for p in pending if p.fingerprint == fingerprint), None)
+            proposal_hash = pending[0].proposal_hash
+        gate = next((p for p in pending if p.proposal_hash == proposal_hash), None)
+        if gate is None:
+            msg = (
+                f"run {run.run_id} has no gate waiting on hash {proposal_hash[:12]!r} (it may have been decided);"
+                " 'statewright loop status' shows the hash a gate shows"
+            )
+            raise InputError(msg)
         person = _person(db, token_file, who)
-        if gate is not None:
-            role = role or gate.role
-            if role == gate.role and gate.role not in person.roles:
-                msg = (
-                    f"run {run.run_id}: {person.name!r} does not hold the role {gate.role!r} the gate needs "
-                    f"(has: {', '.join(person.roles) or 'none'}); an admin adds it with "
-                    f"'statewright users add {person.name} --role {gate.role}'"
-                )
-                raise InputError(msg)
-        row = store.decide_approval(
-            run.run_id,
-            fingerprint=fingerprint,
-            who=person.name,
-            role=role or "",
-            approve=approve,
-            reason=reason,
-            at_ms=_now_ms(),
-        )
+        role = role or gate.role
+        if role != gate.role:
+            raise InputError(f"run {run.run_id}: the gate needs role {gate.role!r}, you acted as {role!r}")
+        now = _now_ms()
+        if gate.timeout_at_ms is not None and now >= gate.timeout_at_ms:
+            msg = f"run {run.run_id}: the gate's time limit passed; the next 'statewright loop run' records it"
+            raise InputError(msg)
+        decide_gate(store, run.run_id, proposal_hash=proposal_hash, actor=person.name, roles=tuple(person.roles),
+                    approve=approve, reason_code=reason, at_ms=now)
+    decision = "approved" if approve else "rejected"
     click.echo(
-        f"run {row.run_id}: item {row.item_id} {row.decision} by {row.who}"
-        f" (fingerprint {row.fingerprint[:12]}); run 'statewright loop run FILE' to carry on"
+        f"run {run.run_id}: item {gate.item_id} {decision} by {person.name}"
+        f" (hash {proposal_hash[:12]}); run 'statewright loop run FILE' to carry on"
     )
+
+
+def parked_items(state: LoopState) -> list[dict[str, Any]]:
+    """The parked items of a run with their attempts and why they were parked."""
+    return [
+        {"item": i.id, "attempts": i.attempts, "reason": i.last_failure}
+        for i in state.items
+        if i.status is ItemStatus.PARKED
+    ]
 
 
 def _print_lines(lines: Sequence[StoredLine]) -> None:

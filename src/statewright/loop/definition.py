@@ -58,9 +58,9 @@ from statewright.definition.limits import (
     NAME_RULE,
     is_name,
 )
-from statewright.definition.loader import plain_definition
+from statewright.definition.loader import load_workflow, plain_definition
 from statewright.loop.errors import LoopDefinitionError
-from statewright.loop.model import LoopConfig
+from statewright.machine.loop.model import LoopConfig
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # matched whole (fullmatch)
 _DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0
@@ -184,6 +184,17 @@ class LoopDefinition:
 
     def oracle(self, name: str) -> CommandSpec | None:
         return next((o for o in self.goal.oracles if o.name == name), None)
+
+    def describe(self) -> str:
+        """One line: ``loop fix-backlog: jsonl source -> command worker; checks [..]; ...``."""
+        worker = "command worker" if self.worker.command is not None else f"workflow {self.worker.workflow_path}"
+        checks = ", ".join(c.name for c in self.checks)
+        oracles = ", ".join(o.name for o in self.goal.oracles)
+        gate = f"; gate role {self.gate.role}" if self.gate else ""
+        return (
+            f"loop {self.name}: {self.source.kind} source -> {worker}; checks [{checks}]{gate};"
+            f" goal oracles [{oracles}]; at most {self.budgets.passes} passes"
+        )
 
     def commands(self) -> tuple[CommandSpec, ...]:
         """Every command the loop runs itself: source, worker, checks, goal oracles."""
@@ -332,7 +343,14 @@ class _Validator:
     def worker(self, value: object) -> WorkerSpec | None:
         if isinstance(value, str):
             path = self.path("workflow", value)
-            return None if path is None else WorkerSpec(workflow_path=path)
+            if path is None:
+                return None
+            try:
+                load_workflow(path)
+            except DefinitionError as exc:
+                self.bad("workflow", f"{value}: {exc.problems[0] if exc.problems else 'not a workflow'}")
+                return None
+            return WorkerSpec(workflow_path=path)
         m = self.mapping("workflow", value, {"command", "timeout", "env", "secrets"})
         if m is None:
             return None

@@ -13,11 +13,9 @@ StatewrightError
 
 from __future__ import annotations
 
-from statewright._errors import DefinitionError, ExecutorError, InputError, StatewrightError
+from statewright._errors import ExecutorError, InputError, LoopDefinitionError, LoopInvariantError
 
-
-class LoopDefinitionError(DefinitionError):
-    """A loop file (or dict) breaks a rule. Every problem names the field."""
+__all__ = ["LoopDefinitionError", "LoopInvariantError", "RunHeldError", "SourceError"]
 
 
 class RunHeldError(InputError):
@@ -31,7 +29,3 @@ class RunHeldError(InputError):
 
 class SourceError(ExecutorError):
     """The item source could not be read. Treated as a crash: nothing is written."""
-
-
-class LoopInvariantError(StatewrightError):
-    """The loop reducer was about to make a move the state table does not allow."""

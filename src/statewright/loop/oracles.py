@@ -23,7 +23,7 @@ from statewright._errors import PermanentError
 from statewright.executors._process import run_process
 from statewright.loop._isolation import command_env
 from statewright.loop.definition import CommandSpec
-from statewright.loop.model import CheckOutcome, CheckResult
+from statewright.machine.loop.model import CheckOutcome, CheckResult
 
 
 def run_check(
@@ -78,7 +78,7 @@ def fingerprint_assets(specs: Iterable[CommandSpec], cwd: Path) -> dict[str, str
 
 
 def changed_assets(recorded: Mapping[str, str], specs: Iterable[CommandSpec], cwd: Path) -> list[str]:
-    """Asset paths of ``specs`` whose fingerprint differs from ``recorded``."""
+    """Asset paths of ``specs`` whose proposal_hash differs from ``recorded``."""
     changed: list[str] = []
     for spec in specs:
         for p in asset_paths(spec, cwd):

@@ -27,23 +27,32 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from statewright._errors import InputError
+from statewright._crash import LOOP_CRASH_ENV, loop_crash_point
+from statewright._errors import IllegalEventError, InputError, VersionConflictError
 from statewright.loop._isolation import loop_redactor, require_secrets
 from statewright.loop.definition import LoopDefinition
 from statewright.loop.errors import LoopInvariantError, RunHeldError, SourceError
-from statewright.loop.events import (
+from statewright.loop.oracles import fingerprint_assets, run_check
+from statewright.loop.passes import CommandPassRunner, EnginePassRunner, PassRunner, PassStatus
+from statewright.loop.sources import WorkItem, find_items
+from statewright.loop.store import LoopStore, RunRow, new_event_id, record_of
+from statewright.machine.loop._moves import entry_commands
+from statewright.machine.loop.events import (
     AppendRecord,
-    ApprovalDenied,
     ApprovalGranted,
+    ApprovalRejected,
     BriefNeedsPerson,
     BriefReady,
     BuildBrief,
@@ -55,7 +64,9 @@ from statewright.loop.events import (
     GateSleep,
     GateTimedOut,
     GoalEvaluated,
+    HoldCleared,
     ItemsFound,
+    ItemUnparked,
     KillSwitch,
     LaunchWorker,
     ProcessStarted,
@@ -66,15 +77,12 @@ from statewright.loop.events import (
     TriggerArrived,
     WorkerNoResult,
     WorkerReturned,
+    command_from_dict,
 )
-from statewright.loop.model import CheckOutcome, CheckResult, LineKind, LoopState, LoopStatus
-from statewright.loop.oracles import fingerprint_assets, run_check
-from statewright.loop.passes import CommandPassRunner, EnginePassRunner, PassRunner, PassStatus
-from statewright.loop.reducer import initial_state, transition
-from statewright.loop.sources import WorkItem, find_items
-from statewright.loop.store import LoopStore, RunRow
+from statewright.machine.loop.model import CheckOutcome, CheckResult, LineKind, LoopState, LoopStatus, RecordLine
+from statewright.machine.loop.reducer import initial_state, transition
 
-CRASH_ENV = "STATEWRIGHT_LOOP_CRASH_AT"
+CRASH_ENV = LOOP_CRASH_ENV
 
 
 def system_clock_ms() -> int:
@@ -109,6 +117,7 @@ class LoopRunner:
         trigger: str = "manual trigger",
         crash_at: str | None = None,
         install_signal_handlers: bool = False,
+        new_run: bool = False,
     ) -> None:
         self.definition = definition
         self.store = store
@@ -117,27 +126,27 @@ class LoopRunner:
         self.trigger = trigger
         self.crash_at = crash_at if crash_at is not None else self.env.get(CRASH_ENV) or None
         self.install_signal_handlers = install_signal_handlers
-        self.pass_runner = pass_runner or default_pass_runner(definition, store.path, self.env)
-        self.redactor = loop_redactor(definition, self.env, [store.path])
+        self.new_run = new_run
+        self.pass_runner = pass_runner or default_pass_runner(definition, store, self.env)
+        self.redactor = loop_redactor(definition, self.env, [store.url])
         self._signal: str | None = None
+        self._payloads: dict[str, Mapping[str, Any]] = {}  # the items this process found, by id
+        self._extra: dict[str, Any] | None = None  # kept with the next line (payloads, a pass record)
 
     # ---------------------------------------------------------------- one process
 
     def run(self) -> RunOutcome:
         require_secrets(self.definition, self.env)
-        with _loop_lock(self.store.path, self.definition.name), self._signals():
+        with _loop_lock(self.store, self.definition.name), self._signals():
             run, first = self._open_or_resume()
-            self.store.set_owner(run.run_id, os.getpid())
-            try:
-                return self._drive(run, first)
-            finally:
-                self.store.set_owner(run.run_id, None)
+            return self._drive(run, first)
 
     def _open_or_resume(self) -> tuple[RunRow, Event]:
         d = self.definition
         newest = self.store.latest_run(d.name)
         now = self.clock()
-        if newest is not None and not newest.status.is_terminal:
+        if newest is not None and not newest.status.is_terminal and not self.new_run:
+            refuse_changed_file(newest, d)
             return newest, ProcessStarted(now)
         if newest is not None and newest.held:
             msg = (
@@ -155,8 +164,9 @@ class LoopRunner:
             make_state=lambda run_id, ledger: initial_state(run_id, config, ledger),
             assets=assets,
             at_ms=now,
+            owner_pid=os.getpid(),
         )
-        self._crash_point(LoopStatus.IDLE)
+        loop_crash_point(self.crash_at, LoopStatus.IDLE)
         return run, TriggerArrived(self.trigger, self.clock())
 
     def _drive(self, run: RunRow, event: Event) -> RunOutcome:
@@ -168,16 +178,27 @@ class LoopRunner:
             event = self._redacted(event)
             step = transition(state, event)
             if step.line is not None:
-                self.store.append(
-                    run.run_id,
-                    expected_lines=lines,
-                    line=step.line,
-                    state=step.state,
-                    event=event,
-                    commands=step.commands,
-                )
+                try:
+                    self.store.append(
+                        run.run_id,
+                        expected_lines=lines,
+                        line=step.line,
+                        state=step.state,
+                        event=event,
+                        commands=step.commands,
+                        extra=self._extra,
+                        owner_pid=os.getpid(),
+                    )
+                except VersionConflictError:
+                    moved = self._moved_on(run.run_id)
+                    if isinstance(moved, RunOutcome):
+                        return moved
+                    state, lines = moved.state, moved.lines
+                    event = self._perform(run, state, entry_commands(state))
+                    continue
+                self._extra = None
                 lines += 1
-                self._crash_point(step.line.next_state)
+                loop_crash_point(self.crash_at, step.line.next_state)
             state = step.state
             if state.status.is_terminal or (step.line is not None and step.line.kind is LineKind.CLEAN_STOP):
                 self._perform_stops(state, step.commands)
@@ -190,12 +211,35 @@ class LoopRunner:
                 continue
             event = self._perform(run, state, step.commands)
 
+    def _moved_on(self, run_id: str) -> RunOutcome | RunRow:
+        """Someone else appended to the run while this process worked: a person's act (a stop,
+        a gate's decision). A stop ends this process's work (its line is written); after a
+        decision the run carries on from the stored state. Any other writer is another
+        driver: refused."""
+        stored = self.store.run(run_id)
+        lines = self.store.lines(run_id)
+        last = lines[-1] if lines else None
+        if stored.status.is_terminal:
+            return RunOutcome(run_id, stored.status, None, stored.state.reason)
+        if last is not None and last.kind is LineKind.CLEAN_STOP:
+            stops = tuple(command_from_dict(c) for c in last.commands if c.get("type") == StopWorker.type)
+            self._perform_stops(stored.state, stops)
+            return RunOutcome(run_id, stored.status, last.event, stored.state.reason)
+        if last is not None and last.event_type in (ApprovalGranted.type, ApprovalRejected.type):
+            return stored
+        msg = (
+            f"run {run_id} moved on in another process (line {stored.lines}: {last.event if last else ''});"
+            " one 'statewright loop run' drives a run at a time"
+        )
+        raise InputError(msg)
+
     def _redacted(self, event: Event) -> Event:
-        """``event`` with known secrets redacted; an approval's fingerprint is a hash that
+        """``event`` with known secrets redacted; an approval's proposal_hash is a hash that
         binds it to what was shown and is kept as it is."""
         out: Event = self.redactor.record(event)
-        if isinstance(out, ApprovalGranted | ApprovalDenied) and isinstance(event, ApprovalGranted | ApprovalDenied):
-            return dataclasses.replace(out, fingerprint=event.fingerprint)
+        decided = ApprovalGranted | ApprovalRejected
+        if isinstance(out, decided) and isinstance(event, decided):
+            return dataclasses.replace(out, proposal_hash=event.proposal_hash)
         return out
 
     # ---------------------------------------------------------------- commands
@@ -223,33 +267,41 @@ class LoopRunner:
             except SourceError as exc:
                 raise SourceError(self.redactor.text(str(exc))) from None
             payloads = self.redactor.value({i.id: dict(i.data) for i in items})
-            self.store.remember_items(d.name, payloads, self.clock())
+            self._payloads.update(payloads)
+            self._extra = {"payloads": payloads}
             return ItemsFound(tuple(payloads), self.clock())
         if isinstance(command, BuildBrief):
-            data = self.store.item_payload(d.name, command.item) or {"id": command.item}
+            data = self._payload(run, command.item)
             needs = data.get("needs_person")
             if isinstance(needs, str) and needs.strip():
                 return BriefNeedsPerson(command.item, needs.strip(), self.clock())
             brief = compose_brief(command, data, state.config.attempts_per_item)
             return BriefReady(command.item, brief, self.clock())
         if isinstance(command, LaunchWorker):
-            return self._launch(state, command)
+            return self._launch(run, state, command)
         if isinstance(command, RunChecks):
             results = tuple(self._check(run, state, name, command.item, command.attempt) for name in command.checks)
             return CheckFinished(command.item, command.attempt, results, self.clock())
         if isinstance(command, RequestApproval):
             return self._gate(run, command)
-        if isinstance(command, AppendRecord):
-            receipt = self.store.append_pass(run.run_id, command, self.clock())
-            return RecordAppended(receipt, self.clock())
+        if isinstance(command, AppendRecord):  # the record is kept with the line that acknowledges it
+            self._extra = {"record": record_of(command)}
+            return RecordAppended(f"run {run.run_id} record {command.record_no}", self.clock())
         if isinstance(command, EvaluateGoal):
             results = tuple(self._oracle(run, name) for name in command.oracles)
             return GoalEvaluated(results, self.clock())
         msg = f"run {run.run_id}: the runner cannot perform {command.type}"
         raise LoopInvariantError(msg)
 
-    def _launch(self, state: LoopState, command: LaunchWorker) -> Event:
-        data = self.store.item_payload(self.definition.name, command.item) or {"id": command.item}
+    def _payload(self, run: RunRow, item_id: str) -> Mapping[str, Any]:
+        """The item as its source listed it (found by this process, or kept in the record)."""
+        found = self._payloads.get(item_id)
+        if found is None:
+            found = self.store.item_payload(run.run_id, item_id)
+        return found if found is not None else {"id": item_id}
+
+    def _launch(self, run: RunRow, state: LoopState, command: LaunchWorker) -> Event:
+        data = self._payload(run, command.item)
         item = WorkItem(command.item, data, run_id=state.run_id)
         try:
             result = self.pass_runner.run_pass(item, command.brief, command.attempt)
@@ -281,7 +333,7 @@ class LoopRunner:
         if spec is None:
             msg = f"the loop file no longer defines check {name!r}; restore it or start a new run"
             return CheckResult(name, CheckOutcome.ERROR, msg)
-        data = self.store.item_payload(self.definition.name, item_id) or {"id": item_id}
+        data = self._payload(run, item_id)
         variables = {
             **self._variables(run),
             "STATEWRIGHT_ITEM_ID": item_id,
@@ -300,16 +352,10 @@ class LoopRunner:
         return run_check(spec, cwd=d.base_dir, environ=self.env, variables=self._variables(run), protected=run.assets)
 
     def _gate(self, run: RunRow, command: RequestApproval) -> Event:
-        row = self.store.request_approval(run.run_id, command, self.clock())
-        if row.decision == "approved":
-            at = row.decided_at_ms or self.clock()
-            return ApprovalGranted(command.fingerprint, row.who or "", at)
-        if row.decision == "denied":
-            at = row.decided_at_ms or self.clock()
-            return ApprovalDenied(command.fingerprint, row.who or "", row.reason or "", at)
+        """A person's decision arrives as its own event (``loop approve``/``reject``); here the
+        gate either times out or the process goes to sleep at it (a clean stop)."""
         now = self.clock()
         if command.timeout_at_ms is not None and now >= command.timeout_at_ms:
-            self.store.expire_approval(run.run_id, command.fingerprint, now)
             return GateTimedOut(now)
         return GateSleep(now)
 
@@ -320,17 +366,14 @@ class LoopRunner:
     # ---------------------------------------------------------------- stops and crashes
 
     def _stop_reason(self, run_id: str) -> str | None:
+        """The kill switch as this process sees it: a signal, or the loop file's switch file.
+        ('statewright loop stop' writes its own clean-stop line: see ``request_stop``.)"""
         if self._signal is not None:
             return self._signal
         switch = self.definition.kill_switch_file
         if switch is not None and switch.exists():
             return f"file {switch}"
-        requested = self.store.stop_requested(run_id)
-        return None if requested is None else f"loop stop: {requested}"
-
-    def _crash_point(self, state: LoopStatus) -> None:
-        if self.crash_at is not None and self.crash_at.strip().upper() == str(state):
-            os.kill(os.getpid(), signal.SIGKILL)
+        return None
 
     @contextlib.contextmanager
     def _signals(self) -> Iterator[None]:
@@ -350,6 +393,78 @@ class LoopRunner:
                 signal.signal(s, old)
 
 
+def refuse_changed_file(run: RunRow, definition: LoopDefinition) -> None:
+    """A run is pinned to the loop file it opened with (its sha256): budgets, checks, oracles
+    and the goal hold still for the run. Resuming with another file is refused."""
+    if run.definition_sha256 and run.definition_sha256 != definition.sha256:
+        msg = (
+            f"{definition.path} changed since run {run.run_id} opened (sha256 {run.definition_sha256[:12]} then,"
+            f" {definition.sha256[:12]} now); a run keeps the file it started with: restore the file to resume"
+            f" run {run.run_id}, or start a new run with 'statewright loop run {definition.path} --new-run'"
+        )
+        raise InputError(msg)
+
+
+def operator_act(store: LoopStore, run_id: str, event: Event) -> RecordLine:
+    """Apply a person's act to a stored run through the reducer and append its line (one
+    transaction; a run that moved on meanwhile loses cleanly and nothing is written). An act
+    the reducer refuses is bad input: one line, nothing changed."""
+    run = store.run(run_id)
+    try:
+        step = transition(run.state, event)
+    except IllegalEventError as exc:
+        raise InputError(str(exc)) from None
+    if step.line is None:
+        raise LoopInvariantError(f"run {run.run_id}: {event.type} wrote no line")
+    store.append(run.run_id, expected_lines=run.lines, line=step.line, state=step.state, event=event,
+                 commands=step.commands)
+    return step.line
+
+
+def unpark_item(store: LoopStore, run_id: str, item: str, *, actor: str, reason: str, at_ms: int) -> RecordLine:
+    """Reopen a parked item of ``run_id`` (the newest run of its loop, not running now): an
+    audited line naming ``actor`` and ``reason``; the next pass may pick the item again."""
+    run = store.run(run_id)
+    newest = store.latest_run(run.loop)
+    if newest is not None and newest.run_id != run.run_id:
+        msg = (
+            f"run {run.run_id} is not the newest run of loop {run.loop!r} (run {newest.run_id} is,"
+            f" and carries the items on); unpark the item there"
+        )
+        raise InputError(msg)
+    if loop_is_running(store, run.loop):
+        msg = f"loop {run.loop!r} is running; stop it first ('statewright loop stop {run.run_id}'), then unpark"
+        raise InputError(msg)
+    return operator_act(store, run_id, ItemUnparked(item, actor, reason, at_ms, event_id=new_event_id()))
+
+
+def clear_hold(store: LoopStore, run_id: str, *, actor: str, reason: str, at_ms: int) -> RecordLine:
+    """Lift the hold a STUCK run puts on new runs of its loop: an audited line."""
+    return operator_act(store, run_id, HoldCleared(actor, reason, at_ms, event_id=new_event_id()))
+
+
+def request_stop(store: LoopStore, run_id: str, *, reason: str, at_ms: int) -> RecordLine:
+    """The kill switch as an operator's event: a clean-stop line in the run's record. The
+    process driving the run finds it at its next append and stops there (``loop stop`` also
+    signals it, so a pass in flight is interrupted)."""
+    return operator_act(store, run_id, KillSwitch(f"loop stop: {reason}", at_ms, event_id=new_event_id()))
+
+
+def decide_gate(
+    store: LoopStore, run_id: str, *, proposal_hash: str, actor: str, roles: tuple[str, ...], approve: bool,
+    reason_code: str, at_ms: int,
+) -> RecordLine:
+    """A person's decision on the proposal a gate shows, bound to its hash: the run moves on
+    (the next 'loop run' records it; one asleep at the gate stays excused). ``roles`` are
+    the roles the store says ``actor`` holds; the reducer checks them as a human step's."""
+    event: Event
+    if approve:
+        event = ApprovalGranted(proposal_hash, actor, at_ms, tuple(roles), event_id=new_event_id())
+    else:
+        event = ApprovalRejected(proposal_hash, actor, reason_code, at_ms, tuple(roles), event_id=new_event_id())
+    return operator_act(store, run_id, event)
+
+
 def compose_brief(command: BuildBrief, data: Mapping[str, object], attempts_per_item: int) -> str:
     """A brief that would survive a stranger: the item whole, and why earlier attempts failed."""
     parts = [
@@ -367,22 +482,42 @@ def compose_brief(command: BuildBrief, data: Mapping[str, object], attempts_per_
     return "\n".join(parts)
 
 
-def default_pass_runner(definition: LoopDefinition, db_path: str, environ: Mapping[str, str]) -> PassRunner:
-    """A CommandPassRunner for ``workflow: {command: ...}``, else the task engine.
-    ``environ`` is the runner's environment: the worker gets only its minimal part."""
+def default_pass_runner(definition: LoopDefinition, store: LoopStore, environ: Mapping[str, str]) -> PassRunner:
+    """A CommandPassRunner for ``workflow: {command: ...}``, else the task engine (on the same
+    store). ``environ`` is the runner's environment: the worker gets only its minimal part."""
     worker = definition.worker
     if worker.command is not None:
-        state_dir = Path(db_path).parent / "loop-workers"
+        state_dir = local_dir(store) / "loop-workers"
         return CommandPassRunner(worker.command, cwd=definition.base_dir, state_dir=state_dir, environ=environ)
     if worker.workflow_path is None:
         raise InputError(f"{definition.path}: workflow: give a workflow path or a command")
-    return EnginePassRunner(db_path, worker.workflow_path)
+    return EnginePassRunner(store.url, worker.workflow_path)
+
+
+def local_dir(store: LoopStore) -> Path:
+    """Where this machine keeps a loop's local files (locks, worker pid files): next to a
+    SQLite file, else a directory of the temporary dir named after the database URL."""
+    if store.path is not None:
+        return Path(store.path).parent
+    digest = hashlib.sha256(store.url.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    # Not $TMPDIR: a command the loop runs gets a private one, and must find the same lock.
+    base = Path("/tmp") if Path("/tmp").is_dir() else Path(tempfile.gettempdir())
+    where = base / f"statewright-loop-{os.getuid()}" / digest
+    where.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return where
+
+
+def _lock_path(store: LoopStore, loop: str) -> str:
+    if store.path is not None:
+        return f"{store.path}.loop-{loop}.lock"
+    return str(local_dir(store) / f"loop-{loop}.lock")
 
 
 @contextlib.contextmanager
-def _loop_lock(db_path: str, loop: str) -> Iterator[None]:
-    """One outer-loop process per loop: an exclusive lock the kernel drops if we die."""
-    lock_path = f"{db_path}.loop-{loop}.lock"
+def _loop_lock(store: LoopStore, loop: str) -> Iterator[None]:
+    """One outer-loop process per loop on this machine: an exclusive lock the kernel drops if
+    we die. (Across machines the store's version check fences: a second driver's append loses.)"""
+    lock_path = _lock_path(store, loop)
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -398,9 +533,9 @@ def _loop_lock(db_path: str, loop: str) -> Iterator[None]:
         os.close(fd)
 
 
-def loop_is_running(db_path: str, loop: str) -> bool:
-    """True while some process holds the loop's lock."""
-    lock_path = f"{db_path}.loop-{loop}.lock"
+def loop_is_running(store: LoopStore, loop: str) -> bool:
+    """True while some process on this machine holds the loop's lock."""
+    lock_path = _lock_path(store, loop)
     if not os.path.exists(lock_path):
         return False
     fd = os.open(lock_path, os.O_RDWR)

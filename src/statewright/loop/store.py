@@ -1,52 +1,45 @@
-"""SQLite persistence for the loop layer: its own ``loop_*`` tables in the statewright file.
+"""Loop runs as streams of kind ``loop_run`` in the store's own tables, on every backend.
 
-    loop_runs       one row per run: loop name, status, newest state, line count,
-                    the clear (who, why) after STUCK, a pending stop request
-    loop_lines      the record: one line per transition (state, event or check, written)
-    loop_items      the item ledger per loop: status, attempts, last failure, payload;
-                    carried across runs, so a parked item stays parked
-    loop_passes     the pass records appended in RECORDING (idempotent by record_no)
-    loop_approvals  gate requests and decisions, keyed by the fingerprint shown
+    sw_tasks   one row per run (kind ``loop_run``, ``workflow`` = the loop's name): its status,
+               version and projection {status, loop, state, meta, lines}
+    sw_events  the run's log, hash-chained like a task's: version 1 is ``RunOpened`` (the state
+               it opened with and the loop file it is pinned to); every later event is one line
+               of the record, its body holding the event, the line and the commands it asked for,
+               and what the line wrote down (an ``ItemsFound``'s item payloads, a
+               ``RecordAppended``'s pass record)
 
-Every line is appended in one transaction with the run's new state and the item
-ledger, after checking the expected line count (a stale writer loses cleanly).
-stdlib ``sqlite3``, WAL, ``synchronous=FULL``.
+A run's id is its number (``1``); its stream is ``loop-run-1``. Every line is ONE append of the
+store (event, projection, in one transaction, checking the expected version: a stale writer
+loses cleanly). What earlier releases kept in ``loop_*`` tables of a SQLite file is carried
+over by ``loop._carry`` the first time the file is opened.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from statewright._errors import (
-    InputError,
-    NotAStatewrightDatabaseError,
-    StoreError,
-    VersionConflictError,
-)
-from statewright.loop._schema import SCHEMA
-from statewright.loop.codec import (
+from statewright._errors import InputError, VersionConflictError
+from statewright.loop.errors import RunHeldError
+from statewright.machine.loop.codec import (
     command_to_dict,
-    dumps,
     event_to_dict,
+    line_from_dict,
+    line_to_dict,
     state_from_dict,
     state_to_dict,
 )
-from statewright.loop.errors import RunHeldError
-from statewright.loop.events import AppendRecord, Command, Event, RequestApproval
-from statewright.loop.model import (
-    ItemLedger,
-    ItemStatus,
-    LineKind,
-    LoopState,
-    LoopStatus,
-    RecordLine,
-)
+from statewright.machine.loop.events import AppendRecord, Command, Event, ItemsFound, RecordAppended, RunOpened
+from statewright.machine.loop.model import ItemLedger, LineKind, LoopState, LoopStatus, RecordLine
+from statewright.machine.seam import StreamKind
+from statewright.store.base import EventRow, Store, StoredTask
+
+RUN_PREFIX = "loop-run-"
+LOOP_RUN = str(StreamKind.LOOP_RUN)
+_ALL_RUNS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -58,21 +51,26 @@ class RunRow:
     status: LoopStatus
     state: LoopState
     lines: int
+    version: int
     definition_path: str
     definition_sha256: str
     opened_at_ms: int
     updated_at_ms: int
     assets: Mapping[str, str]
-    stop_requested: str | None
     owner_pid: int | None
-    cleared_by: str | None
-    cleared_reason: str | None
-    cleared_at_ms: int | None
 
     @property
     def held(self) -> bool:
         """A STUCK run that nobody has cleared holds every new run of its loop."""
-        return self.status is LoopStatus.STUCK and self.cleared_by is None
+        return self.state.held
+
+    @property
+    def cleared_by(self) -> str | None:
+        return self.state.cleared_by or None
+
+    @property
+    def cleared_reason(self) -> str | None:
+        return self.state.cleared_reason or None
 
 
 @dataclass(frozen=True)
@@ -91,77 +89,68 @@ class StoredLine:
 
 @dataclass(frozen=True)
 class ApprovalRow:
+    """A gate waiting for a person: the run's pass in AWAITING_HUMAN."""
+
     run_id: str
-    fingerprint: str
+    proposal_hash: str
     item_id: str
     attempt: int
     role: str
     shown: Mapping[str, Any]
     requested_at_ms: int
     timeout_at_ms: int | None
-    decision: str | None
-    who: str | None
-    reason: str | None
-    decided_at_ms: int | None
+
+
+def stream_id(run_id: str) -> str:
+    return f"{RUN_PREFIX}{run_number(run_id)}"
+
+
+def run_number(run_id: str) -> int:
+    text = str(run_id).strip()
+    if not text.isdigit() or len(text) > 18:
+        msg = f"a run id is a number, got {run_id!r}; list runs with 'statewright loop status'"
+        raise InputError(msg)
+    return int(text)
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
 
 
 class LoopStore:
-    """The loop tables in one SQLite file. Use as a context manager, or call close()."""
+    """Loop runs in a statewright store. Use as a context manager, or call close()."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
-        self._conn = conn
-        self.path = path
+    def __init__(self, store: Store, *, owns: bool = True) -> None:
+        self.store = store
+        self._owns = owns  # False: the store is another's (the server's engine), never closed here
+        self.url = str(store.url)
+        path = getattr(store, "path", None)
+        self.path: str | None = str(path) if isinstance(path, Path | str) else None
 
     @classmethod
-    def open(cls, path: str | Path) -> LoopStore:
-        p = Path(path)
-        if p.exists() and p.is_dir():
-            msg = f"database path {p} is a directory; give a file path (--db or STATEWRIGHT_DB)"
-            raise InputError(msg)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(p), isolation_level=None, timeout=30.0)
-        conn.row_factory = sqlite3.Row
+    def open(cls, db: str | Path, *, create: bool = True) -> LoopStore:
+        """The store at ``db`` (a SQLite path, ``sqlite:///...``, ``postgresql://...`` or
+        ``memory:NAME``); loop tables an earlier release left in a SQLite file are carried over."""
+        from statewright.loop._carry import carry_loop_tables
+        from statewright.store import open_store
+
+        store = open_store(db, create=create)
         try:
-            conn.execute("PRAGMA busy_timeout=30000")
-            # Look before writing anything: a foreign file must be left exactly as it was.
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} - {
-                "sqlite_sequence"
-            }
-            if tables and "sw_meta" not in tables and not any(t.startswith("loop_") for t in tables):
-                conn.close()
-                msg = (
-                    f"{p} has tables but is not a statewright database (found:"
-                    f" {', '.join(sorted(tables)[:5])}); pass another --db"
-                )
-                raise NotAStatewrightDatabaseError(msg)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.executescript(SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            msg = f"{p} is not a statewright database ({exc}); pass another --db"
-            raise NotAStatewrightDatabaseError(msg) from None
-        return cls(conn, str(p))
+            carry_loop_tables(store)
+        except BaseException:
+            store.close()
+            raise
+        return cls(store)
 
     def close(self) -> None:
-        self._conn.close()
+        if self._owns:
+            self.store.close()
 
     def __enter__(self) -> LoopStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @contextmanager
-    def _txn(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
 
     # ---------------------------------------------------------------- runs
 
@@ -174,10 +163,11 @@ class LoopStore:
         make_state: Callable[[str, tuple[ItemLedger, ...]], LoopState],
         assets: Mapping[str, str],
         at_ms: int,
+        owner_pid: int | None = None,
     ) -> RunRow:
         """Open a new IDLE run that carries the loop's item ledger. Refuses while held."""
-        with self._txn() as conn:
-            newest = self._latest_txn(conn, loop)
+        for _ in range(20):  # another process may take the same number first: then the next
+            newest = self.latest_run(loop)
             if newest is not None and newest.held:
                 msg = (
                     f"loop {loop!r}: run {newest.run_id} ended STUCK ({newest.state.reason})"
@@ -185,79 +175,41 @@ class LoopStore:
                     f" {newest.run_id} --reason TEXT' with an operator's token"
                 )
                 raise RunHeldError(msg, run_id=newest.run_id, loop=loop)
-            ledger = self._ledger_txn(conn, loop)
-            cur = conn.execute(
-                "INSERT INTO loop_runs (loop, status, definition_path, definition_sha256,"
-                " opened_at_ms, updated_at_ms, state_json, assets_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, '{}', ?)",
-                (
-                    loop,
-                    str(LoopStatus.IDLE),
-                    definition_path,
-                    definition_sha256,
-                    at_ms,
-                    at_ms,
-                    dumps(dict(assets)),
-                ),
-            )
-            run_id = str(cur.lastrowid)
-            state = make_state(run_id, ledger)
-            conn.execute(
-                "UPDATE loop_runs SET state_json = ? WHERE run_id = ?",
-                (dumps(state_to_dict(state)), int(run_id)),
-            )
-        return self.run(run_id)
+            number = 1 + max((run_number(r.task_id[len(RUN_PREFIX):]) for r in self._streams()), default=0)
+            run_id = str(number)
+            state = make_state(run_id, newest.state.items if newest is not None else ())
+            opened = RunOpened(state_to_dict(state), definition_path, definition_sha256, dict(assets), at_ms,
+                               event_id=new_event_id())
+            meta = {"definition_path": definition_path, "definition_sha256": definition_sha256,
+                    "assets": dict(assets), "opened_at_ms": at_ms, "owner_pid": owner_pid}
+            try:
+                self.store.append(stream_id(run_id), 0, event_to_dict(opened), _projection(state, meta, 0), (),
+                                  workflow=loop, workflow_hash=definition_sha256, kind=LOOP_RUN)
+            except VersionConflictError:
+                continue
+            return self.run(run_id)
+        raise InputError(f"loop {loop!r}: could not take a run number; try again")
 
     def run(self, run_id: str) -> RunRow:
-        row = self._conn.execute("SELECT * FROM loop_runs WHERE run_id = ?", (_run_key(run_id),)).fetchone()
-        if row is None:
+        row = self.store.load(stream_id(run_id))
+        if row is None or row.kind != LOOP_RUN:
             msg = f"no loop run with id {run_id!r}; list runs with 'statewright loop status'"
             raise InputError(msg)
         return _run_row(row)
 
     def latest_run(self, loop: str) -> RunRow | None:
-        return self._latest_txn(self._conn, loop)
+        rows = self._streams(loop)
+        if not rows:
+            return None
+        return _run_row(max(rows, key=lambda r: run_number(r.task_id[len(RUN_PREFIX):])))
 
     def runs(self, *, loop: str | None = None, limit: int = 20) -> list[RunRow]:
-        sql = "SELECT * FROM loop_runs"
-        args: tuple[object, ...] = ()
-        if loop is not None:
-            sql += " WHERE loop = ?"
-            args = (loop,)
-        rows = self._conn.execute(sql + " ORDER BY run_id DESC LIMIT ?", (*args, limit))
-        return [_run_row(r) for r in rows]
+        rows = sorted(self._streams(loop), key=lambda r: run_number(r.task_id[len(RUN_PREFIX):]), reverse=True)
+        return [_run_row(r) for r in rows[:limit]]
 
-    def set_owner(self, run_id: str, pid: int | None) -> None:
-        with self._txn() as conn:
-            conn.execute("UPDATE loop_runs SET owner_pid = ? WHERE run_id = ?", (pid, _run_key(run_id)))
-
-    def request_stop(self, run_id: str, why: str) -> None:
-        with self._txn() as conn:
-            conn.execute("UPDATE loop_runs SET stop_requested = ? WHERE run_id = ?", (why, _run_key(run_id)))
-
-    def stop_requested(self, run_id: str) -> str | None:
-        row = self._conn.execute(
-            "SELECT stop_requested FROM loop_runs WHERE run_id = ?", (_run_key(run_id),)
-        ).fetchone()
-        return None if row is None else row["stop_requested"]
-
-    def clear(self, run_id: str, *, who: str, reason: str, at_ms: int) -> RunRow:
-        """Lift the hold a STUCK run puts on its loop. The clear is kept with the run."""
-        if not who.strip() or not reason.strip():
-            raise InputError("clear needs a person (--as WHO) and a reason (--reason TEXT)")
-        with self._txn() as conn:
-            run = self._run_txn(conn, run_id)
-            if run.status is not LoopStatus.STUCK:
-                msg = f"run {run_id} is {run.status}, not STUCK; only a STUCK run needs a clear"
-                raise InputError(msg)
-            if run.cleared_by is not None:
-                msg = f"run {run_id} was already cleared by {run.cleared_by}: {run.cleared_reason}"
-                raise InputError(msg)
-            conn.execute(
-                "UPDATE loop_runs SET cleared_by = ?, cleared_reason = ?, cleared_at_ms = ? WHERE run_id = ?",
-                (who.strip(), reason.strip(), at_ms, run.run_id),
-            )
-        return self.run(run_id)
+    def _streams(self, loop: str | None = None) -> list[StoredTask]:
+        return [r for r in self.store.list_tasks(workflow=loop, limit=_ALL_RUNS, kind=LOOP_RUN)
+                if r.task_id.startswith(RUN_PREFIX)]
 
     # ---------------------------------------------------------------- the record
 
@@ -270,299 +222,117 @@ class LoopStore:
         state: LoopState,
         event: Event,
         commands: Sequence[Command],
+        extra: Mapping[str, Any] | None = None,
+        owner_pid: int | None = None,
     ) -> int:
-        """Append one line with the new state and ledger in one transaction; return its seq."""
-        with self._txn() as conn:
-            row = conn.execute("SELECT lines, loop FROM loop_runs WHERE run_id = ?", (_run_key(run_id),)).fetchone()
-            if row is None:
-                raise InputError(f"no loop run with id {run_id!r}")
-            if row["lines"] != expected_lines:
-                raise VersionConflictError(run_id, expected_lines, row["lines"])
-            seq = expected_lines + 1
-            conn.execute(
-                "INSERT INTO loop_lines (run_id, seq, state, next_state, kind, event_type, event,"
-                " summary, written_json, event_json, commands_json, at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    int(run_id),
-                    seq,
-                    str(line.state),
-                    str(line.next_state),
-                    str(line.kind),
-                    line.event_type,
-                    line.event,
-                    line.summary,
-                    dumps(_jsonable(line.written)),
-                    dumps(event_to_dict(event)),
-                    dumps([command_to_dict(c) for c in commands]),
-                    line.at_ms,
-                ),
-            )
-            clear_stop = ", stop_requested = NULL" if line.kind is LineKind.CLEAN_STOP else ""
-            conn.execute(
-                f"UPDATE loop_runs SET status = ?, state_json = ?, lines = ?,"
-                f" updated_at_ms = ?{clear_stop} WHERE run_id = ?",
-                (str(state.status), dumps(state_to_dict(state)), seq, line.at_ms, int(run_id)),
-            )
-            for item in state.items:
-                conn.execute(
-                    "INSERT INTO loop_items (loop, item_id, status, attempts, last_failure,"
-                    " updated_at_ms) VALUES (?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT (loop, item_id) DO UPDATE SET status = excluded.status,"
-                    " attempts = excluded.attempts, last_failure = excluded.last_failure,"
-                    " updated_at_ms = excluded.updated_at_ms"
-                    " WHERE loop_items.status != excluded.status"
-                    " OR loop_items.attempts != excluded.attempts"
-                    " OR loop_items.last_failure != excluded.last_failure",
-                    (
-                        row["loop"],
-                        item.id,
-                        str(item.status),
-                        item.attempts,
-                        item.last_failure,
-                        line.at_ms,
-                    ),
-                )
+        """Append one line (the event, what it wrote, the new state) in ONE transaction of the
+        store, at the run's version ``expected_lines + 1``; return its seq. ``extra`` is kept
+        in the event's body (an ``ItemsFound``'s payloads, a ``RecordAppended``'s record)."""
+        run = self.run(run_id)
+        if run.lines != expected_lines:
+            raise VersionConflictError(stream_id(run_id), expected_lines + 1, run.version)
+        body = {
+            **dict(extra or {}),
+            **event_to_dict(event),
+            "line": line_to_dict(line),
+            "commands": [command_to_dict(c) for c in commands],
+        }
+        if not body.get("event_id"):
+            body["event_id"] = new_event_id()
+        meta = {
+            "definition_path": run.definition_path, "definition_sha256": run.definition_sha256,
+            "assets": dict(run.assets), "opened_at_ms": run.opened_at_ms,
+            "owner_pid": owner_pid if owner_pid is not None else run.owner_pid,
+        }
+        seq = expected_lines + 1
+        self.store.append(stream_id(run_id), run.version, body, _projection(state, meta, seq), (),
+                          terminal=state.status.is_terminal)
         return seq
 
+    def events(self, run_id: str) -> list[EventRow]:
+        return self.store.events(stream_id(run_id))
+
     def lines(self, run_id: str) -> list[StoredLine]:
-        rows = self._conn.execute("SELECT * FROM loop_lines WHERE run_id = ? ORDER BY seq", (_run_key(run_id),))
-        return [
-            StoredLine(
-                seq=r["seq"],
-                state=LoopStatus(r["state"]),
-                next_state=LoopStatus(r["next_state"]),
-                kind=LineKind(r["kind"]),
-                event_type=r["event_type"],
-                event=r["event"],
-                summary=r["summary"],
-                written=json.loads(r["written_json"]),
-                commands=json.loads(r["commands_json"]),
-                at_ms=r["at_ms"],
-            )
-            for r in rows
-        ]
+        out: list[StoredLine] = []
+        for row in self.events(run_id)[1:]:
+            line = line_from_dict(row.body["line"])
+            out.append(StoredLine(
+                seq=row.version - 1, state=line.state, next_state=line.next_state, kind=line.kind,
+                event_type=line.event_type, event=line.event, summary=line.summary, written=dict(line.written),
+                commands=list(row.body.get("commands", [])), at_ms=line.at_ms,
+            ))
+        return out
 
     # ---------------------------------------------------------------- items
 
     def ledger(self, loop: str) -> tuple[ItemLedger, ...]:
-        return self._ledger_txn(self._conn, loop)
+        """The items' standing the loop's newest run holds (a new run carries it on)."""
+        newest = self.latest_run(loop)
+        return () if newest is None else newest.state.items
 
-    def remember_items(self, loop: str, payloads: Mapping[str, Mapping[str, Any]], at_ms: int) -> None:
-        """Keep each found item's payload (for briefs after a restart)."""
-        with self._txn() as conn:
-            for item_id, payload in payloads.items():
-                conn.execute(
-                    "INSERT INTO loop_items (loop, item_id, payload_json, updated_at_ms)"
-                    " VALUES (?, ?, ?, ?) ON CONFLICT (loop, item_id)"
-                    " DO UPDATE SET payload_json = excluded.payload_json",
-                    (loop, item_id, dumps(_jsonable(payload)), at_ms),
-                )
-
-    def item_payload(self, loop: str, item_id: str) -> Mapping[str, Any] | None:
-        row = self._conn.execute(
-            "SELECT payload_json FROM loop_items WHERE loop = ? AND item_id = ?", (loop, item_id)
-        ).fetchone()
-        return None if row is None else json.loads(row["payload_json"])
+    def item_payload(self, run_id: str, item_id: str) -> Mapping[str, Any] | None:
+        """The item as the source listed it last in this run (kept with its ItemsFound line)."""
+        for row in reversed(self.events(run_id)):
+            if row.type == ItemsFound.type:
+                payloads = row.body.get("payloads") or {}
+                if item_id in payloads:
+                    return dict(payloads[item_id])
+        return None
 
     # ---------------------------------------------------------------- passes
 
-    def append_pass(self, run_id: str, record: AppendRecord, at_ms: int) -> str:
-        """Append the pass record once; a repeat (after a restart) returns the same receipt."""
-        with self._txn() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO loop_passes (run_id, record_no, item_id, attempt, verdict,"
-                " record_json, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    int(run_id),
-                    record.record_no,
-                    record.item,
-                    record.attempt,
-                    str(record.verdict),
-                    dumps(command_to_dict(record)),
-                    at_ms,
-                ),
-            )
-        return f"run {run_id} record {record.record_no}"
-
     def passes(self, run_id: str) -> list[Mapping[str, Any]]:
-        rows = self._conn.execute(
-            "SELECT record_json FROM loop_passes WHERE run_id = ? ORDER BY record_no",
-            (_run_key(run_id),),
-        )
-        return [json.loads(r["record_json"]) for r in rows]
+        """The pass records, in order (each kept with its RecordAppended line)."""
+        return [dict(row.body["record"]) for row in self.events(run_id)
+                if row.type == RecordAppended.type and isinstance(row.body.get("record"), Mapping)]
 
-    # ---------------------------------------------------------------- approvals
-
-    def request_approval(self, run_id: str, req: RequestApproval, at_ms: int) -> ApprovalRow:
-        with self._txn() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO loop_approvals (run_id, fingerprint, item_id, attempt, role,"
-                " shown_json, requested_at_ms, timeout_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    int(run_id),
-                    req.fingerprint,
-                    req.item,
-                    req.attempt,
-                    req.role,
-                    dumps(_jsonable(req.shown)),
-                    at_ms,
-                    req.timeout_at_ms,
-                ),
-            )
-        found = self.approval(run_id, req.fingerprint)
-        if found is None:
-            raise StoreError(f"run {run_id}: the approval request did not persist")
-        return found
-
-    def approval(self, run_id: str, fingerprint: str) -> ApprovalRow | None:
-        row = self._conn.execute(
-            "SELECT * FROM loop_approvals WHERE run_id = ? AND fingerprint = ?",
-            (_run_key(run_id), fingerprint),
-        ).fetchone()
-        return None if row is None else _approval_row(row)
+    # ---------------------------------------------------------------- gates
 
     def pending_approvals(self, run_id: str | None = None) -> list[ApprovalRow]:
-        """Undecided requests of runs that still wait at their gate."""
-        sql = (
-            "SELECT a.* FROM loop_approvals a JOIN loop_runs r ON r.run_id = a.run_id"
-            " WHERE a.decision IS NULL AND r.status = 'AWAITING_HUMAN'"
-        )
-        args: tuple[object, ...] = ()
-        if run_id is not None:
-            sql += " AND a.run_id = ?"
-            args = (_run_key(run_id),)
-        rows = self._conn.execute(sql + " ORDER BY a.run_id, a.requested_at_ms", args)
-        return [_approval_row(r) for r in rows]
-
-    def expire_approval(self, run_id: str, fingerprint: str, at_ms: int) -> None:
-        """The gate's time limit passed: the request can no longer be decided."""
-        with self._txn() as conn:
-            conn.execute(
-                "UPDATE loop_approvals SET decision = 'timed out', decided_at_ms = ?"
-                " WHERE run_id = ? AND fingerprint = ? AND decision IS NULL",
-                (at_ms, _run_key(run_id), fingerprint),
-            )
-
-    def decide_approval(
-        self,
-        run_id: str,
-        *,
-        fingerprint: str,
-        who: str,
-        role: str,
-        approve: bool,
-        reason: str,
-        at_ms: int,
-    ) -> ApprovalRow:
-        """Record a person's decision on the proposal with this fingerprint (once)."""
-        with self._txn() as conn:
-            row = conn.execute(
-                "SELECT * FROM loop_approvals WHERE run_id = ? AND fingerprint = ?",
-                (_run_key(run_id), fingerprint),
-            ).fetchone()
-            if row is None:
-                msg = (
-                    f"run {run_id} has no approval request with fingerprint {fingerprint!r};"
-                    " see 'statewright loop status' for the fingerprint shown"
-                )
-                raise InputError(msg)
-            pending = _approval_row(row)
-            if pending.decision is not None:
-                msg = f"run {run_id}: this proposal was already {pending.decision} by {pending.who}"
-                raise InputError(msg)
-            if role != pending.role:
-                msg = f"run {run_id}: the gate needs role {pending.role!r}, you acted as {role!r}"
-                raise InputError(msg)
-            if not who.strip():
-                raise InputError("say who decides with --as WHO")
-            conn.execute(
-                "UPDATE loop_approvals SET decision = ?, who = ?, reason = ?, decided_at_ms = ?"
-                " WHERE run_id = ? AND fingerprint = ?",
-                (
-                    "approved" if approve else "denied",
-                    who.strip(),
-                    reason,
-                    at_ms,
-                    _run_key(run_id),
-                    fingerprint,
-                ),
-            )
-        found = self.approval(run_id, fingerprint)
-        if found is None:
-            raise StoreError(f"run {run_id}: the decision did not persist")
-        return found
-
-    # ---------------------------------------------------------------- inside a txn
-
-    def _latest_txn(self, conn: sqlite3.Connection, loop: str) -> RunRow | None:
-        row = conn.execute("SELECT * FROM loop_runs WHERE loop = ? ORDER BY run_id DESC LIMIT 1", (loop,)).fetchone()
-        return None if row is None else _run_row(row)
-
-    def _run_txn(self, conn: sqlite3.Connection, run_id: str) -> RunRow:
-        row = conn.execute("SELECT * FROM loop_runs WHERE run_id = ?", (_run_key(run_id),)).fetchone()
-        if row is None:
-            msg = f"no loop run with id {run_id!r}; list runs with 'statewright loop status'"
-            raise InputError(msg)
-        return _run_row(row)
-
-    def _ledger_txn(self, conn: sqlite3.Connection, loop: str) -> tuple[ItemLedger, ...]:
-        rows = conn.execute(
-            "SELECT item_id, status, attempts, last_failure FROM loop_items WHERE loop = ? ORDER BY item_id",
-            (loop,),
-        )
-        return tuple(ItemLedger(r["item_id"], ItemStatus(r["status"]), r["attempts"], r["last_failure"]) for r in rows)
+        """Gates of runs that wait in AWAITING_HUMAN for a person's decision."""
+        runs = [self.run(run_id)] if run_id is not None else self.runs(limit=_ALL_RUNS)
+        out: list[ApprovalRow] = []
+        for run in sorted(runs, key=lambda r: run_number(r.run_id)):
+            s = run.state
+            if s.status is not LoopStatus.AWAITING_HUMAN or s.current is None:
+                continue
+            cur, cfg = s.current, s.config
+            started = cur.gate_started_at_ms or run.updated_at_ms
+            timeout = None if cfg.gate_timeout_ms is None else started + cfg.gate_timeout_ms
+            out.append(ApprovalRow(run.run_id, cur.proposal_hash, cur.item, cur.attempt, cfg.gate_role or "",
+                                   dict(cur.shown), started, timeout))
+        return out
 
 
-def _run_key(run_id: str) -> int:
-    text = str(run_id).strip()
-    if not text.isdigit():
-        msg = f"a run id is a number, got {run_id!r}; list runs with 'statewright loop status'"
-        raise InputError(msg)
-    return int(text)
+def record_of(command: AppendRecord) -> dict[str, Any]:
+    """A pass record as kept with its RecordAppended line."""
+    return command_to_dict(command)
 
 
-def _run_row(row: sqlite3.Row) -> RunRow:
-    state = state_from_dict(json.loads(row["state_json"]))
+def _projection(state: LoopState, meta: Mapping[str, Any], lines: int) -> dict[str, Any]:
+    return {"status": str(state.status), "loop": state.config.loop, "state": state_to_dict(state),
+            "meta": dict(meta), "lines": lines}
+
+
+def _run_row(row: StoredTask) -> RunRow:
+    projection = row.state
+    meta = projection.get("meta") or {}
+    state = state_from_dict(projection["state"])
+    pid = meta.get("owner_pid")
     return RunRow(
-        run_id=str(row["run_id"]),
-        loop=row["loop"],
-        status=LoopStatus(row["status"]),
+        run_id=row.task_id[len(RUN_PREFIX):],
+        loop=row.workflow,
+        status=state.status,
         state=state,
-        lines=row["lines"],
-        definition_path=row["definition_path"],
-        definition_sha256=row["definition_sha256"],
-        opened_at_ms=row["opened_at_ms"],
-        updated_at_ms=row["updated_at_ms"],
-        assets=json.loads(row["assets_json"]),
-        stop_requested=row["stop_requested"],
-        owner_pid=row["owner_pid"],
-        cleared_by=row["cleared_by"],
-        cleared_reason=row["cleared_reason"],
-        cleared_at_ms=row["cleared_at_ms"],
+        lines=int(projection.get("lines", row.version - 1)),
+        version=row.version,
+        definition_path=str(meta.get("definition_path", "")),
+        definition_sha256=str(meta.get("definition_sha256", "")),
+        opened_at_ms=int(meta.get("opened_at_ms", row.created_at_ms)),
+        updated_at_ms=row.updated_at_ms,
+        assets=dict(meta.get("assets") or {}),
+        owner_pid=pid if isinstance(pid, int) else None,
     )
-
-
-def _approval_row(row: sqlite3.Row) -> ApprovalRow:
-    return ApprovalRow(
-        run_id=str(row["run_id"]),
-        fingerprint=row["fingerprint"],
-        item_id=row["item_id"],
-        attempt=row["attempt"],
-        role=row["role"],
-        shown=json.loads(row["shown_json"]),
-        requested_at_ms=row["requested_at_ms"],
-        timeout_at_ms=row["timeout_at_ms"],
-        decision=row["decision"],
-        who=row["who"],
-        reason=row["reason"],
-        decided_at_ms=row["decided_at_ms"],
-    )
-
-
-def _jsonable(value: Any) -> Any:
-    """Round-trip through JSON with a fallback for odd values (Paths, sets)."""
-    return json.loads(json.dumps(value, default=str, allow_nan=False))
 
 
 def run_dict(run: RunRow, *, running: bool) -> dict[str, Any]:

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from statewright.machine._records import record_dict
+from statewright.machine.seam import Record
 
 
 @dataclass(frozen=True)
-class Command:
+class Command(Record):
     type: ClassVar[str] = ""
     command_id: str
     task_id: str

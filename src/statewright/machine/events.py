@@ -11,10 +11,11 @@ from typing import Any, ClassVar
 
 from statewright._errors import IllegalEventError
 from statewright.machine._records import record_dict
+from statewright.machine.seam import Record
 
 
 @dataclass(frozen=True)
-class Event:
+class Event(Record):
     type: ClassVar[str] = ""
     event_id: str
     at_ms: int

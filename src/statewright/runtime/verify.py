@@ -4,7 +4,8 @@ and compare the result with the stored task row; then the people log the same wa
 Rows are read as stored and judged as hostile: whatever is wrong with one becomes one line
 naming the task (or ``people``), never a traceback.
 
-What is checked, per task id found in the task rows or in the event rows:
+What is checked, per stream id found in the task rows or in the event rows (a task, or a run
+of an outer loop, whose log replays through the loop machine instead):
 - the chain: versions 1..N without gaps, each ``prev_hash`` the link before it, each link
   recomputed (store/chain.py), keyed links with the key given, nothing unkeyed after a
   keyed link, and with a key given the last link keyed by it (it covers all before it);
@@ -22,6 +23,10 @@ from typing import Any
 from statewright._canonical import canonical_json
 from statewright.definition.loader import workflow_from_dict
 from statewright.machine.events import event_from_dict
+from statewright.machine.loop import LOOP_MACHINE
+from statewright.machine.loop.codec import command_to_dict, line_to_dict, state_to_dict
+from statewright.machine.loop.events import RunOpened
+from statewright.machine.seam import StreamKind
 from statewright.machine.state import TaskState, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime.engine import Engine
@@ -142,6 +147,11 @@ def _verify(engine: Engine, task_id: str, say: _Report) -> TaskState | None:
     stored = _json_object(state_text, "the stored projection", say, "is not readable: {why}")
     if stored is None:
         return None
+    loaded = store.load(task_id)
+    if loaded is not None and loaded.kind == str(StreamKind.LOOP_RUN):
+        if bodies is not None:
+            _verify_loop_run(bodies, stored, (status, version, name), say)
+        return None
     try:  # from the store, not the engine's memory: the stored row is what is checked
         body = store.get_definition(str(workflow_hash))
         if body is None:
@@ -177,6 +187,40 @@ def _verify(engine: Engine, task_id: str, say: _Report) -> TaskState | None:
         if value != replayed[column] or type(value) is not type(replayed[column]):
             say(f"stored {column} {value!r}, replayed {replayed[column]!r}")
     return state
+
+
+def _verify_loop_run(bodies: list[dict[str, Any]], stored: dict[str, Any], columns: tuple[Any, Any, Any],
+                     say: _Report) -> None:
+    """A loop run's stream replayed through the loop machine (statewright.machine.loop): from
+    its ``RunOpened``, every event must give the record line and the commands it was stored
+    with, and the last state the stored projection and columns."""
+    if bodies[0].get("type") != RunOpened.type:
+        say(f"event version 1 is {bodies[0].get('type')!r}, not RunOpened: the run's start is missing")
+        return
+    try:
+        opened = LOOP_MACHINE.event_from_dict(bodies[0])
+        state = LOOP_MACHINE.opened(opened) if isinstance(opened, RunOpened) else None
+        if state is None:
+            return
+        for version, body in enumerate(bodies[1:], start=2):
+            step = LOOP_MACHINE.transition(state, LOOP_MACHINE.event_from_dict(body))
+            line = line_to_dict(step.line) if step.line is not None else None
+            if canonical_json(line) != canonical_json(body.get("line")):
+                say(f"event version {version}: its record line is not the line the replay writes")
+            commands = [command_to_dict(c) for c in step.commands]
+            if canonical_json(commands) != canonical_json(body.get("commands")):
+                say(f"event version {version}: its commands are not the commands the replay asks for")
+            state = step.state
+    except Exception as exc:
+        say(f"replay failed: {_why(exc)}")
+        return
+    if canonical_json(state_to_dict(state)) != canonical_json(stored.get("state")):
+        say("replayed loop state differs from the stored projection")
+    status, version, loop = columns
+    replayed = {"status": str(state.status), "version": len(bodies), "workflow": state.config.loop}
+    for column, value in {"status": status, "version": version, "workflow": loop}.items():
+        if value != replayed[column] or type(value) is not type(replayed[column]):
+            say(f"stored {column} {value!r}, replayed {replayed[column]!r}")
 
 
 def verify_all(engine: Engine) -> tuple[int, list[Finding]]:

@@ -202,7 +202,10 @@ def halted(api: Api, request: Request, _: dict[str, Any]) -> Response:
 def _loop_store(api: Api) -> Any:
     from statewright.loop.store import LoopStore
 
-    if api.loop_db is None or not Path(api.loop_db).is_file():
+    if api.loop_db is None:  # the loop's runs are streams of the served store
+        yield LoopStore(api.engine.store, owns=False)
+        return
+    if not api.loop_db.startswith(("postgresql://", "postgres://")) and not Path(api.loop_db).is_file():
         yield None
         return
     store = LoopStore.open(api.loop_db)

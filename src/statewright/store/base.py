@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from statewright.definition.fleet import FleetConfig
     from statewright.store.remote import RemoteRow
 
+TASK_KIND = "task"  # the kind of stream a task is (statewright.machine.seam.StreamKind.TASK)
+
 
 @dataclass(frozen=True)
 class StoredTask:
@@ -30,6 +32,7 @@ class StoredTask:
     state: Mapping[str, Any]
     created_at_ms: int
     updated_at_ms: int
+    kind: str = TASK_KIND  # what the stream is the history of: a task, or a loop run
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class AppendRequest:
     workflow_hash: str = ""
     idem_key: str | None = None
     parent_id: str | None = None
+    kind: str = TASK_KIND  # what the new stream is the history of: a task, or a loop run
 
 
 @dataclass(frozen=True)
@@ -216,7 +220,11 @@ class Store(Protocol):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
         complete_remote: str | None = None,
-    ) -> AppendResult: ...
+        kind: str = TASK_KIND,
+    ) -> AppendResult:
+        """Append ``event`` at ``expected_version`` + 1 with the projection ``state`` and the
+        ``commands``, in ONE transaction. At version 0 the stream is made, of ``kind``."""
+        ...
 
     def encode(self, request: AppendRequest) -> AppendRequest:
         """The request with its JSON text made now (a worker does this before the commit, so
@@ -249,8 +257,11 @@ class Store(Protocol):
     def task_by_key(self, idem_key: str) -> str | None: ...
 
     def list_tasks(
-        self, status: str | None = None, workflow: str | None = None, limit: int = 1000
-    ) -> list[StoredTask]: ...
+        self, status: str | None = None, workflow: str | None = None, limit: int = 1000, *, kind: str = TASK_KIND
+    ) -> list[StoredTask]:
+        """Streams of ``kind`` (tasks by default), oldest first; ``workflow`` is a loop's name
+        for loop runs."""
+        ...
 
     def events(self, task_id: str) -> list[EventRow]: ...
 
@@ -355,7 +366,9 @@ class Store(Protocol):
 
     def remote_rows(self, queue: str | None = None) -> list[RemoteRow]: ...
 
-    def counts_by_status(self) -> dict[str, int]: ...
+    def counts_by_status(self) -> dict[str, int]:
+        """How many tasks (streams of kind ``task``) stand at each status."""
+        ...
 
     def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool: ...
 

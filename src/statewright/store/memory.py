@@ -22,6 +22,7 @@ from statewright._canonical import canonical_json
 from statewright._crash import crash_point
 from statewright._errors import StaleLeaseError, VersionConflictError
 from statewright.store.base import (
+    TASK_KIND,
     AppendRequest,
     AppendResult,
     Claim,
@@ -109,11 +110,12 @@ class MemoryStore(MemoryPeople, MemoryFleet):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
         complete_remote: str | None = None,
+        kind: str = TASK_KIND,
     ) -> AppendResult:
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
                             complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
                             complete_remote=complete_remote, workflow=workflow, workflow_hash=workflow_hash,
-                            idem_key=idem_key)
+                            idem_key=idem_key, kind=kind)
         req = self.encode(req)
         with self.db.txn() as txn:
             dup = self._duplicate(str(event["event_id"]))
@@ -176,7 +178,7 @@ class MemoryStore(MemoryPeople, MemoryFleet):
             prev = GENESIS_HASH
             h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, enc.body)
             txn.put(db.tasks, task_id, TaskRow(task_id, req.workflow, req.workflow_hash, status, version,
-                                             enc.state_json, req.idem_key, h, at_ms, at_ms, req.parent_id))
+                                             enc.state_json, req.idem_key, h, at_ms, at_ms, req.parent_id, req.kind))
             if req.idem_key is not None:
                 txn.put(db.idem_keys, req.idem_key, task_id)
         else:
@@ -244,10 +246,12 @@ class MemoryStore(MemoryPeople, MemoryFleet):
         rows.sort(key=lambda r: (r.created_at_ms, r.task_id))
         return [_stored(r) for r in rows]
 
-    def list_tasks(self, status: str | None = None, workflow: str | None = None, limit: int = 1000) -> list[StoredTask]:
+    def list_tasks(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 1000, *, kind: str = TASK_KIND
+    ) -> list[StoredTask]:
         with self.db.lock:
-            rows = [r for r in self.db.tasks.values()
-                    if (not status or r.status == status) and (not workflow or r.workflow == workflow)]
+            rows = [r for r in self.db.tasks.values() if r.kind == kind
+                    and (not status or r.status == status) and (not workflow or r.workflow == workflow)]
         rows.sort(key=lambda r: (r.created_at_ms, r.task_id))
         return [_stored(r) for r in rows[:limit]]
 
@@ -301,7 +305,8 @@ class MemoryStore(MemoryPeople, MemoryFleet):
         out: dict[str, int] = {}
         with self.db.lock:
             for r in self.db.tasks.values():
-                out[r.status] = out.get(r.status, 0) + 1
+                if r.kind == TASK_KIND:
+                    out[r.status] = out.get(r.status, 0) + 1
         return out
 
     def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
@@ -459,4 +464,5 @@ def _stored(r: TaskRow) -> StoredTask:
     return StoredTask(
         task_id=r.task_id, workflow=r.workflow, workflow_hash=r.workflow_hash, status=r.status,
         version=r.version, state=json.loads(r.state), created_at_ms=r.created_at_ms, updated_at_ms=r.updated_at_ms,
+        kind=r.kind,
     )

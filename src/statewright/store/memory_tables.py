@@ -29,6 +29,7 @@ class TaskRow:
     created_at_ms: int
     updated_at_ms: int
     parent_id: str | None = None
+    kind: str = "task"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
-from statewright.store.base import AppendRequest, AppendResult, Claim, NewCommand, StoreUnavailableError
+from statewright.store.base import (
+    TASK_KIND,
+    AppendRequest,
+    AppendResult,
+    Claim,
+    NewCommand,
+    StoreUnavailableError,
+)
 from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
@@ -326,6 +333,7 @@ class PostgresStore(SqlStore):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
         complete_remote: str | None = None,
+        kind: str = TASK_KIND,
     ) -> AppendResult:
         """The shared append. Under READ COMMITTED two writers of the *same* event id (or
         idempotency key) can pass the duplicate check together; the loser then sees a
@@ -352,7 +360,7 @@ class PostgresStore(SqlStore):
                 task_id, expected_version, event, state, commands,
                 workflow=workflow, workflow_hash=workflow_hash, idem_key=idem_key,
                 complete=complete, complete_timer=complete_timer, terminal=terminal,
-                claim_for=claim_for, complete_remote=complete_remote,
+                claim_for=claim_for, complete_remote=complete_remote, kind=kind,
             )
         except VersionConflictError:
             event_id = str(event["event_id"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -167,5 +167,11 @@ MIGRATIONS: dict[int, list[str]] = {
             money_usd DOUBLE PRECISION NOT NULL DEFAULT 0,
             PRIMARY KEY (tenant, day)
         )""",
+    ],
+    # Streams of more than one kind in the same tables: a task, or a run of an outer loop
+    # (``statewright.machine.seam.StreamKind``). Every row there before is a task.
+    7: [
+        "ALTER TABLE sw_tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'task'",
+        "CREATE INDEX IF NOT EXISTS sw_tasks_by_kind ON sw_tasks (kind, workflow)",
     ],
 }

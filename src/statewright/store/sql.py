@@ -23,6 +23,7 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright.store.base import (
+    TASK_KIND,
     AppendRequest,
     AppendResult,
     Claim,
@@ -189,11 +190,12 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
         terminal: bool = False,
         claim_for: tuple[str, int] | None = None,
         complete_remote: str | None = None,
+        kind: str = TASK_KIND,
     ) -> AppendResult:
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
                             complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
                             complete_remote=complete_remote, workflow=workflow, workflow_hash=workflow_hash,
-                            idem_key=idem_key)
+                            idem_key=idem_key, kind=kind)
         event_id = str(event["event_id"])
         encoded = _Encoded.of(req)
         try:
@@ -293,10 +295,10 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             self._x(
                 cur,
                 "INSERT INTO sw_tasks (task_id, workflow, workflow_hash, status, version, state,"
-                " idem_key, last_hash, created_at_ms, updated_at_ms, parent_id)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " idem_key, last_hash, created_at_ms, updated_at_ms, parent_id, kind)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (task_id, req.workflow, req.workflow_hash, status, version, state_json, req.idem_key, h, at_ms,
-                 at_ms, req.parent_id),
+                 at_ms, req.parent_id, req.kind),
             )
         else:
             known = self._last_hash.get(task_id)
@@ -415,7 +417,8 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
         marks = ", ".join("?" * len(task_ids))
         with self._stmt() as cur:
             rows = self._x(
-                cur, f"SELECT {_TASK_COLS}, last_hash FROM sw_tasks WHERE task_id IN ({marks})", tuple(task_ids)
+                cur, f"SELECT {_TASK_COLS}, last_hash, kind FROM sw_tasks WHERE task_id IN ({marks})",
+                tuple(task_ids),
             ).fetchall()
         out = {}
         for row in rows:
@@ -436,8 +439,10 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             row = self._x(cur, "SELECT task_id FROM sw_tasks WHERE idem_key = ?", (idem_key,)).fetchone()
         return str(row[0]) if row else None
 
-    def list_tasks(self, status: str | None = None, workflow: str | None = None, limit: int = 1000) -> list[StoredTask]:
-        where, params = [], []
+    def list_tasks(
+        self, status: str | None = None, workflow: str | None = None, limit: int = 1000, *, kind: str = TASK_KIND
+    ) -> list[StoredTask]:
+        where, params = ["kind = ?"], [kind]
         if status:
             where.append("status = ?")
             params.append(status)
@@ -447,7 +452,8 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         with self._stmt() as cur:
             rows = self._x(
-                cur, f"SELECT {_TASK_COLS} FROM sw_tasks{clause} ORDER BY created_at_ms, task_id LIMIT ?",
+                cur, f"SELECT {_TASK_COLS}, last_hash, kind FROM sw_tasks{clause} ORDER BY created_at_ms, task_id"
+                " LIMIT ?",
                 (*params, limit),
             ).fetchall()
         return [_task(r) for r in rows]
@@ -533,7 +539,8 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
 
     def counts_by_status(self) -> dict[str, int]:
         with self._stmt() as cur:
-            rows = self._x(cur, "SELECT status, COUNT(*) FROM sw_tasks GROUP BY status").fetchall()
+            rows = self._x(cur, "SELECT status, COUNT(*) FROM sw_tasks WHERE kind = ? GROUP BY status",
+                           (TASK_KIND,)).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
     def outbox(self, task_id: str | None = None) -> list[dict[str, Any]]:
@@ -665,5 +672,6 @@ def _task(r: Any) -> StoredTask:
     return StoredTask(
         task_id=str(r[0]), workflow=str(r[1]), workflow_hash=str(r[2]), status=str(r[3]),
         version=int(r[4]), state=json.loads(r[5]), created_at_ms=int(r[6]), updated_at_ms=int(r[7]),
+        kind=str(r[9]) if len(r) > 9 else TASK_KIND,
     )
 

@@ -1,24 +1,42 @@
 """Events (facts that happened) and commands (requests to perform) of the loop layer.
 
-Every class has a stable ``type`` string written to the record. Events carry the
-time they happened as ``at_ms`` (epoch milliseconds): the reducer has no clock.
-Never let one stand for the other: ``LaunchWorker`` asks for a launch,
+Every class is a :class:`statewright.machine.seam.Record` with a stable ``type`` string
+written to the log. Events carry the time they happened as ``at_ms`` (epoch milliseconds;
+the reducer has no clock) and an ``event_id`` the driver gives them (keyword-only: the
+reducer never reads it); commands carry a ``command_id`` the driver gives them when they
+enter the outbox. Never let one stand for the other: ``LaunchWorker`` asks for a launch,
 ``WorkerReturned`` says a worker came back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
-from statewright.loop.model import CheckResult, Verdict
+from statewright._errors import IllegalEventError
+from statewright.machine.loop.model import CheckOutcome, CheckResult, Verdict
+from statewright.machine.seam import Record
 
 # ---------------------------------------------------------------- events
 
 
 @dataclass(frozen=True)
-class TriggerArrived:
+class LoopEvent(Record):
+    """A fact of a loop run. ``event_id`` makes its append idempotent."""
+
+    event_id: str = field(default="", kw_only=True)
+
+
+@dataclass(frozen=True)
+class LoopCommand(Record):
+    """A request a loop run makes. ``command_id`` names it in the outbox."""
+
+    command_id: str = field(default="", kw_only=True)
+
+
+@dataclass(frozen=True)
+class TriggerArrived(LoopEvent):
     """A schedule, an event or a message asks the idle run to start (kill switch off)."""
 
     type: ClassVar[str] = "TriggerArrived"
@@ -27,7 +45,7 @@ class TriggerArrived:
 
 
 @dataclass(frozen=True)
-class ItemsFound:
+class ItemsFound(LoopEvent):
     """The source listed these item ids, in source order."""
 
     type: ClassVar[str] = "ItemsFound"
@@ -36,7 +54,7 @@ class ItemsFound:
 
 
 @dataclass(frozen=True)
-class BriefReady:
+class BriefReady(LoopEvent):
     """The brief for the picked item is complete; the launch comes next."""
 
     type: ClassVar[str] = "BriefReady"
@@ -46,7 +64,7 @@ class BriefReady:
 
 
 @dataclass(frozen=True)
-class BriefNeedsPerson:
+class BriefNeedsPerson(LoopEvent):
     """The brief cannot be written without a person's decision; the item parks."""
 
     type: ClassVar[str] = "BriefNeedsPerson"
@@ -56,7 +74,7 @@ class BriefNeedsPerson:
 
 
 @dataclass(frozen=True)
-class WorkerReturned:
+class WorkerReturned(LoopEvent):
     """The worker came back with a result. ``note`` is its own words, never a verdict."""
 
     type: ClassVar[str] = "WorkerReturned"
@@ -71,7 +89,7 @@ class WorkerReturned:
 
 
 @dataclass(frozen=True)
-class WorkerNoResult:
+class WorkerNoResult(LoopEvent):
     """The cap fired, the launch failed, or the worker produced nothing usable."""
 
     type: ClassVar[str] = "WorkerNoResult"
@@ -84,7 +102,7 @@ class WorkerNoResult:
 
 
 @dataclass(frozen=True)
-class CheckFinished:
+class CheckFinished(LoopEvent):
     """The checks of one pass ran; each result is pass, fail, error or timeout."""
 
     type: ClassVar[str] = "CheckFinished"
@@ -95,28 +113,31 @@ class CheckFinished:
 
 
 @dataclass(frozen=True)
-class ApprovalGranted:
-    """A person approved the proposal with this fingerprint."""
+class ApprovalGranted(LoopEvent):
+    """A person approved the proposal with this hash. ``roles`` are the roles the store says
+    the person holds (the reducer checks the gate's role among them)."""
 
     type: ClassVar[str] = "ApprovalGranted"
-    fingerprint: str
-    who: str
+    proposal_hash: str
+    actor: str
     at_ms: int
+    roles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class ApprovalDenied:
+class ApprovalRejected(LoopEvent):
     """A person refused the proposal; the item parks."""
 
-    type: ClassVar[str] = "ApprovalDenied"
-    fingerprint: str
-    who: str
-    reason: str
+    type: ClassVar[str] = "ApprovalRejected"
+    proposal_hash: str
+    actor: str
+    reason_code: str
     at_ms: int
+    roles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class GateTimedOut:
+class GateTimedOut(LoopEvent):
     """The gate's time limit passed without a decision; the item parks."""
 
     type: ClassVar[str] = "GateTimedOut"
@@ -124,7 +145,7 @@ class GateTimedOut:
 
 
 @dataclass(frozen=True)
-class GateSleep:
+class GateSleep(LoopEvent):
     """No decision yet: the process goes to sleep at the gate (a clean stop)."""
 
     type: ClassVar[str] = "GateSleep"
@@ -132,7 +153,7 @@ class GateSleep:
 
 
 @dataclass(frozen=True)
-class RecordAppended:
+class RecordAppended(LoopEvent):
     """The store acknowledged the pass record; ``receipt`` names the stored row."""
 
     type: ClassVar[str] = "RecordAppended"
@@ -141,7 +162,7 @@ class RecordAppended:
 
 
 @dataclass(frozen=True)
-class GoalEvaluated:
+class GoalEvaluated(LoopEvent):
     """The goal oracles ran (or none were asked for); their output, whole."""
 
     type: ClassVar[str] = "GoalEvaluated"
@@ -150,7 +171,7 @@ class GoalEvaluated:
 
 
 @dataclass(frozen=True)
-class ProcessStarted:
+class ProcessStarted(LoopEvent):
     """A process took up the run: the first act of every start, handled by resume()."""
 
     type: ClassVar[str] = "ProcessStarted"
@@ -158,11 +179,46 @@ class ProcessStarted:
 
 
 @dataclass(frozen=True)
-class KillSwitch:
+class KillSwitch(LoopEvent):
     """The kill switch (file, ``loop stop`` or a signal) stops the process here."""
 
     type: ClassVar[str] = "KillSwitch"
     source: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class ItemUnparked(LoopEvent):
+    """A person reopened a parked item (audited: who and why); the run does not move."""
+
+    type: ClassVar[str] = "ItemUnparked"
+    item: str
+    actor: str
+    reason: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class HoldCleared(LoopEvent):
+    """A person (an operator) lifted the hold a STUCK run puts on new runs of its loop."""
+
+    type: ClassVar[str] = "HoldCleared"
+    actor: str
+    reason: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class RunOpened(LoopEvent):
+    """The first event of every run's stream: the state it opened with (IDLE, its config and
+    the item ledger carried from earlier runs) and the loop file it is pinned to. It is the
+    replay's start, never given to ``transition``."""
+
+    type: ClassVar[str] = "RunOpened"
+    state: Mapping[str, Any]
+    definition_path: str
+    definition_sha256: str
+    assets: Mapping[str, str]
     at_ms: int
 
 
@@ -175,27 +231,30 @@ Event = (
     | WorkerNoResult
     | CheckFinished
     | ApprovalGranted
-    | ApprovalDenied
+    | ApprovalRejected
     | GateTimedOut
     | GateSleep
     | RecordAppended
     | GoalEvaluated
     | ProcessStarted
     | KillSwitch
+    | ItemUnparked
+    | HoldCleared
+    | RunOpened
 )
 
 # ---------------------------------------------------------------- commands
 
 
 @dataclass(frozen=True)
-class FindItems:
+class FindItems(LoopCommand):
     """Read the source and report the item ids."""
 
     type: ClassVar[str] = "FindItems"
 
 
 @dataclass(frozen=True)
-class BuildBrief:
+class BuildBrief(LoopCommand):
     """Write the brief for this attempt, with why earlier attempts failed."""
 
     type: ClassVar[str] = "BuildBrief"
@@ -205,7 +264,7 @@ class BuildBrief:
 
 
 @dataclass(frozen=True)
-class LaunchWorker:
+class LaunchWorker(LoopCommand):
     """Launch the one worker of this attempt. Emitted only on the normal entry to RUNNING."""
 
     type: ClassVar[str] = "LaunchWorker"
@@ -215,7 +274,7 @@ class LaunchWorker:
 
 
 @dataclass(frozen=True)
-class StopWorker:
+class StopWorker(LoopCommand):
     """Stop any worker left alive from this attempt. Never followed by a relaunch."""
 
     type: ClassVar[str] = "StopWorker"
@@ -224,7 +283,7 @@ class StopWorker:
 
 
 @dataclass(frozen=True)
-class RunChecks:
+class RunChecks(LoopCommand):
     """Run the named checks against assets the worker cannot write."""
 
     type: ClassVar[str] = "RunChecks"
@@ -234,20 +293,20 @@ class RunChecks:
 
 
 @dataclass(frozen=True)
-class RequestApproval:
-    """Ask a person with ``role`` to approve the proposal ``shown`` (by fingerprint)."""
+class RequestApproval(LoopCommand):
+    """Ask a person with ``role`` to approve the proposal ``shown`` (by proposal_hash)."""
 
     type: ClassVar[str] = "RequestApproval"
     item: str
     attempt: int
-    fingerprint: str
+    proposal_hash: str
     role: str
     shown: Mapping[str, object] = field(default_factory=dict)
     timeout_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
-class AppendRecord:
+class AppendRecord(LoopCommand):
     """Append the pass record (idempotent by ``record_no``) and report the receipt."""
 
     type: ClassVar[str] = "AppendRecord"
@@ -264,7 +323,7 @@ class AppendRecord:
 
 
 @dataclass(frozen=True)
-class EvaluateGoal:
+class EvaluateGoal(LoopCommand):
     """Run these goal oracles now. Empty when the item clause is already false."""
 
     type: ClassVar[str] = "EvaluateGoal"
@@ -272,3 +331,48 @@ class EvaluateGoal:
 
 
 Command = FindItems | BuildBrief | LaunchWorker | StopWorker | RunChecks | RequestApproval | AppendRecord | EvaluateGoal
+
+
+EVENT_TYPES: Mapping[str, type[LoopEvent]] = {
+    cls.type: cls
+    for cls in (
+        TriggerArrived, ItemsFound, BriefReady, BriefNeedsPerson, WorkerReturned, WorkerNoResult,
+        CheckFinished, ApprovalGranted, ApprovalRejected, GateTimedOut, GateSleep, RecordAppended,
+        GoalEvaluated, ProcessStarted, KillSwitch, ItemUnparked, HoldCleared, RunOpened,
+    )
+}
+COMMAND_TYPES: Mapping[str, type[LoopCommand]] = {
+    cls.type: cls
+    for cls in (FindItems, BuildBrief, LaunchWorker, StopWorker, RunChecks, RequestApproval, AppendRecord,
+                EvaluateGoal)
+}
+
+
+def event_from_dict(data: Mapping[str, Any]) -> Event:
+    """Rebuild a loop event from its logged form (``LoopEvent.to_dict()``)."""
+    return _rebuild(EVENT_TYPES, data)  # type: ignore[return-value]
+
+
+def command_from_dict(data: Mapping[str, Any]) -> Command:
+    """Rebuild a loop command from its logged form (``LoopCommand.to_dict()``)."""
+    return _rebuild(COMMAND_TYPES, data)  # type: ignore[return-value]
+
+
+def _rebuild(types: Mapping[str, type[Record]], data: Mapping[str, Any]) -> Record:
+    kind = str(data.get("type"))
+    cls = types.get(kind)
+    if cls is None:
+        raise IllegalEventError(f"unknown loop record type {kind!r}", event_type=kind)
+    names = {f.name for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in names:
+            continue
+        if key in ("results", "checks") and value and isinstance(value[0], Mapping):
+            value = tuple(CheckResult(c["name"], CheckOutcome(c["outcome"]), c.get("output", "")) for c in value)
+        elif key == "verdict":
+            value = Verdict(value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    return cls(**kwargs)

@@ -1,17 +1,18 @@
-"""JSON forms of the loop state, events, commands and record lines (for the store).
+"""JSON forms of the loop state, events, commands and record lines (for the store), made
+with the machine's one record codec (``machine._records.record_dict``).
 
 ``state_from_dict(state_to_dict(s)) == s`` for every state the reducer can make.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from statewright.loop.events import Command, Event
-from statewright.loop.model import (
+from statewright.machine._records import record_dict
+from statewright.machine.loop.events import Command, Event
+from statewright.machine.loop.model import (
     CheckOutcome,
     CheckResult,
     ItemLedger,
@@ -32,7 +33,7 @@ def dumps(value: object) -> str:
 
 
 def state_to_dict(state: LoopState) -> dict[str, Any]:
-    return _plain_dict(dataclasses.asdict(state))
+    return _plain_dict(record_dict(state))
 
 
 def state_from_dict(d: Mapping[str, Any]) -> LoopState:
@@ -57,11 +58,13 @@ def state_from_dict(d: Mapping[str, Any]) -> LoopState:
         clean_stop=d.get("clean_stop", False),
         recent_failures=tuple(d.get("recent_failures", ())),
         reason=d.get("reason", ""),
+        cleared_by=d.get("cleared_by", ""),
+        cleared_reason=d.get("cleared_reason", ""),
     )
 
 
 def item_to_dict(item: ItemLedger) -> dict[str, Any]:
-    return _plain_dict(dataclasses.asdict(item))
+    return _plain_dict(record_dict(item))
 
 
 def _item(d: Mapping[str, Any]) -> ItemLedger:
@@ -70,6 +73,7 @@ def _item(d: Mapping[str, Any]) -> ItemLedger:
         status=ItemStatus(d.get("status", "open")),
         attempts=d.get("attempts", 0),
         last_failure=d.get("last_failure", ""),
+        reopened_after=d.get("reopened_after", 0),
     )
 
 
@@ -90,7 +94,7 @@ def _pass(d: Mapping[str, Any]) -> Pass:
         tokens=d.get("tokens", 0),
         money_usd=d.get("money_usd", 0.0),
         checks=tuple(check_from_dict(c) for c in d.get("checks", ())),
-        fingerprint=d.get("fingerprint", ""),
+        proposal_hash=d.get("proposal_hash", ""),
         shown=dict(d.get("shown", {})),
         gate_started_at_ms=d.get("gate_started_at_ms"),
         verdict=None if verdict is None else Verdict(verdict),
@@ -100,15 +104,15 @@ def _pass(d: Mapping[str, Any]) -> Pass:
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:
-    return {"type": event.type, **_plain(dataclasses.asdict(event))}
+    return {"type": event.type, **_plain(record_dict(event))}
 
 
 def command_to_dict(command: Command) -> dict[str, Any]:
-    return {"type": command.type, **_plain(dataclasses.asdict(command))}
+    return {"type": command.type, **_plain(record_dict(command))}
 
 
 def line_to_dict(line: RecordLine) -> dict[str, Any]:
-    return _plain_dict(dataclasses.asdict(line))
+    return _plain_dict(record_dict(line))
 
 
 def line_from_dict(d: Mapping[str, Any]) -> RecordLine:

@@ -2,12 +2,11 @@
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import NamedTuple
 
 from statewright._canonical import sha256_hex
-from statewright._errors import IllegalEventError
-from statewright.loop.errors import LoopInvariantError
-from statewright.loop.events import (
+from statewright._errors import IllegalEventError, LoopInvariantError
+from statewright.machine import seam
+from statewright.machine.loop.events import (
     AppendRecord,
     BuildBrief,
     Command,
@@ -20,7 +19,7 @@ from statewright.loop.events import (
     RunChecks,
     StopWorker,
 )
-from statewright.loop.model import (
+from statewright.machine.loop.model import (
     LEGAL_MOVES,
     ItemLedger,
     LineKind,
@@ -36,12 +35,8 @@ FAILURE_TEXT_CHARS = 4000
 RECENT_FAILURES = 5
 
 
-class Transition(NamedTuple):
-    """The new state, the commands to perform after the line is stored, and the line."""
-
-    state: LoopState
-    commands: tuple[Command, ...]
-    line: RecordLine | None
+Transition = seam.Transition[LoopState, Command, RecordLine | None]
+"""The new state, the commands to perform after the line is stored, and the line."""
 
 
 def entry_commands(state: LoopState) -> tuple[Command, ...]:
@@ -68,7 +63,7 @@ def entry_commands(state: LoopState) -> tuple[Command, ...]:
     return ()
 
 
-def fingerprint(shown: Mapping[str, object]) -> str:
+def proposal_hash(shown: Mapping[str, object]) -> str:
     """sha256 of the canonical JSON of what a person was shown."""
     return sha256_hex(dict(shown))
 
@@ -181,7 +176,7 @@ def approval_command(state: LoopState) -> RequestApproval:
     timeout_at = None
     if cfg.gate_timeout_ms is not None and cur.gate_started_at_ms is not None:
         timeout_at = cur.gate_started_at_ms + cfg.gate_timeout_ms
-    return RequestApproval(cur.item, cur.attempt, cur.fingerprint, cfg.gate_role or "", dict(cur.shown), timeout_at)
+    return RequestApproval(cur.item, cur.attempt, cur.proposal_hash, cfg.gate_role or "", dict(cur.shown), timeout_at)
 
 
 def goal_command(state: LoopState) -> EvaluateGoal:

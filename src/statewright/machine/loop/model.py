@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from statewright.loop.errors import LoopDefinitionError
+from statewright._errors import LoopDefinitionError
 
 
 class LoopStatus(StrEnum):
@@ -76,6 +76,7 @@ class LineKind(StrEnum):
     START = "start"  # a process start after a clean stop (excused, uncounted)
     RESTART = "restart"  # an unclean process start, counted against the state
     CLEAN_STOP = "clean stop"  # kill switch, signal, or asleep at a gate
+    OPERATOR = "operator"  # an audited act of a person (unpark); the state does not move
 
 
 class BudgetCap(StrEnum):
@@ -123,7 +124,7 @@ TABLE: tuple[Row, ...] = (
     Row(S.CHECKING, "fail, timeout, or unfinished twice", S.RECORDING),
     Row(S.CHECKING, "verdict pass, item ungated", S.RECORDING),
     Row(S.CHECKING, "pass, and a person must approve", S.AWAITING_HUMAN),
-    Row(S.AWAITING_HUMAN, "approval for that fingerprint", S.RECORDING),
+    Row(S.AWAITING_HUMAN, "approval for that proposal_hash", S.RECORDING),
     Row(S.AWAITING_HUMAN, "denial, or time limit passes", S.RECORDING),
     Row(S.RECORDING, "store acknowledges the append", S.DECIDING),
     Row(S.DECIDING, "1. goal predicate true", S.DONE),
@@ -186,12 +187,20 @@ class LoopConfig:
 
 @dataclass(frozen=True)
 class ItemLedger:
-    """An item's standing; carried into the next run (parked stays parked)."""
+    """An item's standing; carried into the next run (parked stays parked).
+
+    ``attempts`` counts every attempt ever made (so attempt numbers, and the pass keys made
+    from them, never repeat); ``reopened_after`` is the count when a person last unparked
+    the item: the attempts left are counted from there."""
 
     id: str
     status: ItemStatus = ItemStatus.OPEN
     attempts: int = 0
     last_failure: str = ""
+    reopened_after: int = 0
+
+    def attempts_left(self, per_item: int) -> int:
+        return per_item - (self.attempts - self.reopened_after)
 
 
 @dataclass(frozen=True)
@@ -224,7 +233,7 @@ class Pass:
     tokens: int = 0
     money_usd: float = 0.0
     checks: tuple[CheckResult, ...] = ()
-    fingerprint: str = ""
+    proposal_hash: str = ""
     shown: Mapping[str, object] = field(default_factory=dict)
     gate_started_at_ms: int | None = None
     verdict: Verdict | None = None
@@ -252,6 +261,13 @@ class LoopState:
     clean_stop: bool = False
     recent_failures: tuple[str, ...] = ()
     reason: str = ""
+    cleared_by: str = ""  # who lifted the hold a STUCK run puts on its loop, and why
+    cleared_reason: str = ""
+
+    @property
+    def held(self) -> bool:
+        """A STUCK run that nobody has cleared holds every new run of its loop."""
+        return self.status is LoopStatus.STUCK and not self.cleared_by
 
     def item(self, item_id: str) -> ItemLedger | None:
         for entry in self.items:
@@ -262,9 +278,10 @@ class LoopState:
     def workable(self) -> tuple[str, ...]:
         """Plan items that are open with attempts left, in plan order."""
         out: list[str] = []
+        per_item = self.config.attempts_per_item
         for item_id in self.plan:
             entry = self.item(item_id)
-            if entry is not None and entry.status is ItemStatus.OPEN and entry.attempts < self.config.attempts_per_item:
+            if entry is not None and entry.status is ItemStatus.OPEN and entry.attempts_left(per_item) > 0:
                 out.append(item_id)
         return tuple(out)
 

@@ -2,8 +2,9 @@
 
 from dataclasses import replace
 
-from statewright._errors import IllegalEventError
-from statewright.loop._moves import (
+from statewright._errors import ApprovalError, IllegalEventError, LoopInvariantError, Refusal
+from statewright._names import person_name_problem
+from statewright.machine.loop._moves import (
     RECENT_FAILURES,
     S,
     Transition,
@@ -13,35 +14,38 @@ from statewright.loop._moves import (
     entry_commands,
     expect_item,
     failure_text,
-    fingerprint,
     goal_command,
+    line,
     move,
+    proposal_hash,
     short,
     verb,
     with_item,
 )
-from statewright.loop.errors import LoopInvariantError
-from statewright.loop.events import (
-    ApprovalDenied,
+from statewright.machine.loop.events import (
     ApprovalGranted,
+    ApprovalRejected,
     BriefNeedsPerson,
     BriefReady,
     CheckFinished,
     FindItems,
     GateTimedOut,
+    HoldCleared,
     ItemsFound,
+    ItemUnparked,
     LaunchWorker,
     RecordAppended,
     TriggerArrived,
     WorkerNoResult,
     WorkerReturned,
 )
-from statewright.loop.model import (
+from statewright.machine.loop.model import (
     BudgetCap,
     CheckOutcome,
     CheckResult,
     ItemLedger,
     ItemStatus,
+    LineKind,
     LoopState,
     Pass,
     Verdict,
@@ -93,7 +97,7 @@ def on_items_found(state: LoopState, event: ItemsFound) -> Transition:
         return move(state, new, event, "no workable item", written, "empty list", (goal_command(new),))
     # The record is the memory: the item with the fewest failed passes, the earliest in the
     # plan among equals, so a failing item does not take every pass while others wait.
-    failed = {i: (e.attempts if (e := found.item(i)) is not None else 0) for i in workable}
+    failed = {i: (e.attempts - e.reopened_after if (e := found.item(i)) is not None else 0) for i in workable}
     pick = min(workable, key=lambda i: (failed[i], workable.index(i)))
     entry = found.item(pick) or ItemLedger(pick)
     new = replace(found, status=S.ASSIGNING, current=Pass(item=pick, attempt=entry.attempts + 1))
@@ -254,13 +258,13 @@ def on_checks(state: LoopState, event: CheckFinished) -> Transition:
         cur,
         checks=results,
         shown=shown,
-        fingerprint=fingerprint(shown),
+        proposal_hash=proposal_hash(shown),
         gate_started_at_ms=event.at_ms,
     )
     new = replace(state, status=S.AWAITING_HUMAN, current=gated)
     written = {
         "evidence": evidence,
-        "fingerprint": gated.fingerprint,
+        "proposal_hash": gated.proposal_hash,
         "start": event.at_ms,
         "role": role,
     }
@@ -270,62 +274,88 @@ def on_checks(state: LoopState, event: CheckFinished) -> Transition:
         event,
         f"{text}; {role} must approve",
         written,
-        f"evidence, fingerprint {gated.fingerprint[:12]}, start",
+        f"evidence, hash {gated.proposal_hash[:12]}, start",
         (approval_command(new),),
     )
 
 
+def may_decide(state: LoopState, event: ApprovalGranted | ApprovalRejected) -> None:
+    """The gate's rules for who decides, as a human step's: a person (never an agent or the
+    system) holding the gate's role. Raises ApprovalError (state unchanged) otherwise."""
+    role = state.config.gate_role or ""
+    problem = person_name_problem(event.actor)
+    if problem is not None:
+        raise ApprovalError(f"run {state.run_id}: {problem}", refusal=Refusal.NOT_ALLOWED, status=str(state.status),
+                            event_type=event.type)
+    if role and role not in event.roles:
+        msg = (
+            f"run {state.run_id}: {event.actor!r} does not hold the role {role!r} the gate needs"
+            f" (has: {', '.join(event.roles) or 'none'})"
+        )
+        raise ApprovalError(msg, refusal=Refusal.NOT_ALLOWED, status=str(state.status), event_type=event.type)
+
+
 def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
     cur = current(state)
-    if event.fingerprint != cur.fingerprint:
+    may_decide(state, event)
+    if event.proposal_hash != cur.proposal_hash:
         msg = (
-            f"run {state.run_id}: the approval is for fingerprint {event.fingerprint[:12]}"
-            f" but the proposal shown has {cur.fingerprint[:12]}; an approval binds to what"
+            f"run {state.run_id}: the approval is for hash {event.proposal_hash[:12]}"
+            f" but the proposal shown has {cur.proposal_hash[:12]}; an approval binds to what"
             " was shown, so approve the current proposal"
         )
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
-    rec = replace(cur, verdict=Verdict.PASS, decided_by=event.who)
+    rec = replace(cur, verdict=Verdict.PASS, decided_by=event.actor)
     new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {
-        "who": event.who,
+        "actor": event.actor,
         "when": event.at_ms,
-        "fingerprint": cur.fingerprint,
+        "proposal_hash": cur.proposal_hash,
     }
-    return move(
+    return _keep_asleep(state, move(
         state,
         new,
         event,
-        f"approved by {event.who}",
+        f"approved by {event.actor}",
         written,
-        f"{event.who}, {event.at_ms}, fingerprint {cur.fingerprint[:12]}",
+        f"{event.actor}, {event.at_ms}, hash {cur.proposal_hash[:12]}",
         (append_command(new),),
-    )
+    ))
 
 
-def on_denial(state: LoopState, event: ApprovalDenied) -> Transition:
+def on_denial(state: LoopState, event: ApprovalRejected) -> Transition:
     cur = current(state)
-    if event.fingerprint != cur.fingerprint:
+    may_decide(state, event)
+    if event.proposal_hash != cur.proposal_hash:
         msg = (
-            f"run {state.run_id}: the denial is for fingerprint {event.fingerprint[:12]}"
-            f" but the proposal shown has {cur.fingerprint[:12]}"
+            f"run {state.run_id}: the denial is for hash {event.proposal_hash[:12]}"
+            f" but the proposal shown has {cur.proposal_hash[:12]}"
         )
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
-    cause = f"denied by {event.who}: {event.reason}"
-    rec = replace(cur, verdict=Verdict.DENIED, cause=cause, decided_by=event.who)
+    cause = f"denied by {event.actor}: {event.reason_code}"
+    rec = replace(cur, verdict=Verdict.DENIED, cause=cause, decided_by=event.actor)
     new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {
-        "denial": {"who": event.who, "reason": event.reason},
+        "denial": {"actor": event.actor, "reason_code": event.reason_code},
         "park": cur.item,
     }
-    return move(
+    return _keep_asleep(state, move(
         state,
         new,
         event,
-        f"denied by {event.who}",
+        f"denied by {event.actor}",
         written,
         f"denial, park {cur.item}",
         (append_command(new),),
-    )
+    ))
+
+
+def _keep_asleep(before: LoopState, step: Transition) -> Transition:
+    """A person's decision arrives while the process sleeps at the gate (a clean stop): it
+    moves the run, and the next start stays excused, as the sleep was."""
+    if not before.clean_stop:
+        return step
+    return Transition(replace(step.state, clean_stop=True), step.commands, step.line)
 
 
 def on_gate_timeout(state: LoopState, event: GateTimedOut) -> Transition:
@@ -366,7 +396,7 @@ def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
     if closed:
         entry = replace(entry, status=ItemStatus.CLOSED, last_failure="")
     elif verdict in (Verdict.FAIL, Verdict.NO_RESULT):
-        exhausted = entry.attempts >= cfg.attempts_per_item
+        exhausted = entry.attempts_left(cfg.attempts_per_item) <= 0
         status = ItemStatus.PARKED if exhausted else ItemStatus.OPEN
         entry = replace(entry, status=status, last_failure=failure)
     else:
@@ -407,6 +437,55 @@ def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
     else:
         summary = f"{cur.item} {verb(verdict)}; {entry.status}; passes {new.passes}; since last close {since}"
     return move(state, new, event, "append acknowledged", written, summary, (goal_command(new),))
+
+
+def on_unpark(state: LoopState, event: ItemUnparked) -> Transition:
+    """A person reopens a parked item: its attempts count afresh from here (the numbers go
+    on, so no pass key repeats). The run stays where it is; the line records who and why."""
+    entry = state.item(event.item)
+    if entry is None or entry.status is not ItemStatus.PARKED:
+        how = "not in the ledger" if entry is None else str(entry.status)
+        msg = f"run {state.run_id}: item {event.item!r} is not parked ({how}); only a parked item can be unparked"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    if not event.actor.strip() or not event.reason.strip():
+        msg = f"run {state.run_id}: an unpark names who (--as WHO) and why (--reason TEXT)"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    reopened = replace(entry, status=ItemStatus.OPEN, reopened_after=entry.attempts)
+    new = replace(state, items=with_item(state, reopened))
+    written: dict[str, object] = {
+        "unpark": event.item,
+        "actor": event.actor,
+        "reason": event.reason,
+        "parked_because": entry.last_failure,
+    }
+    return Transition(
+        new,
+        (),
+        line(state, event, state.status, f"unparked by {event.actor}: {short(event.reason)}", written,
+             f"{event.item} open again, {state.config.attempts_per_item} attempts", LineKind.OPERATOR),
+    )
+
+
+def on_hold_cleared(state: LoopState, event: HoldCleared) -> Transition:
+    """An operator lifts the hold of a STUCK run: new runs of its loop may start. The run
+    stays STUCK; the line records who and why."""
+    if state.status is not S.STUCK:
+        msg = f"run {state.run_id} is {state.status}, not STUCK; only a STUCK run needs a clear"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    if state.cleared_by:
+        msg = f"run {state.run_id} was already cleared by {state.cleared_by}: {state.cleared_reason}"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    if not event.actor.strip() or not event.reason.strip():
+        msg = f"run {state.run_id}: a clear names who (--as WHO) and why (--reason TEXT)"
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    new = replace(state, cleared_by=event.actor.strip(), cleared_reason=event.reason.strip())
+    written: dict[str, object] = {"cleared_by": new.cleared_by, "reason": new.cleared_reason}
+    return Transition(
+        new,
+        (),
+        line(state, event, state.status, f"hold cleared by {new.cleared_by}: {short(new.cleared_reason)}",
+             written, "new runs may start", LineKind.OPERATOR),
+    )
 
 
 def _check_text(result: CheckResult) -> str:

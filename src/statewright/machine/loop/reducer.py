@@ -1,7 +1,7 @@
 """The pure outer-loop reducer: ``transition(state, event) -> (state, commands, line)``.
 
 It implements the state table of the design document as written (see
-:data:`statewright.loop.model.TABLE`): eight working states, four terminals, the
+:data:`statewright.machine.loop.model.TABLE`): eight working states, four terminals, the
 rule order in DECIDING, budgets spent on every worked pass, stuck detection by
 passes since the last close, and ``resume()`` with its restart counting.
 
@@ -24,33 +24,35 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from statewright._errors import IllegalEventError
-from statewright.loop._handlers import (
+from statewright.machine.loop._handlers import (
     on_approval,
     on_brief_needs_person,
     on_brief_ready,
     on_checks,
     on_denial,
     on_gate_timeout,
+    on_hold_cleared,
     on_items_found,
     on_record_appended,
     on_trigger,
+    on_unpark,
     on_worker_no_result,
     on_worker_returned,
 )
-from statewright.loop._moves import (
+from statewright.machine.loop._moves import (
     S,
     Transition,
     append_command,
     clean_stop,
     current,
     entry_commands,
-    fingerprint,
     line,
     move,
+    proposal_hash,
 )
-from statewright.loop.events import (
-    ApprovalDenied,
+from statewright.machine.loop.events import (
     ApprovalGranted,
+    ApprovalRejected,
     BriefNeedsPerson,
     BriefReady,
     CheckFinished,
@@ -60,7 +62,9 @@ from statewright.loop.events import (
     GateSleep,
     GateTimedOut,
     GoalEvaluated,
+    HoldCleared,
     ItemsFound,
+    ItemUnparked,
     KillSwitch,
     ProcessStarted,
     RecordAppended,
@@ -69,7 +73,7 @@ from statewright.loop.events import (
     WorkerNoResult,
     WorkerReturned,
 )
-from statewright.loop.model import (
+from statewright.machine.loop.model import (
     BudgetCap,
     CheckOutcome,
     CheckResult,
@@ -86,8 +90,8 @@ __all__ = [
     "Transition",
     "decide",
     "entry_commands",
-    "fingerprint",
     "initial_state",
+    "proposal_hash",
     "resume",
     "spent_caps",
     "transition",
@@ -103,6 +107,10 @@ def transition(state: LoopState, event: Event) -> Transition:
     """Apply one event. Raise IllegalEventError (state unchanged) if the table forbids it."""
     if isinstance(event, ProcessStarted):
         return resume(state, event)
+    if isinstance(event, ItemUnparked):  # an operator's act: legal in every state, terminals too
+        return on_unpark(state, event)
+    if isinstance(event, HoldCleared):
+        return on_hold_cleared(state, event)
     here = state.status
     if here.is_terminal:
         msg = (
@@ -129,7 +137,7 @@ def transition(state: LoopState, event: Event) -> Transition:
             return on_checks(state, event)
         case S.AWAITING_HUMAN, ApprovalGranted():
             return on_approval(state, event)
-        case S.AWAITING_HUMAN, ApprovalDenied():
+        case S.AWAITING_HUMAN, ApprovalRejected():
             return on_denial(state, event)
         case S.AWAITING_HUMAN, GateTimedOut():
             return on_gate_timeout(state, event)
@@ -151,7 +159,7 @@ _ACCEPTS: Mapping[LoopStatus, tuple[str, ...]] = {
     S.CHECKING: ("CheckFinished", "KillSwitch", "ProcessStarted"),
     S.AWAITING_HUMAN: (
         "ApprovalGranted",
-        "ApprovalDenied",
+        "ApprovalRejected",
         "GateTimedOut",
         "GateSleep",
         "KillSwitch",
