@@ -224,7 +224,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
                                                   "[TARGET...]} to the workflow")
         for step_id, problem in reference_problems(steps, input_schema):
             problems.add(f"step {step_id!r}", problem)
-    github = parse_github(data["github"], steps, problems.add) if "github" in data else None
+    github = parse_github(data["github"], steps, problems.add, reject_codes) if "github" in data else None
     if problems.items:
         raise DefinitionError(problems.items, source)
     return Workflow(

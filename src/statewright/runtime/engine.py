@@ -200,7 +200,7 @@ class Engine:
             existing = self.store.task_by_key(key)
             if existing is not None:
                 return self._same_submission(existing, key, wf, given)
-        data = workspaces.pin_base(given)  # the protected paths' baseline, fixed now
+        data = workspaces.pin_base(wf, given)  # the protected paths' baseline, fixed now
         self.register(wf)
         now = self.clock.now_ms()
         for attempt in range(_CONFLICT_RETRIES):
