@@ -327,7 +327,7 @@ class _Delivery:
     def _closed(self, state: TaskState, item: str, number: int, login: str, event_id: str) -> Answer:
         """A merge is the merger's approval attempt; a close without one is the closer's
         attempt to cancel the task (an operator's act)."""
-        if state.terminal:
+        if state.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.CANCELLED):
             return 202, {"ignored": f"the task is {state.status.value.replace('_', ' ')} already",
                          "task_id": state.task_id}
         if item == "pull_request" and _dig(self.payload, "pull_request", "merged") is True:
