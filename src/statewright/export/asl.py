@@ -136,7 +136,7 @@ class _Builder:
             "Type": "Pass",
             "Comment": "the task's state: its input, the steps' results, the steps' counters",
             "Parameters": {
-                "input.$": "$", "results": {}, "workspace": {},
+                "input.$": "$", "results": {}, "workspace": {}, "decisions": {},
                 "sw": {s.id: {"attempts": 0, "fails": 0, "checks": 0} for s in wf.steps},
             },
             "Next": wf.steps[0].id,
@@ -283,7 +283,8 @@ class _Builder:
             "task_token.$": "$$.Task.Token", "task.$": "$$.Execution.Id",
             "workflow": self.wf.name, "workflow_hash": self.wf.content_hash,
             "step": s.id, "kind": kind, "attempt.$": _counter(s.id, "attempts"),
-            "input.$": "$.input", "results.$": "$.results", "workspace.$": "$.workspace", **(extra or {}),
+            "input.$": "$.input", "results.$": "$.results", "workspace.$": "$.workspace",
+            "decisions.$": "$.decisions", **(extra or {}),
         }
         return {"Type": "Task", "Resource": SEND_AND_WAIT,
                 "Parameters": {"QueueUrl": self.queues.of(s), "MessageBody": body}}
@@ -413,13 +414,38 @@ class _Builder:
             {"ErrorEquals": ["States.Timeout"], "ResultPath": "$.error", "Next": f"{s.id}: expired"},
             {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"{s.id}: failed"},
         ]
-        task["Next"] = f"{s.id}: decided"
+        task["Next"] = f"{s.id}: decision"
         self.states[f"{s.id}: run"] = task
-        self._error(f"{s.id}: expired", "approval_expired", f"{s.id}: failed", "no approval before the deadline")
+        # the decision (or its absence) is kept per step: later messages carry it, so a
+        # worker that records the execution in statewright's store records it too
+        self.states[f"{s.id}: decision"] = {
+            "Type": "Pass", "Parameters": {"answer.$": "$.answer", "attempt.$": _counter(s.id, "attempts")},
+            "ResultPath": f"$.decisions['{s.id}']", "Next": f"{s.id}: decided",
+        }
+        self.states[f"{s.id}: expired"] = {
+            "Type": "Pass", "Parameters": {"expired": True, "attempt.$": _counter(s.id, "attempts")},
+            "ResultPath": f"$.decisions['{s.id}']", "Next": f"{s.id}: expiry",
+        }
+        self._error(f"{s.id}: expiry", "approval_expired", f"{s.id}: failed", "no approval before the deadline")
+        after = self._on_success(i, s)
+        if after in (DONE, DONE_EARLY):  # nothing follows to carry the decision: say that the task ended
+            self.states[f"{s.id}: ended"] = {
+                "Type": "Task", "Resource": SEND, "Comment": "the task ended on this step's approval",
+                "Parameters": {"QueueUrl": self.queues.of(s), "MessageBody": {
+                    "kind": "ended", "task.$": "$$.Execution.Id", "workflow": self.wf.name,
+                    "workflow_hash": self.wf.content_hash, "step": s.id, "decisions.$": "$.decisions",
+                }},
+                "ResultPath": None,
+                "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 3, "IntervalSeconds": 1,
+                           "BackoffRate": 2.0}],
+                "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": after}],
+                "Next": after,
+            }
+            after = f"{s.id}: ended"
         self.states[f"{s.id}: decided"] = {
             "Type": "Choice",
             "Choices": [
-                {"Variable": "$.answer.approved", "BooleanEquals": True, "Next": self._on_success(i, s)},
+                {"Variable": "$.answer.approved", "BooleanEquals": True, "Next": after},
                 {"Variable": "$.answer.reason_code", "IsPresent": True, "Next": f"{s.id}: rejected"},
             ],
             "Default": f"{s.id}: not approved",
@@ -437,6 +463,7 @@ class _Builder:
             "Type": "Task", "Resource": SEND, "Comment": "the halted task, for the operator queue",
             "Parameters": {"QueueUrl": self.queues.dead_letters(), "MessageBody": {
                 "kind": "halted", "task.$": "$$.Execution.Id", "workflow": self.wf.name,
+                "workflow_hash": self.wf.content_hash, "decisions.$": "$.decisions",
                 "step.$": "$.halt.step", "reason.$": "$.halt.reason", "detail.$": "$.halt.detail",
             }},
             "ResultPath": None,
