@@ -19,18 +19,29 @@ from strategies import ANALYSIS_OUTCOMES, ANALYSIS_SCHEMA, FIXER, PYTEST, load_c
 
 from .sfn_harness import Script, StepFunctions, definition, run_reducer, run_sfn
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+_ROOT = Path(__file__).resolve().parents[2] / "examples"
+# every workflow file among the examples (a loop's or a schedule's file is not one)
+EXAMPLES = sorted(p for p in _ROOT.rglob("*.yaml")
+                  if any(line.startswith("workflow: ") for line in p.read_text(encoding="utf-8").splitlines()))
 INPUTS: dict[str, dict[str, Any]] = {
     "bug-triage": {"repo": "acme/app", "issue": 7, "title": "crash on save"},
     "expense-approval": {"month": "2026-11", "region": "eu"},
     "fix-bug": {"bug": "test_save fails"},
     "supplier-bank-change": {"supplier_id": "S-1", "account_fingerprint": "fp", "evidence": []},
+    "github-review": {"repo": "octo-org/widgets", "number": 12, "title": "Add a flag", "body": "as titled"},
+    "openai-triage": {"title": "crash on save", "body": "the app crashes when saving", "reporter": "carol"},
 }
+
+
+def test_inputs_cover_every_example_workflow() -> None:
+    names = {load_workflow(p).name for p in EXAMPLES}
+    assert names == set(INPUTS)
+    assert {p.name for p in EXAMPLES} >= {"review.yaml", "triage.yaml", "bug-triage.yaml"}
 # States no scripted answer reaches: a clock's (an approval window, a silent worker:
 # test_sfn_timing.py), retries running out (test_sfn_worker.py; moto retries a task with the
 # outcome of the try before) and an answer statewright refuses (a rejection without a reason
 # code, test_sfn_worker.py).
-NOT_SCRIPTED = (": retries spent", ": worker lost", ": expired", ": not approved")
+NOT_SCRIPTED = (": retries spent", ": worker lost", ": expired", ": expiry", ": not approved")
 GENERATED = 25
 
 
@@ -70,7 +81,7 @@ def route_scripts(wf: Workflow, task_input: dict[str, Any]) -> Iterator[Script]:
             yield {**base, s.id: (a,)}
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(_ROOT)))
 def test_every_route_of_an_example_runs_alike_on_step_functions(aws: StepFunctions, path: Path) -> None:
     """Each scripted run of the example ends alike on both engines, and together the runs
     enter every state of the exported machine (but those no scripted answer reaches)."""
