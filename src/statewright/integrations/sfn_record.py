@@ -141,6 +141,8 @@ class Recorder:
         if cur is None:
             raise RecordStops("the record is at no step")
         here = cur.step == step and cur.attempt == attempt
+        if kind in ("halted", "ended") and state.status is not TaskStatus.AWAITING_APPROVAL:
+            return None  # the caller records what the end says, or stops the record
         if state.status is TaskStatus.AWAITING_APPROVAL:
             if here and kind == "human":
                 return None
