@@ -26,6 +26,9 @@ sends a dead-letter message (``task``, ``step``, ``reason``) and ends in a Fail 
 error is the reason; a success ends in ``Completed`` or, on a ``complete`` route before the
 last step, ``Completed early``.
 
+``express``: an Express workflow (``to_asl``), whose steps run as Lambda tasks that answer
+at once: it carries ai, code and wait steps that fit in five minutes, never a human step.
+
 What Step Functions cannot express is refused with one line naming the step and why."""
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ HALT_AT_ONCE = ("approval_revoked", "artifact_changed")  # the reducer halts on 
 SILENT = ("States.HeartbeatTimeout", "States.Timeout")
 HEARTBEAT_SECONDS = 300  # a worker heartbeats well inside this; silence means it died
 MAX_STATE_NAME = 80  # Step Functions' limit on a state's name
+EXPRESS_SECONDS = 300  # the longest an Express execution runs
+# Lambda's own errors worth another try: the step's retry policy retries them as transient
+LAMBDA_TRANSIENT = ("Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+                    "Lambda.TooManyRequestsException")
 
 
 @dataclass(frozen=True)
@@ -75,11 +82,12 @@ class Queues:
                 default = value
         return cls(default=default, by_owner=by_owner, dead_letter=dead_letter)
 
-    def of(self, step: Step) -> str:
+    def of(self, step: Step, option: str = "--queue-url") -> str:
         url = self.by_owner.get(step.owner) or self.default
         if not url:
-            msg = (f"step {step.id!r}: no queue for owner {step.owner!r}; "
-                   f"give --queue-url URL or --queue-url {step.owner}=URL")
+            what, value = ("queue", "URL") if option == "--queue-url" else ("function", "ARN")
+            msg = (f"step {step.id!r}: no {what} for owner {step.owner!r}; "
+                   f"give {option} {value} or {option} {step.owner}={value}")
             raise InputError(msg)
         return url
 
@@ -90,14 +98,42 @@ class Queues:
         return url
 
 
-def to_asl(wf: Workflow, queues: Queues, *, express: bool = False,
+def to_asl(wf: Workflow, queues: Queues, *, express: bool = False, functions: Queues | None = None,
            heartbeat_seconds: int = HEARTBEAT_SECONDS) -> dict[str, Any]:
-    """The state machine definition of ``wf`` (raises InputError for what cannot run there)."""
+    """The state machine definition of ``wf`` (raises InputError for what cannot run there).
+
+    ``express``: an Express workflow. It cannot wait for a task token and runs at most five
+    minutes, so it carries only machine steps that answer at once: each ai, code or wait
+    step's work is a Lambda task on ``functions`` (one function for all, or one per owner)
+    running ``statewright.integrations.aws_lambda.handler``, which answers as the sfn worker
+    does (its return value, or an error named by the reason code). A human step, a step
+    whose timeout is past five minutes (or has none), and a wait step whose waits add up
+    to five minutes or more are refused, each in one line naming the step."""
     if express:
-        msg = (f"step {wf.steps[0].id!r}: Express workflows cannot wait for a task token "
-               "(.waitForTaskToken), and every statewright step waits for its worker; export as Standard")
-        raise InputError(msg)
-    return _Builder(wf, queues, heartbeat_seconds).build()
+        _express_problem(wf)
+        if functions is None or not (functions.default or functions.by_owner):
+            raise InputError("--express needs --function ARN (the Lambda function that runs the steps), "
+                             "or --function OWNER=ARN per owner")
+    return _Builder(wf, queues, heartbeat_seconds, functions if express else None).build()
+
+
+def _express_problem(wf: Workflow) -> None:
+    """InputError naming the first step an Express workflow cannot carry."""
+    for s in wf.steps:
+        why = ""
+        if s.kind is StepKind.HUMAN:
+            why = ("a human step waits for a person's answer (a task token), which an Express workflow cannot "
+                   "wait for")
+        elif s.kind in (StepKind.AI, StepKind.CODE) and (s.timeout_seconds is None or
+                                                           s.timeout_seconds > EXPRESS_SECONDS):
+            shown = "none" if s.timeout_seconds is None else f"{s.timeout_seconds:g}s"
+            why = (f"its timeout ({shown}) must be at most {EXPRESS_SECONDS}s, the longest an Express "
+                   "execution runs; set timeout")
+        elif s.kind is StepKind.WAIT and s.every_seconds * max(0, s.max_checks - 1) >= EXPRESS_SECONDS:
+            why = (f"its waits ({s.max_checks - 1} of {s.every_seconds:g}s) add up to {EXPRESS_SECONDS}s or more, "
+                   "the longest an Express execution runs")
+        if why:
+            raise InputError(f"step {s.id!r}: {why}; export it as Standard (without --express)")
 
 
 def jsonpath(ref: str) -> str:
@@ -118,10 +154,11 @@ def _counter(step_id: str, name: str) -> str:
 
 
 class _Builder:
-    def __init__(self, wf: Workflow, queues: Queues, heartbeat_seconds: int) -> None:
+    def __init__(self, wf: Workflow, queues: Queues, heartbeat_seconds: int, functions: Queues | None) -> None:
         self.wf = wf
         self.queues = queues
         self.heartbeat_seconds = heartbeat_seconds
+        self.functions = functions  # an Express workflow's Lambda functions; None: Standard, with tokens
         self.states: dict[str, Any] = {}
 
     def build(self) -> dict[str, Any]:
@@ -151,8 +188,9 @@ class _Builder:
                        f"({name!r}) may have at most {MAX_STATE_NAME} characters; shorten it to "
                        f"{MAX_STATE_NAME - (len(name) - len(sid))} or fewer")
                 raise InputError(msg)
+        kind = "Express" if self.functions is not None else "Standard"
         return {
-            "Comment": f"{wf.name} v{wf.version} ({wf.content_hash[:12]}), exported by statewright",
+            "Comment": f"{wf.name} v{wf.version} ({wf.content_hash[:12]}), exported by statewright ({kind})",
             "StartAt": "Start",
             "States": self.states,
         }
@@ -245,7 +283,7 @@ class _Builder:
             raise InputError(f"step {s.id!r}: retry multiplier {p.multiplier:g} is below 1, "
                              "which Step Functions' BackoffRate does not allow")
         retries = [{
-            "ErrorEquals": [TRANSIENT],
+            "ErrorEquals": [TRANSIENT, *(LAMBDA_TRANSIENT if self.functions is not None else ())],
             "MaxAttempts": max(0, p.max_attempts - 1),
             "IntervalSeconds": int(p.initial_backoff_seconds),
             "BackoffRate": p.multiplier,
@@ -286,13 +324,17 @@ class _Builder:
             "input.$": "$.input", "results.$": "$.results", "workspace.$": "$.workspace",
             "decisions.$": "$.decisions", **(extra or {}),
         }
-        return {"Type": "Task", "Resource": SEND_AND_WAIT,
+        if self.functions is not None:  # Express: the function answers at once, with no token
+            del body["task_token.$"]
+            return {"Type": "Task", "Resource": self.functions.of(s, "--function"), "Parameters": body,
+                    "TimeoutSeconds": max(1, math.ceil(s.timeout_seconds or EXPRESS_SECONDS))}
+        return {"Type": "Task", "Resource": SEND_AND_WAIT, "HeartbeatSeconds": self.heartbeat_seconds,
                 "Parameters": {"QueueUrl": self.queues.of(s), "MessageBody": body}}
 
     def _work(self, i: int, s: Step) -> None:
         key = "verdict" if s.kind is StepKind.AI else "result"
         self.states[f"{s.id}: run"] = {
-            **self._task(s, s.kind.value), "HeartbeatSeconds": self.heartbeat_seconds,
+            **self._task(s, s.kind.value),
             "ResultPath": "$.answer", "Retry": self._retry(s), "Catch": self._catches(i, s),
             "Next": f"{s.id}: keep",
         }
@@ -349,7 +391,7 @@ class _Builder:
         }
         self.states[f"{s.id}: run"] = {
             **self._task(s, "check", {"check.$": _counter(s.id, "checks")}),
-            "HeartbeatSeconds": self.heartbeat_seconds, "ResultSelector": {
+            "ResultSelector": {
                 "check.$": "$.check", "passed.$": "$.passed", "detail.$": "$.detail"},
             "ResultPath": f"$.results['{s.id}']", "Retry": self._retry(s), "Catch": self._catches(i, s),
             "Next": f"{s.id}: passed?",
@@ -386,7 +428,7 @@ class _Builder:
             catches = self._catches(i, s)
             self.states[f"{s.id}: capture"] = {
                 **self._task(s, "capture", {"artifacts": list(s.artifacts)}),
-                "HeartbeatSeconds": self.heartbeat_seconds, "ResultSelector": {"artifacts.$": "$.artifacts"},
+                "ResultSelector": {"artifacts.$": "$.artifacts"},
                 "ResultPath": "$.captured", "Retry": self._retry(s), "Catch": catches,
                 "Next": f"{s.id}: references",
             }
@@ -408,6 +450,7 @@ class _Builder:
             "reject_codes": list(self.wf.reject_codes_of(s)),
         }
         task: dict[str, Any] = {**self._task(s, "human", extra), "ResultPath": "$.answer"}
+        task.pop("HeartbeatSeconds", None)  # a person does not heartbeat
         if s.expires_after_seconds is not None:
             task["TimeoutSeconds"] = max(1, math.ceil(s.expires_after_seconds))
         task["Catch"] = [

@@ -225,6 +225,12 @@ class SfnWorker:
         self.handled += 1
         self._delete(msg)
 
+    def answer(self, body: Mapping[str, Any]) -> Answer:
+        """The answer to one message, redacted (an Express workflow's Lambda function returns
+        it instead of sending it with a token)."""
+        got = self._answer_for(body)
+        return Answer(got.ok, got.output, got.error, self._redactor.text(got.cause))
+
     def _answer_for(self, body: Mapping[str, Any]) -> Answer:
         wf = self.workflows.get(str(body.get("workflow_hash", "")))
         if wf is None:
@@ -236,8 +242,10 @@ class SfnWorker:
         except KeyError as exc:
             return Answer(False, error="unknown_step", cause=str(exc))
         stop = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(str(body.get("task_token", "")), stop), daemon=True)
-        beat.start()
+        token = str(body.get("task_token", ""))
+        beat = threading.Thread(target=self._heartbeat, args=(token, stop), daemon=True)
+        if token:  # an Express workflow's Lambda task has none: it answers by returning
+            beat.start()
         held = _Held(self.recorder.at(wf, body) if self.recorder is not None else None)
         try:
             return self._perform(wf, step, body, held)
@@ -259,7 +267,8 @@ class SfnWorker:
             return answer
         finally:
             stop.set()
-            beat.join()
+            if beat.is_alive():
+                beat.join()
 
     def _perform(self, wf: Workflow, step: Step, body: Mapping[str, Any], held: _Held) -> Answer:
         from statewright.machine.brief import build_brief
