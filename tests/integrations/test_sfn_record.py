@@ -158,3 +158,26 @@ def test_an_approval_that_ends_the_execution_is_recorded_from_its_end_message(
     st = engine.state(tid)
     assert st.status is TaskStatus.COMPLETED and st.approvals[-1].actor == "erin"
     assert verify_task(engine, tid) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # the command opens the database by its URL
+def test_the_sfn_worker_command_records_in_its_db(aws: StepFunctions, steps: Path, store_url: str,
+                                                  tmp_path: Path, open_engine: Any) -> None:
+    """``statewright sfn worker --db URL --once`` answers the first message and records it;
+    the task it prints is in that store."""
+    wf_file = tmp_path / "post.yaml"
+    wf_file.write_text(json.dumps(workflow().raw))
+    execution = aws.start(definition(workflow(), aws.tasks), {"topic": "cli"})
+    result = CliRunner().invoke(cli, ["sfn", "worker", "--queue", aws.tasks, "--workflow", str(wf_file), "--once",
+                                      "--region", "us-east-1", "--db", store_url,
+                                      "--workspace-root", str(tmp_path / "ws")])
+    assert result.exit_code == 0, result.output
+    recorded = [json.loads(line) for line in result.output.splitlines() if line.startswith('{"kind": "recorded"')]
+    assert [r["task"] for r in recorded] == [execution]
+    engine = open_engine()
+    st = engine.state(recorded[0]["task_id"])
+    assert [a.step for a in st.attempts] == ["draft"] and st.current is not None and st.current.step == "ready"
+    no_record = CliRunner().invoke(cli, ["sfn", "worker", "--queue", aws.tasks, "--workflow", str(wf_file),
+                                         "--once", "--region", "us-east-1", "--no-record",
+                                         "--workspace-root", str(tmp_path / "ws")])
+    assert no_record.exit_code == 0 and "recorded" not in no_record.output

@@ -56,6 +56,7 @@ class _Held:
     """The execution's recorded state while the worker performs its step (None: no record)."""
 
     state: TaskState | None
+    execution: str = ""
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ class SfnWorker:
         beat = threading.Thread(target=self._heartbeat, args=(token, stop), daemon=True)
         if token:  # an Express workflow's Lambda task has none: it answers by returning
             beat.start()
-        held = _Held(self.recorder.at(wf, body) if self.recorder is not None else None)
+        held = _Held(self.recorder.at(wf, body) if self.recorder is not None else None, str(body.get("task", "")))
         try:
             return self._perform(wf, step, body, held)
         except TransientError as exc:
@@ -374,7 +375,7 @@ class SfnWorker:
             self.recorder.stop(str(body.get("task", "")), f"the execution halted at {body.get('step')!r} with "
                                                           f"{body.get('reason')!r}, which the record did not see")
             return
-        self._record_failure(_Held(state), {**body, "attempt": cur.attempt},
+        self._record_failure(_Held(state, str(body.get("task", ""))), {**body, "attempt": cur.attempt},
                              Answer(False, error=str(body.get("reason") or "failed"), cause=str(body.get("detail"))))
 
     def _record(self, held: _Held, event: Any) -> None:
@@ -385,7 +386,7 @@ class SfnWorker:
         except Exception as exc:  # the record ends; the answer to Step Functions stands
             from statewright.runtime.screen import describe
 
-            self.recorder.stop(held.state.task_id, describe(exc))
+            self.recorder.stop(held.execution, describe(exc))
             held.state = None
 
     def _record_failure(self, held: _Held, body: Mapping[str, Any], answer: Answer) -> None:

@@ -79,6 +79,11 @@ class Recorder:
         except (RecordStops, IllegalEventError, InputError, VersionConflictError) as exc:
             self._stop(execution, str(exc))
             return None
+        except Exception as exc:  # a store that fails: the record ends, the worker goes on
+            from statewright.runtime.screen import describe
+
+            self._stop(execution, describe(exc))
+            return None
 
     def record(self, state: TaskState, event: Event) -> TaskState:
         """``event`` appended to the task's log with the state the reducer gives (and no
