@@ -6,6 +6,7 @@ process that runs a worker."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -18,4 +19,19 @@ def stamp(ctx: Any) -> bool:
     """Record when the step started (epoch seconds) in the task's workspace."""
     started = time.time()
     (ctx.workspace / "started_at").write_text(repr(started), encoding="utf-8")
+    return True
+
+
+def child_end(ctx: Any) -> bool:
+    """A map child's step: record when it ended (epoch seconds) in the folder its item names."""
+    item = ctx.input["item"]
+    ended = time.time()
+    (Path(item["out"]) / f"child-{ctx.input['index']}.end").write_text(repr(ended), encoding="utf-8")
+    return True
+
+
+def next_after_map(ctx: Any) -> bool:
+    """The parent's step after its map step: record when it started in the parent's out folder."""
+    started = time.time()
+    (Path(ctx.input["out"]) / "next.start").write_text(repr(started), encoding="utf-8")
     return True

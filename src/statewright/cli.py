@@ -63,14 +63,21 @@ def _shown_db(db: str) -> str:
 
 
 def _all_done(engine: Any) -> Callable[[], bool]:
-    """True once no task is running or waiting on a timer (checked at most every half second)."""
+    """True once no task is running or waiting on a timer (checked at most every half second).
+    A parent whose map step only waits for its children counts through them: while any runs,
+    so does it; when they all wait for people, there is nothing left to work."""
     last = [0.0, False]
+
+    def on_children(task: Any) -> bool:
+        cur = task.state.get("current") or {}
+        return not cur.get("command_id") and any(c.get("status") == "running" for c in task.state.get("children", ()))
 
     def done() -> bool:
         now = time.monotonic()
         if now - last[0] >= 0.5:
             last[0] = now
-            last[1] = not any(engine.store.list_tasks(status=s) for s in ("running", "waiting"))
+            busy = (t for s in ("running", "waiting") for t in engine.store.list_tasks(status=s))
+            last[1] = all(on_children(t) for t in busy)
         return bool(last[1])
 
     return done
@@ -161,6 +168,10 @@ def validate(files: tuple[str, ...]) -> None:
         click.echo(f"{f}: OK  {wf.describe()}")
         for warning in unreachable_references(wf, Path(f).parent):
             click.echo(f"{f}: warning: {warning}")
+        for step in wf.steps:
+            if step.map is not None and not step.map.workflow_hash:
+                click.echo(f"{f}: warning: step {step.id!r} maps the workflow named {step.map.workflow!r}, which "
+                           "is looked up in the database when a task is submitted (name a file to check it now)")
     sys.exit(1 if bad else 0)
 
 
@@ -372,6 +383,12 @@ def _print_show(engine: Any, task_id: str) -> None:
                    f"(claimed from {parked.queue!r} at {when(parked.claimed_at_ms or 0)})")
     for line in history_lines(st):
         click.echo("  " + line)
+    if st.parent is not None or st.children:
+        from statewright.runtime.history import family_lines
+
+        live = engine.states([c.task_id for c in st.children if c.live])
+        for line in family_lines(st, live):
+            click.echo(line)
     if st.results:
         click.echo("results:")
     for step_id, result in st.results.items():

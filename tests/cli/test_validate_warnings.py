@@ -104,3 +104,20 @@ def test_errors_still_exit_1_and_print_no_warnings(tmp_path: Path) -> None:
     assert result.stdout.splitlines() == [
         f"{path}: step 'a' timeout: a timeout must be greater than zero (every attempt would time out)"
     ]
+
+
+def test_a_map_over_a_workflow_name_is_a_warning_and_over_a_missing_file_an_error(tmp_path: Path) -> None:
+    """A name is looked up at submit (warned); a file is read now (a missing one fails validate)."""
+    by_name = tmp_path / "by-name.yaml"
+    by_name.write_text("workflow: many\nsteps:\n  - {id: each, kind: map, owner: ci, workflow: review-one,"
+                       " items: input.files}\n", encoding="utf-8")
+    result = sw("validate", by_name)
+    assert result.exit_code == 0
+    assert result.stdout.splitlines()[1] == (
+        f"{by_name}: warning: step 'each' maps the workflow named 'review-one', which is looked up in the "
+        "database when a task is submitted (name a file to check it now)")
+    by_file = tmp_path / "by-file.yaml"
+    by_file.write_text(by_name.read_text().replace("review-one,", "review-one.yaml,"), encoding="utf-8")
+    result = sw("validate", by_file)
+    assert result.exit_code == 1
+    assert "step 'each': workflow file 'review-one.yaml' not found" in result.stdout

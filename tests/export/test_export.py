@@ -7,14 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from statewright.definition import load_workflow
+from statewright._errors import InputError
+from statewright.definition import load_workflow, workflow_from_dict
 from statewright.export import to_asl, to_mermaid
 from statewright.export.asl import Queues
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+#: ASL has no map steps yet (to_asl refuses them, tested below).
+ASL_EXAMPLES = [p for p in EXAMPLES if all(s.map is None for s in load_workflow(p).steps)]
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ASL_EXAMPLES, ids=lambda p: p.name)
 def test_asl_is_closed_and_reachable(path: Path) -> None:
     """Every Next/Default/Catch target names a state, and every state is reachable from StartAt."""
     asl = json.loads(json.dumps(to_asl(load_workflow(path), Queues(default="https://sqs.example/q"))))
@@ -44,3 +47,25 @@ def test_mermaid_draws_steps_loop_backs_and_the_current_step() -> None:
     assert "s1 -.->|fail, max 3| s0" in text and "s2 -.->|fail, max 3| s0" in text
     assert "s5 -->|ok: complete| done" in text
     assert "class s2 current" in text
+
+
+MAPPED = workflow_from_dict({"workflow": "many", "steps": [
+    {"id": "plan", "kind": "code", "owner": "t", "run": {"command": ["plan"]}},
+    {"id": "each", "kind": "map", "owner": "t", "workflow": "review-one", "items": "results.plan.files",
+     "max_concurrency": 8},
+]})
+
+
+def test_mermaid_draws_a_map_step_with_its_child_tasks() -> None:
+    """The map step names what it maps over, the child workflow and its bound, and points at its children."""
+    text = to_mermaid(MAPPED, current="each")
+    assert 's1[/"each<br/><small>map · t</small><br/><small>each of results.plan.files → review-one, 8 at once' in text
+    assert 's1c[["review-one: one task per item"]]' in text and "s1 -. child tasks .-> s1c" in text
+    assert "s1 -->|ok| done" in text and "class s1 current" in text
+
+
+def test_asl_refuses_a_map_step_in_one_line() -> None:
+    with pytest.raises(InputError) as err:
+        to_asl(MAPPED, Queues(default="https://sqs.example/q"))
+    assert str(err.value).startswith("step 'each': map steps are not exported to Step Functions yet")
+    assert "\n" not in str(err.value)

@@ -75,3 +75,12 @@ def effect_once(ctx: ExecContext) -> bool:
             f.flush()
             os.fsync(f.fileno())
     return True
+
+
+def square(ctx: ExecContext) -> dict[str, object]:
+    """A map child's work: its item squared, logged (one line per call) in the workspace."""
+    _call(ctx)
+    item = ctx.input["item"]
+    if item == "boom":
+        return {"ok": False, "output": "refused to square a bomb"}
+    return {"output": {"square": int(item) ** 2, "index": ctx.input["index"]}}

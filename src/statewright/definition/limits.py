@@ -37,6 +37,10 @@ MAX_DURATION_SECONDS = 366 * 86_400
 """Longest duration anywhere (timeouts, intervals, backoffs, expiry): 366 days."""
 MAX_VERSION = 2**31 - 1
 """Largest workflow ``version``."""
+MAX_MAP_CONCURRENCY = 1_000
+"""A map step's ``max_concurrency``: children running at once."""
+MAX_MAP_DEPTH = 8
+"""Workflows that map workflows that map ...: the deepest chain of map steps."""
 MAX_ATTEMPTS = 1_000
 """Largest ``max_attempts`` (loop-backs and command retries) and loop attempt counts."""
 MAX_CHECKS = 100_000
@@ -111,6 +115,8 @@ __all__ = [
     "MAX_INPUT_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_JSON_INT",
+    "MAX_MAP_CONCURRENCY",
+    "MAX_MAP_DEPTH",
     "MAX_MONEY_USD",
     "MAX_RESULT_LIMIT_BYTES",
     "MAX_RETRY_MULTIPLIER",

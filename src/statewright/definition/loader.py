@@ -41,6 +41,7 @@ from statewright.definition.limits import (
     is_name,
     parse_size_bytes,
 )
+from statewright.definition.maps import items_problems, parse_map, pin_children
 from statewright.definition.model import (
     COMPLETE,
     CONTINUE,
@@ -82,6 +83,7 @@ _KIND_FIELDS: Mapping[StepKind, set[str]] = {
                       "reject_codes", "notify"},
     StepKind.WAIT: {"check", "every", "max_checks"},
     StepKind.CODE: {"run", "agent", "output_schema", "outcomes", "protected", "on_conflict"},
+    StepKind.MAP: {"workflow", "workflow_hash", "items", "max_concurrency", "tolerated_failures"},
 }
 _PROCESS_FIELDS = {"env", "secrets"}  # kinds that run something: ai, wait, code
 _RESULT_FIELDS = {"result_limit"}  # kinds that record a result: ai, wait, code
@@ -90,6 +92,7 @@ _REQUIRED_KIND_FIELDS: Mapping[StepKind, tuple[str, ...]] = {
     StepKind.HUMAN: ("approvers",),
     StepKind.WAIT: ("check", "every", "max_checks"),
     StepKind.CODE: ("run",),
+    StepKind.MAP: ("workflow", "items"),
 }
 _RETRY_FIELDS = {
     "max_attempts", "initial_backoff", "max_backoff", "multiplier", "jitter", "non_retryable",
@@ -152,7 +155,15 @@ def read_definition_text(path: str | Path) -> str:
 
 
 def load_workflow(path: str | Path) -> Workflow:
-    """Read and validate one YAML workflow file."""
+    """Read and validate one YAML workflow file, and the child workflows its map steps name
+    by file (each pinned in it by content hash)."""
+    wf = workflow_from_yaml(read_definition_text(path), str(path))
+    if not any(s.map is not None for s in wf.steps):
+        return wf
+    return pin_children(wf, Path(path), _read_one, workflow_from_dict)
+
+
+def _read_one(path: Path) -> Workflow:
     return workflow_from_yaml(read_definition_text(path), str(path))
 
 
@@ -223,6 +234,8 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
                 problems.add(f"step {step.id!r}", "stuck_after needs someone to tell: add notify: {stuck: "
                                                   "[TARGET...]} to the workflow")
         for step_id, problem in reference_problems(steps, input_schema):
+            problems.add(f"step {step_id!r}", problem)
+        for step_id, problem in items_problems(steps, input_schema):
             problems.add(f"step {step_id!r}", problem)
     github = parse_github(data["github"], steps, problems.add, reject_codes) if "github" in data else None
     if problems.items:
@@ -418,10 +431,11 @@ def _parse_step(
     try:
         kind = StepKind(str(kind_raw))
     except ValueError:
-        problems.add(where, f"unknown kind {kind_raw!r}; use one of ai, human, wait, code")
+        problems.add(where, f"unknown kind {kind_raw!r}; use one of ai, human, wait, code, map")
         return None
-    allowed = _COMMON_STEP_FIELDS | _KIND_FIELDS[kind] | (set() if kind is StepKind.HUMAN else _PROCESS_FIELDS)
-    allowed |= set() if kind is StepKind.HUMAN else _RESULT_FIELDS
+    runs_nothing = kind in (StepKind.HUMAN, StepKind.MAP)
+    allowed = _COMMON_STEP_FIELDS | _KIND_FIELDS[kind] | (set() if runs_nothing else _PROCESS_FIELDS)
+    allowed |= set() if runs_nothing else _RESULT_FIELDS
     for key in raw:
         if key not in allowed:
             other = [k.value for k, f in _KIND_FIELDS.items() if key in f]
@@ -591,6 +605,7 @@ def _parse_step(
         on_conflict=on_conflict,
         notify=targets,
         stuck_after_seconds=stuck_after,
+        map=parse_map(raw, where, problems.add) if kind is StepKind.MAP else None,
         **result_limit,
     )
 

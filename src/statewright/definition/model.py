@@ -19,6 +19,7 @@ class StepKind(StrEnum):
     HUMAN = "human"
     WAIT = "wait"
     CODE = "code"
+    MAP = "map"  # one child task per item of a list in the task's state
 
 
 class RouteKind(StrEnum):
@@ -92,6 +93,29 @@ class RemoteAgent:
 
 
 @dataclass(frozen=True)
+class MapSpec:
+    """A map step: one child task of ``workflow`` per element of the list ``items`` (a
+    reference into the task's state), each on the input ``{"item": ELEMENT, "index": I}``, at
+    most ``max_concurrency`` running at once. The step fails when more children fail than
+    ``tolerated_failures`` (a count), or than ``tolerated_percent`` of the items when that is
+    set. ``workflow_hash`` pins the child workflow by content hash (the loader fills it for a
+    file; empty: the latest workflow registered under the name ``workflow``)."""
+
+    workflow: str
+    items: str
+    workflow_hash: str = ""
+    max_concurrency: int = 10
+    tolerated_failures: int = 0
+    tolerated_percent: float | None = None
+
+    def tolerated(self, n_items: int) -> int:
+        """How many of ``n_items`` children may fail before the step fails."""
+        if self.tolerated_percent is None:
+            return self.tolerated_failures
+        return int(n_items * self.tolerated_percent / 100)
+
+
+@dataclass(frozen=True)
 class Step:
     id: str
     kind: StepKind
@@ -123,6 +147,7 @@ class Step:
     result_limit_bytes: int = DEFAULT_RESULT_LIMIT_BYTES  # its result, written as JSON
     notify: tuple[NotifyTarget, ...] = ()  # a human step: told when it waits for approval
     stuck_after_seconds: float | None = None  # the workflow's notify.stuck is told after this long here
+    map: MapSpec | None = None  # a map step's children
 
     @property
     def remote(self) -> RemoteAgent | None:
@@ -154,6 +179,8 @@ class Workflow:
     notify: Mapping[NotifyEvent, tuple[NotifyTarget, ...]] = field(default_factory=dict)  # halted, stuck
     github: GithubProjection | None = None  # labels on the task's issue or pull request
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: The workflows its map steps start, by content hash, when loaded from files with it.
+    children: Mapping[str, Workflow] = field(default_factory=dict, compare=False, repr=False)
 
     def index_of(self, step_id: str) -> int:
         for i, step in enumerate(self.steps):

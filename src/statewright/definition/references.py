@@ -155,7 +155,7 @@ def reference_problems(steps: Sequence[Step], input_schema: Mapping[str, Any] | 
             for n, item in enumerate(items):
                 refs = [p for p in parse_item(item) if isinstance(p, Reference)] if "{" in item else []
                 for ref in refs:
-                    problem = _reference_problem(ref, i, steps, index, input_schema)
+                    problem = reference_problem(ref, i, steps, index, input_schema)
                     if problem is not None:
                         out.append((step.id, f"{key} command item {n} {ref.text}: {problem}"))
                 if refs and _in_inline_script(items, n):
@@ -177,7 +177,7 @@ def _in_inline_script(items: Sequence[str], n: int) -> bool:
     return flag == "--eval" or (_SHORT_FLAGS.fullmatch(flag) is not None and ("c" in flag or "e" in flag))
 
 
-def _reference_problem(
+def reference_problem(
     ref: Reference, at: int, steps: Sequence[Step], index: Mapping[str, int],
     input_schema: Mapping[str, Any] | None,
 ) -> str | None:
@@ -201,7 +201,18 @@ def _reference_problem(
         return f"step {name!r} has no output_schema, so it records no verdict to refer to"
     if source.kind is StepKind.WAIT:
         return _schema_refutes(WAIT_RESULT_SCHEMA, rest, f"results.{name}", "a wait step's result")
+    if source.kind is StepKind.MAP:
+        return _schema_refutes(MAP_RESULT_SCHEMA, rest, f"results.{name}", "a map step's result")
     return _schema_refutes(source.output_schema, rest, f"results.{name}", f"the output_schema of step {name!r}")
+
+
+def result_schema(step: Step) -> Mapping[str, Any] | None:
+    """The schema of what ``step`` records as its result (None: not stated)."""
+    if step.kind is StepKind.WAIT:
+        return WAIT_RESULT_SCHEMA
+    if step.kind is StepKind.MAP:
+        return MAP_RESULT_SCHEMA
+    return step.output_schema
 
 
 #: What a wait step records as its result: its last check.
@@ -209,6 +220,20 @@ WAIT_RESULT_SCHEMA: Mapping[str, Any] = {
     "type": "object",
     "properties": {"check": {"type": "integer"}, "passed": {"type": "boolean"},
                    "detail": {"type": "string"}, "body": {}},
+    "additionalProperties": False,
+}
+
+
+#: What a map step records as its result: its children's results in item order (null for
+#: one that did not complete), the counts, and each failure.
+MAP_RESULT_SCHEMA: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "results": {"type": "array"}, "succeeded": {"type": "integer"}, "failed": {"type": "integer"},
+        "failures": {"type": "array", "items": {"type": "object", "properties": {
+            "index": {"type": "integer"}, "task_id": {"type": "string"}, "status": {"type": "string"},
+            "reason": {"type": "string"}}}},
+    },
     "additionalProperties": False,
 }
 

@@ -163,6 +163,11 @@ class _Builder:
 
     def build(self) -> dict[str, Any]:
         wf = self.wf
+        for s in wf.steps:
+            if s.kind is StepKind.MAP:
+                msg = (f"step {s.id!r}: map steps are not exported to Step Functions yet; run this workflow "
+                       "on the embedded or PostgreSQL store")
+                raise InputError(msg)
         reserved = {"Start", DONE, DONE_EARLY, "Succeeded", DEAD_LETTER, HALTED}
         for s in wf.steps:
             if s.id in reserved:

@@ -9,7 +9,13 @@ _SHAPES = {
     StepKind.CODE: ('[/"', '"/]'),
     StepKind.HUMAN: ('{{"', '"}}'),
     StepKind.WAIT: ('(["', '"])'),
+    StepKind.MAP: ('[/"', '"\\]'),
 }
+
+
+def _quoted(text: str) -> str:
+    """Text safe inside a quoted Mermaid label."""
+    return text.replace('"', "#quot;")
 
 
 def _node(i: int) -> str:
@@ -22,7 +28,13 @@ def to_mermaid(wf: Workflow, *, current: str | None = None) -> str:
     for i, s in enumerate(wf.steps):
         left, right = _SHAPES[s.kind]
         label = f"{s.id}<br/><small>{s.kind.value} · {s.owner}</small>"
+        if s.map is not None:  # one child task per item: what it maps, over which list, how many at once
+            label += (f"<br/><small>each of {s.map.items} → {_quoted(s.map.workflow)}, "
+                      f"{s.map.max_concurrency} at once</small>")
         lines.append(f"  {_node(i)}{left}{label}{right}")
+        if s.map is not None:
+            lines.append(f'  {_node(i)}c[["{_quoted(s.map.workflow)}: one task per item"]]')
+            lines.append(f"  {_node(i)} -. child tasks .-> {_node(i)}c")
     lines.append(f"  start --> {_node(0)}")
     for i, s in enumerate(wf.steps):
         nxt = _node(i + 1) if i + 1 < len(wf.steps) else "done"

@@ -107,8 +107,48 @@ class SyncLabels(Command):
     version: int = 0
 
 
+@dataclass(frozen=True)
+class StartChild(Command):
+    """Start task ``child_id`` of the workflow ``workflow_hash`` (or, when empty, the latest
+    registered workflow named ``workflow``) on ``input``; ``task_id``, ``step`` and
+    ``attempt`` are the parent's."""
+
+    type: ClassVar[str] = "StartChild"
+    child_id: str = ""
+    index: int = 0
+    workflow: str = ""
+    workflow_hash: str = ""
+    input: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CancelChild(Command):
+    """Cancel the live child ``child_id``: its parent was cancelled by ``actor``, or the
+    parent's step that started it ended (``actor`` is then ``statewright:map``)."""
+
+    type: ClassVar[str] = "CancelChild"
+    child_id: str = ""
+    actor: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TellParent(Command):
+    """The child ``task_id`` ended: append ChildEnded to its parent (``parent``)."""
+
+    type: ClassVar[str] = "TellParent"
+    parent: Mapping[str, Any] = field(default_factory=dict)
+    status: str = ""
+    reason: str = ""
+    detail: str = ""
+    result: Mapping[str, Any] | None = None
+    version: int = 0  # the child's version that ended it: names the parent's event
+
+
 COMMAND_TYPES: Mapping[str, type[Command]] = {
-    cls.type: cls for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer, Notify, SyncLabels)
+    cls.type: cls
+    for cls in (RunStep, RunCheck, CaptureArtifacts, RequestApproval, StartTimer, Notify, SyncLabels, StartChild,
+                CancelChild, TellParent)
 }
 
 

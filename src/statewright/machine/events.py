@@ -32,6 +32,7 @@ class Event:
 class TaskSubmitted(Event):
     type: ClassVar[str] = "TaskSubmitted"
     input: Mapping[str, Any] = field(default_factory=dict)
+    parent: Mapping[str, Any] | None = None  # a child task's parent (machine.children.ParentRef)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class TaskCancelled(Event):
     type: ClassVar[str] = "TaskCancelled"
     actor: str = ""
     reason: str = ""
+    by_parent: str = ""  # a child cancelled with its parent, or when the step that started it ended
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,23 @@ class NotificationSent(Event):
     tries: int = 1
 
 
+@dataclass(frozen=True)
+class ChildEnded(Event):
+    """Child ``child_id`` (started by ``step``'s attempt ``attempt``, item ``index``) ended
+    with ``status``. Written in the same transaction as the child's terminal event; its
+    ``event_id`` is ``CHILD:ended:VERSION``."""
+
+    type: ClassVar[str] = "ChildEnded"
+    child_id: str = ""
+    step: str = ""
+    attempt: int = 0
+    index: int = 0
+    status: str = ""
+    reason: str = ""
+    detail: str = ""
+    result: Mapping[str, Any] | None = None
+
+
 EVENT_TYPES: Mapping[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -192,6 +211,7 @@ EVENT_TYPES: Mapping[str, type[Event]] = {
         TaskRetried,
         TaskCancelled,
         NotificationSent,
+        ChildEnded,
     )
 }
 

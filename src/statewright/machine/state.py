@@ -9,6 +9,7 @@ from typing import Any
 
 from statewright.definition.model import Workflow
 from statewright.machine._records import record_dict
+from statewright.machine.children import Child, ParentRef
 
 
 class TaskStatus(StrEnum):
@@ -145,6 +146,8 @@ class TaskState:
     epoch: int = 0
     created_at_ms: int = 0
     updated_at_ms: int = 0
+    parent: ParentRef | None = None  # a child task's parent
+    children: tuple[Child, ...] = ()  # the child tasks it started, in the order started
 
     @property
     def terminal(self) -> bool:
@@ -212,6 +215,8 @@ class TaskState:
             epoch=int(data.get("epoch", 0)),
             created_at_ms=int(data.get("created_at_ms", 0)),
             updated_at_ms=int(data.get("updated_at_ms", 0)),
+            parent=ParentRef.from_dict(data["parent"]) if data.get("parent") else None,
+            children=tuple(Child(**c) for c in data.get("children", [])),
         )
 
 

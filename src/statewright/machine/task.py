@@ -30,6 +30,7 @@ from statewright.definition.model import OutcomeRoute, RouteKind, Step, StepKind
 from statewright.definition.notify import NotifyEvent
 from statewright.machine._records import replace
 from statewright.machine.brief import build_brief, cut_output
+from statewright.machine.children import ParentRef
 from statewright.machine.commands import (
     CaptureArtifacts,
     Command,
@@ -45,6 +46,7 @@ from statewright.machine.events import (
     ArtifactsCaptured,
     AttemptReported,
     CheckReported,
+    ChildEnded,
     Event,
     EvidenceAdded,
     NotificationSent,
@@ -52,6 +54,17 @@ from statewright.machine.events import (
     TaskRetried,
     TaskSubmitted,
     TimerFired,
+)
+from statewright.machine.fanout import (
+    MAP_ACTOR,
+    ItemsError,
+    MapEnd,
+    cascade,
+    map_end,
+    map_items,
+    parent_of,
+    record_end,
+    start_more,
 )
 from statewright.machine.labels import label_commands
 from statewright.machine.paths import MISSING_REFERENCE, RefError, parse_ref, resolve
@@ -76,21 +89,22 @@ KEY_HASH_DIGITS = 16  # hex digits of the approved proposal hash a key carries
 #: recorded whatever the task has done since (it may have ended); a TimerFired while running
 #: is the step's stuck_after timer, and only that one.
 _NOTIFIED = NotificationSent.type
+_CHILD = ChildEnded.type  # a child's end is recorded whatever the parent has done since
 LEGAL: Mapping[TaskStatus, frozenset[str]] = {
     TaskStatus.NEW: frozenset({TaskSubmitted.type}),
     TaskStatus.RUNNING: frozenset(
         {AttemptReported.type, CheckReported.type, ArtifactsCaptured.type, EvidenceAdded.type,
-         TaskCancelled.type, TimerFired.type, _NOTIFIED}  # a timer: a remote deadline, or stuck
+         TaskCancelled.type, TimerFired.type, _NOTIFIED, _CHILD}  # a timer: a remote deadline, or stuck
     ),
-    TaskStatus.WAITING: frozenset({TimerFired.type, EvidenceAdded.type, TaskCancelled.type, _NOTIFIED}),
+    TaskStatus.WAITING: frozenset({TimerFired.type, EvidenceAdded.type, TaskCancelled.type, _NOTIFIED, _CHILD}),
     TaskStatus.AWAITING_APPROVAL: frozenset(
         {ApprovalGranted.type, ApprovalRejected.type, TimerFired.type, EvidenceAdded.type,
-         TaskCancelled.type, _NOTIFIED}
+         TaskCancelled.type, _NOTIFIED, _CHILD}
     ),
-    TaskStatus.HALTED: frozenset({TaskRetried.type, EvidenceAdded.type, TaskCancelled.type, _NOTIFIED}),
-    TaskStatus.COMPLETED: frozenset({_NOTIFIED}),
-    TaskStatus.COMPLETED_EARLY: frozenset({_NOTIFIED}),
-    TaskStatus.CANCELLED: frozenset({_NOTIFIED}),
+    TaskStatus.HALTED: frozenset({TaskRetried.type, EvidenceAdded.type, TaskCancelled.type, _NOTIFIED, _CHILD}),
+    TaskStatus.COMPLETED: frozenset({_NOTIFIED, _CHILD}),
+    TaskStatus.COMPLETED_EARLY: frozenset({_NOTIFIED, _CHILD}),
+    TaskStatus.CANCELLED: frozenset({_NOTIFIED, _CHILD}),
 }
 
 
@@ -107,6 +121,9 @@ def transition(state: TaskState, event: Event) -> Result:
     if new.status is TaskStatus.HALTED and state.status is not TaskStatus.HALTED and new.halt is not None:
         commands = [*commands, *_halt_notices(new, new.halt)]
     new = replace(new, version=state.version + 1, updated_at_ms=event.at_ms)
+    if new.parent is not None or new.children:  # a child's end goes to its parent; orphans are cancelled
+        new, related = cascade(state, new, event)
+        commands = [*commands, *related]
     if new.workflow.github is not None:  # the labels on its issue or pull request follow
         commands = [*commands, *label_commands(state, new)]
     return new, commands
@@ -186,6 +203,8 @@ def _start(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result
                 check_number=1, idempotency_key=f"{key}/check-1",
             )
         ]
+    if step.kind is StepKind.MAP:
+        return _start_map(state, step, index, number, at_ms, key)
     if step.artifacts:  # read them first: the proposal shows them by content hash
         capture_id = f"{cid}/capture"
         cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, command_id=capture_id)
@@ -196,6 +215,26 @@ def _start(state: TaskState, index: int, at_ms: int, *, key: str = "") -> Result
         ]
     cur = Current(step=step.id, attempt=number, started_at_ms=at_ms)
     return _await_approval(replace(state, current=cur), step, at_ms)
+
+
+def _start_map(state: TaskState, step: Step, index: int, number: int, at_ms: int, key: str) -> Result:
+    """Start a map step's attempt: its first children, up to ``max_concurrency``. Items that
+    cannot be read, or are not a list, fail the attempt (routed like any failure); an empty
+    list passes at once."""
+    cur = Current(step=step.id, attempt=number, started_at_ms=at_ms, key=key or idempotency_key(state, index, number))
+    state = replace(state, status=TaskStatus.RUNNING, current=cur)
+    try:
+        items = map_items(state, step)
+    except ItemsError as exc:
+        return _finish(state, at_ms, Outcome.FAILED, actor=MAP_ACTOR, reason=exc.reason, detail=str(exc))
+    started, cmds = start_more(state, step, number, items)
+    end = map_end(started, step, number, len(items))
+    return (started, cmds) if end is None else _map_finish(started, at_ms, end)
+
+
+def _map_finish(state: TaskState, at_ms: int, end: MapEnd) -> Result:
+    outcome = Outcome.PASSED if end.passed else Outcome.FAILED
+    return _finish(state, at_ms, outcome, actor=MAP_ACTOR, reason=end.reason, detail=end.detail, result=end.result)
 
 
 def _await_approval(state: TaskState, step: Step, at_ms: int) -> Result:
@@ -407,13 +446,35 @@ def output_problem(schema: Mapping[str, Any], result: Mapping[str, Any] | None) 
 
 
 def _on_submitted(state: TaskState, ev: TaskSubmitted) -> Result:
+    parent = ParentRef.from_dict(ev.parent) if ev.parent else None
+    started = replace(state, input=dict(ev.input), created_at_ms=ev.at_ms, parent=parent)
     schema = state.workflow.input_schema
-    if schema is not None:
-        err = verdict_error(schema, ev.input)
-        if err is not None:
-            raise IllegalEventError(f"task {state.task_id}: input does not match input_schema: {err}")
-    started = replace(state, input=dict(ev.input), created_at_ms=ev.at_ms)
+    err = verdict_error(schema, ev.input) if schema is not None else None
+    if err is not None and parent is None:
+        raise IllegalEventError(f"task {state.task_id}: input does not match input_schema: {err}")
+    if err is not None:  # a child's input came from its parent, not from a caller to refuse: it halts
+        first = state.workflow.steps[0].id
+        halt = HaltInfo(step=first, reason="invalid_input", detail=f"input does not match input_schema: {err}")
+        return replace(started, status=TaskStatus.HALTED, halt=halt), []
     return _enter(started, 0, ev.at_ms)
+
+
+def _on_child_ended(state: TaskState, ev: ChildEnded) -> Result:
+    """Record how a child ended; a map step waiting on it starts the next child, or ends."""
+    new = record_end(state, ev)
+    if new is None:
+        msg = f"task {state.task_id}: {ev.child_id!r} is not a child of step {ev.step!r} attempt {ev.attempt}"
+        raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+    cur = new.current
+    if new.status is not TaskStatus.RUNNING or cur is None or (cur.step, cur.attempt) != (ev.step, ev.attempt):
+        return new, []
+    step = _step(new)
+    try:
+        items = map_items(new, step)
+    except ItemsError as exc:  # read when the attempt started; nothing since can change them
+        return _finish(new, ev.at_ms, Outcome.FAILED, actor=MAP_ACTOR, reason=exc.reason, detail=str(exc))
+    end = map_end(new, step, cur.attempt, len(items))
+    return start_more(new, step, cur.attempt, items) if end is None else _map_finish(new, ev.at_ms, end)
 
 
 def _on_attempt(state: TaskState, ev: AttemptReported) -> Result:
@@ -718,7 +779,13 @@ def _operator(state: TaskState, ev: TaskRetried | TaskCancelled, action: str) ->
     if not ev.actor or not ev.reason:
         msg = f"task {state.task_id}: {action} needs an operator name and a reason"
         raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
-    problem = person_name_problem(ev.actor)
+    if isinstance(ev, TaskCancelled) and ev.by_parent:
+        if parent_of(state, ev) is None:
+            msg = f"task {state.task_id}: {ev.by_parent!r} is not its parent"
+            raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
+        problem = None if ev.actor == MAP_ACTOR else person_name_problem(ev.actor)
+    else:
+        problem = person_name_problem(ev.actor)
     if problem is not None:
         raise IllegalEventError(f"task {state.task_id}: {action} by {problem}", status=state.status.value,
                                 event_type=ev.type)
@@ -803,4 +870,5 @@ _HANDLERS: Mapping[str, Callable[[TaskState, Any], Result]] = {
     TaskRetried.type: _on_retried,
     TaskCancelled.type: _on_cancelled,
     NotificationSent.type: _on_notified,
+    ChildEnded.type: _on_child_ended,
 }

@@ -28,7 +28,7 @@ from statewright._names import AGENT_ROLE, OPERATOR_ROLE
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
-from statewright.machine.commands import Command, RequestApproval, StartTimer
+from statewright.machine.commands import Command, RequestApproval
 from statewright.machine.events import (
     ApprovalGranted,
     ApprovalRejected,
@@ -42,9 +42,11 @@ from statewright.machine.events import (
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime import inputs, workspaces
+from statewright.runtime.children import Unit, spans_tasks
 from statewright.runtime.clock import Clock, SystemClock
+from statewright.runtime.outbox import remote_closed, to_new_commands
 from statewright.runtime.users import Principal, Users
-from statewright.store import AppendRequest, NewCommand, Store, open_store
+from statewright.store import AppendRequest, Store, open_store
 from statewright.store.base import Claim
 
 log = logging.getLogger("statewright.worker")
@@ -112,36 +114,12 @@ def new_task_id(now_ms: int) -> str:
     return f"t-{max(0, now_ms):011x}{_random_hex(8)}"
 
 
-def to_new_commands(commands: Sequence[Command], now_ms: int) -> list[NewCommand]:
-    """The outbox rows and timers of ``commands``. A RequestApproval is not stored: telling
-    the approvers is the work of the step's Notify commands, and the engine announces the
-    wait in its log once the transition is committed (``announce``)."""
-    out = []
-    for c in commands:
-        if isinstance(c, RequestApproval):
-            continue
-        if isinstance(c, StartTimer):
-            out.append(NewCommand(c.timer_id, "TimerFired", {}, c.due_at_ms, timer=True, purpose=c.purpose))
-        else:
-            out.append(NewCommand(c.command_id, c.type, c.wire(), now_ms))
-    return out
-
-
 def announce(task_id: str, commands: Sequence[Command]) -> None:
     """Log that a committed transition left the task waiting for a person."""
     for c in commands:
         if isinstance(c, RequestApproval):
             log.info("task %s waits for approval at %s (role %s, proposal %s)", task_id, c.step, c.role,
                      c.proposal_hash)
-
-
-def remote_closed(old: TaskState, new: TaskState) -> str | None:
-    """The command id of the remote attempt a transition from ``old`` to ``new`` ends (a
-    report, a deadline, a repair turn, a cancel): its parked row and timers go with it."""
-    cur = old.current
-    if cur is None or not cur.command_id or (new.current is not None and new.current.command_id == cur.command_id):
-        return None
-    return cur.command_id if old.workflow.step(cur.step).remote is not None else None
 
 
 class Engine:
@@ -165,6 +143,10 @@ class Engine:
 
     # --- definitions -------------------------------------------------------------------
     def register(self, workflow: Workflow) -> None:
+        """Store a workflow's definition (and those of the child workflows its map steps
+        read from files), so any worker can load it by content hash."""
+        for child in workflow.children.values():
+            self.register(child)
         if workflow.content_hash not in self._defs:
             self.store.put_definition(
                 workflow.content_hash, workflow.name, workflow.version, workflow.raw
@@ -180,6 +162,41 @@ class Engine:
             wf = workflow_from_dict(body, f"stored:{content_hash[:12]}")
             self._defs[content_hash] = wf
         return wf
+
+    def child_workflow(self, content_hash: str, name: str) -> Workflow:
+        """A map step's child workflow: pinned by ``content_hash``, or else the highest
+        version stored under ``name``."""
+        if content_hash:
+            return self.workflow(content_hash)
+        found = self.store.definition_by_name(name)
+        if found is None:
+            msg = f"no workflow named {name!r} is registered here; submit or register it first, or name its file"
+            raise DefinitionError([msg], self.store.url)
+        return self.workflow(found)
+
+    def check_children(self, workflow: Workflow, stack: tuple[str, ...] = ()) -> None:
+        """Refuse (DefinitionError, one line) a workflow whose map steps name a workflow that
+        is not registered, a file that was not read with it, or each other in a cycle."""
+        from statewright.definition.maps import is_file_ref, map_steps
+
+        chain = (*stack, workflow.name)
+        for step in map_steps(workflow):
+            spec = step.map
+            if spec is None:
+                continue
+            where = f"workflow {workflow.name!r}, map step {step.id!r}"
+            if not spec.workflow_hash and is_file_ref(spec.workflow):
+                msg = (f"{where} names the file {spec.workflow!r}, which was not read with it; load the "
+                       "workflow from its file (statewright.load_workflow) so its children are read")
+                raise DefinitionError([msg], workflow.source)
+            try:
+                child = self.child_workflow(spec.workflow_hash, spec.workflow)
+            except DefinitionError as exc:
+                raise DefinitionError([f"{where}: {exc.problems[0]}"], workflow.source) from None
+            if child.name in chain:
+                cycle = " -> ".join((*chain[chain.index(child.name):], child.name))
+                raise DefinitionError([f"{where}: workflows map each other in a cycle: {cycle}"], workflow.source)
+            self.check_children(child, chain)
 
     # --- tasks -------------------------------------------------------------------------
     def submit(
@@ -202,17 +219,28 @@ class Engine:
                 return self._same_submission(existing, key, wf, given)
         data = workspaces.pin_base(wf, given)  # the protected paths' baseline, fixed now
         self.register(wf)
+        if any(st.map is not None for st in wf.steps):
+            self.check_children(wf)
         now = self.clock.now_ms()
         for attempt in range(_CONFLICT_RETRIES):
             tid = task_id or new_task_id(now)
             ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data)
             new, cmds = transition(new_task(tid, wf), ev)
             try:
-                res = self.store.append(
-                    tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
-                    workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
-                )
+                if spans_tasks(cmds):  # a first step that starts children: one commit with them
+                    unit = Unit(self, now)
+                    unit.add(None, ev, new, cmds, workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key)
+                    res = self.store.append_all(unit.run().requests)[0]
+                    self._announce(unit)
+                else:
+                    res = self.store.append(
+                        tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
+                        workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
+                    )
             except VersionConflictError:
+                existing = self.store.task_by_key(key) if key is not None else None
+                if existing is not None and key is not None:
+                    return self._same_submission(existing, key, wf, given)
                 if task_id is not None or attempt == _CONFLICT_RETRIES - 1:
                     raise
                 continue  # a generated id that is taken (the same millisecond, the same 32 bits)
@@ -226,6 +254,11 @@ class Engine:
                 continue  # a generated id that is taken: never join another submit's task
             return tid  # the caller's own task id, submitted before
         raise VersionConflictError(task_id or "t-?", 0, 1)
+
+    @staticmethod
+    def _announce(unit: Unit) -> None:
+        for tid, cmds in unit.commands[1:]:
+            announce(tid, cmds)
 
     def _same_submission(self, task_id: str, key: str, wf: Workflow, given: Mapping[str, Any]) -> str:
         """``task_id``, submitted under ``key`` before, when it is this submission again;
@@ -273,7 +306,7 @@ class Engine:
     ) -> Applied:
         """Apply one event; retries on a lost version race; a duplicate event id returns
         the recorded result. Raises IllegalEventError (state unchanged) when refused."""
-        for attempt in range(_CONFLICT_RETRIES):
+        for attempt in range(_CONFLICT_RETRIES * 8):  # a parent with many children ending is contended
             st = state if (state is not None and attempt == 0) else self.state(task_id)
             try:
                 new, cmds = transition(st, event)
@@ -283,11 +316,19 @@ class Engine:
                 raise
             now = self.clock.now_ms()
             try:
-                res = self.store.append(
-                    task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
-                    complete=complete, complete_timer=complete_timer, terminal=new.terminal,
-                    claim_for=claim_for, complete_remote=remote_closed(st, new),
-                )
+                if spans_tasks(cmds):  # children started or cancelled, or a parent told: one commit
+                    unit = Unit(self, now)
+                    unit.add(st, event, new, cmds, complete=complete, complete_timer=complete_timer,
+                             claim_for=claim_for)
+                    res = self.store.append_all(unit.run().requests)[0]
+                    if not res.duplicate:
+                        self._announce(unit)
+                else:
+                    res = self.store.append(
+                        task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
+                        complete=complete, complete_timer=complete_timer, terminal=new.terminal,
+                        claim_for=claim_for, complete_remote=remote_closed(st, new),
+                    )
             except VersionConflictError:
                 continue
             if res.duplicate:
@@ -327,6 +368,8 @@ class Engine:
             new, cmds = transition(report.state, report.event)
         except IllegalEventError:
             return report
+        if spans_tasks(cmds):
+            return report  # other tasks' appends go with it: apply_many applies it on its own
         req = self.store.encode(AppendRequest(
             report.task_id, report.state.version, report.event.wire(), projection(new),
             to_new_commands(cmds, self.clock.now_ms()), complete=report.complete, terminal=new.terminal,

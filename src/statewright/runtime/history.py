@@ -114,3 +114,33 @@ def proposal_lines(state: TaskState) -> list[str]:
         lines.append(f"artifact {name}:")
         lines += ["  | " + line for line in str(body).splitlines() or [""]]
     return lines
+
+
+_LISTED_CHILDREN = 20  # past this many, the children that completed are counted, not listed
+
+
+def family_lines(state: TaskState, children: dict[str, TaskState]) -> list[str]:
+    """Where a task stands among its family: its parent, and its children's progress per
+    step attempt that started them (how many ended and how), one line per child with the step
+    a running one stands at. ``children`` holds the children's states by task id."""
+    lines: list[str] = []
+    if state.parent is not None:
+        p = state.parent
+        lines.append(f"child of {p.task_id} (step {p.step} #{p.attempt}, item {p.index})")
+    groups: dict[tuple[str, int], list[Any]] = {}
+    for c in state.children:
+        groups.setdefault((c.step, c.attempt), []).append(c)
+    for (step, attempt), group in groups.items():
+        counts: dict[str, int] = {}
+        for c in group:
+            counts[c.status] = counts.get(c.status, 0) + 1
+        told = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        ended = sum(not c.live for c in group)
+        lines.append(f"children of {step} #{attempt}: {ended} of {len(group)} started ended ({told})")
+        for c in group if len(group) <= _LISTED_CHILDREN else [c for c in group if not c.succeeded]:
+            st = children.get(c.task_id)
+            where = f" at {st.current.step}" if st is not None and c.live and st.current is not None else ""
+            status = st.status.value if st is not None and c.live else c.status
+            why = f": {_short(c.reason, 50)}" if c.reason else ""
+            lines.append(f"  [{c.index}] {c.task_id}  {status}{where}{why}")
+    return lines

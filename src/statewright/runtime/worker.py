@@ -270,12 +270,23 @@ class Worker:
             if res.claimed is not None:
                 self._chained[res.claimed.command_id] = res.state
                 claim = res.claimed
-            elif res.state.status in SETTLED:
+            elif report.task_id == task_id and res.state.status in SETTLED:
                 return res.state
 
     def _claim_of(self, task_id: str) -> Claim | None:
         """The task's next due command, claimed for us; else the command a due timer of the
-        task starts."""
+        task starts; else one of a live child task's (a map step waits on its children)."""
+        claim = self._claim_own(task_id)
+        if claim is not None:
+            return claim
+        for child in self.engine.state(task_id).children:
+            if child.live:
+                claim = self._claim_of(child.task_id)
+                if claim is not None:
+                    return claim
+        return None
+
+    def _claim_own(self, task_id: str) -> Claim | None:
         now = self.clock.now_ms()
         claims = self.store.claim(self.worker_id, now, self.lease_ms, 1, task_id=task_id)
         if claims:

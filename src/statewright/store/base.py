@@ -92,6 +92,11 @@ class AppendRequest:
     claim_for: tuple[str, int] | None = None
     encoded: Any = field(default=None, compare=False, repr=False)  # the store's own, see Store.encode
     complete_remote: str | None = None  # the remote attempt (its command id) this append ends
+    # A new task's row (expected version 0): its workflow, submission key and parent task.
+    workflow: str = ""
+    workflow_hash: str = ""
+    idem_key: str | None = None
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,10 @@ class Store(Protocol):
 
     def get_definition(self, content_hash: str) -> Mapping[str, Any] | None: ...
 
+    def definition_by_name(self, name: str) -> str | None:
+        """The content hash of the highest version stored under the workflow name ``name``."""
+        ...
+
     def append(
         self,
         task_id: str,
@@ -206,6 +215,19 @@ class Store(Protocol):
         """All of ``requests`` in ONE transaction (one commit), or none of them: None when
         any one is refused (a version conflict, a stale lease, a duplicate event id), and
         then nothing was written; the caller appends them one by one to learn which."""
+        ...
+
+    def append_all(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        """All of ``requests`` in ONE transaction, in order (one task may appear more than
+        once, each append expecting the version the one before it leaves): a child's terminal
+        event with its parent's ChildEnded, a parent's event with the children it starts or
+        cancels. When the first event is already recorded, returns its duplicate result alone
+        and writes nothing; any other refusal raises as ``append`` does (VersionConflictError,
+        StaleLeaseError) and writes nothing."""
+        ...
+
+    def children(self, parent_id: str) -> list[StoredTask]:
+        """The tasks ``parent_id`` started, oldest first."""
         ...
 
     def load(self, task_id: str) -> StoredTask | None: ...

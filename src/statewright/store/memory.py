@@ -86,6 +86,11 @@ class MemoryStore(MemoryPeople):
         row = self.db.definitions.get(content_hash)
         return json.loads(row[2]) if row is not None else None
 
+    def definition_by_name(self, name: str) -> str | None:
+        with self.db.lock:
+            found = [(-v, h) for h, (n, v, _) in self.db.definitions.items() if n == name]
+        return min(found)[1] if found else None
+
     # --- the one transaction -----------------------------------------------------------
     def append(
         self,
@@ -106,7 +111,8 @@ class MemoryStore(MemoryPeople):
     ) -> AppendResult:
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
                             complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
-                            complete_remote=complete_remote)
+                            complete_remote=complete_remote, workflow=workflow, workflow_hash=workflow_hash,
+                            idem_key=idem_key)
         req = self.encode(req)
         with self.db.txn() as txn:
             dup = self._duplicate(str(event["event_id"]))
@@ -114,7 +120,7 @@ class MemoryStore(MemoryPeople):
                 return dup
             if expected_version == 0 and idem_key is not None and idem_key in self.db.idem_keys:
                 return AppendResult(version=self.db.tasks[self.db.idem_keys[idem_key]].version, duplicate=True)
-            return self._append_txn(txn, req, workflow, workflow_hash, idem_key)
+            return self._append_txn(txn, req)
 
     def encode(self, request: AppendRequest) -> AppendRequest:
         if isinstance(request.encoded, _Encoded):
@@ -141,10 +147,21 @@ class MemoryStore(MemoryPeople):
         found = self.db.event_ids.get(event_id)
         return AppendResult(version=found[1], duplicate=True) if found is not None else None
 
-    def _append_txn(
-        self, txn: Txn, req: AppendRequest, workflow: str = "", workflow_hash: str = "",
-        idem_key: str | None = None,
-    ) -> AppendResult:
+    def append_all(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        encoded = [self.encode(r) for r in requests]
+        with self.db.txn() as txn:
+            dup = self._duplicate(str(encoded[0].event["event_id"]))
+            if dup is not None:
+                return [dup]
+            done = []
+            for r in encoded:
+                taken = r.idem_key is not None and r.idem_key in self.db.idem_keys  # as a unique index refuses
+                if taken or self._duplicate(str(r.event["event_id"])) is not None:
+                    raise VersionConflictError(r.task_id, r.expected_version, -1)
+                done.append(self._append_txn(txn, r))
+            return done
+
+    def _append_txn(self, txn: Txn, req: AppendRequest) -> AppendResult:
         """The writes of one append; raises on a refusal (the caller's transaction undoes)."""
         db, enc = self.db, req.encoded
         task_id, event = req.task_id, req.event
@@ -157,10 +174,10 @@ class MemoryStore(MemoryPeople):
                 raise VersionConflictError(task_id, 0, row.version)
             prev = GENESIS_HASH
             h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, enc.body)
-            txn.put(db.tasks, task_id, TaskRow(task_id, workflow, workflow_hash, status, version, enc.state_json,
-                                             idem_key, h, at_ms, at_ms))
-            if idem_key is not None:
-                txn.put(db.idem_keys, idem_key, task_id)
+            txn.put(db.tasks, task_id, TaskRow(task_id, req.workflow, req.workflow_hash, status, version,
+                                             enc.state_json, req.idem_key, h, at_ms, at_ms, req.parent_id))
+            if req.idem_key is not None:
+                txn.put(db.idem_keys, req.idem_key, task_id)
         else:
             if row is None or row.version != req.expected_version:
                 raise VersionConflictError(task_id, req.expected_version, row.version if row is not None else 0)
@@ -219,6 +236,12 @@ class MemoryStore(MemoryPeople):
 
     def task_by_key(self, idem_key: str) -> str | None:
         return self.db.idem_keys.get(idem_key)
+
+    def children(self, parent_id: str) -> list[StoredTask]:
+        with self.db.lock:
+            rows = [r for r in self.db.tasks.values() if r.parent_id == parent_id]
+        rows.sort(key=lambda r: (r.created_at_ms, r.task_id))
+        return [_stored(r) for r in rows]
 
     def list_tasks(self, status: str | None = None, workflow: str | None = None, limit: int = 1000) -> list[StoredTask]:
         with self.db.lock:

@@ -28,6 +28,7 @@ class TaskRow:
     last_hash: str
     created_at_ms: int
     updated_at_ms: int
+    parent_id: str | None = None
 
 
 @dataclass(frozen=True)

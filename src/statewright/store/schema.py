@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -113,5 +113,11 @@ MIGRATIONS: dict[int, list[str]] = {
             claimed_at_ms BIGINT
         )""",
         "CREATE INDEX IF NOT EXISTS sw_remote_by_queue ON sw_remote (queue, parked_at_ms)",
+    ],
+    # Child tasks: the task that started one (a map step's item, a loop's pass). Its end is
+    # appended to the parent's stream in the same transaction as its own terminal event.
+    5: [
+        "ALTER TABLE sw_tasks ADD COLUMN parent_id TEXT",
+        "CREATE INDEX IF NOT EXISTS sw_tasks_by_parent ON sw_tasks (parent_id)",
     ],
 }

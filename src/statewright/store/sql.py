@@ -5,6 +5,7 @@ how idle workers learn that work was added (``_work_added_txn`` / ``wait_for_wor
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -42,6 +43,7 @@ __all__ = ["GENESIS_HASH", "SqlStore"]
 _compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _CLAIM_COLS = "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms"
 _LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last event hash) a store remembers
+_ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
 
@@ -77,6 +79,12 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
     @abstractmethod
     def _tables(self, cur: Any) -> set[str]:
         """Each dialect defines it."""
+
+    def _columns(self, cur: Any, table: str) -> set[str]:
+        """The column names of ``table`` (the standard catalogue; SQLite overrides it)."""
+        rows = self._x(cur, "SELECT column_name FROM information_schema.columns"
+                            " WHERE table_schema = current_schema() AND table_name = ?", (table,)).fetchall()
+        return {str(r[0]) for r in rows}
 
     def _work_added_txn(self, cur: Any) -> None:
         """Inside a transaction that leaves claimable work for other workers (new outbox rows
@@ -135,6 +143,9 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
                 raise SchemaVersionError(msg)
             for v in range(current + 1, SCHEMA_VERSION + 1):
                 for stmt in MIGRATIONS[v]:
+                    added = _ADD_COLUMN.match(stmt)
+                    if added is not None and added[2] in self._columns(cur, added[1]):
+                        continue  # a migration run again (the version was set back): it is there
                     self._x(cur, stmt)
                 self._x(cur, "UPDATE sw_meta SET value = ? WHERE key = ?", (str(v), "schema_version"))
             return SCHEMA_VERSION
@@ -153,6 +164,12 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
         with self._stmt() as cur:
             row = self._x(cur, "SELECT body FROM sw_definitions WHERE hash = ?", (content_hash,)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def definition_by_name(self, name: str) -> str | None:
+        with self._stmt() as cur:
+            row = self._x(cur, "SELECT hash FROM sw_definitions WHERE name = ? ORDER BY version DESC, hash LIMIT 1",
+                          (name,)).fetchone()
+        return str(row[0]) if row else None
 
     # --- the one transaction ---------------------------------------------------------
     def append(
@@ -174,7 +191,8 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
     ) -> AppendResult:
         req = AppendRequest(task_id, expected_version, event, state, commands, complete=complete,
                             complete_timer=complete_timer, terminal=terminal, claim_for=claim_for,
-                            complete_remote=complete_remote)
+                            complete_remote=complete_remote, workflow=workflow, workflow_hash=workflow_hash,
+                            idem_key=idem_key)
         event_id = str(event["event_id"])
         encoded = _Encoded.of(req)
         try:
@@ -189,7 +207,7 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
                         ).fetchone()
                         if row is not None:
                             return AppendResult(version=int(row[1]), duplicate=True)
-                res, h = self._append_txn(cur, req, encoded, workflow, workflow_hash, idem_key)
+                res, h = self._append_txn(cur, req, encoded)
         except (VersionConflictError, StaleLeaseError):
             raise
         except Exception as exc:
@@ -230,6 +248,27 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
                 self._remember(r.task_id, res.version, h)
         return [res for res, _ in done]
 
+    def append_all(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
+        encoded = [_Encoded.of(r) for r in requests]
+        first = requests[0]
+        try:
+            with self._tx() as cur:
+                dup = self._duplicate_txn(cur, str(first.event["event_id"]))
+                if dup is not None:
+                    return [dup]
+                done = [self._append_txn(cur, r, e) for r, e in zip(requests, encoded, strict=True)]
+                if any(res.duplicate for res, _ in done):
+                    raise VersionConflictError(first.task_id, first.expected_version, -1)
+        except (VersionConflictError, StaleLeaseError):
+            raise
+        except Exception as exc:
+            if self._is_unique_violation(exc):
+                raise VersionConflictError(first.task_id, first.expected_version, -1) from None
+            raise
+        for r, (res, h) in zip(requests, done, strict=True):
+            self._remember(r.task_id, res.version, h)
+        return [res for res, _ in done]
+
     def _remember(self, task_id: str, version: int, last_hash: str) -> None:
         """Remember the hash of a task's event at ``version`` (an event never changes once
         written), so the next append chained to it needs no read."""
@@ -237,10 +276,7 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
             self._last_hash.clear()
         self._last_hash[task_id] = (version, last_hash)
 
-    def _append_txn(
-        self, cur: Any, req: AppendRequest, encoded: _Encoded, workflow: str = "", workflow_hash: str = "",
-        idem_key: str | None = None,
-    ) -> tuple[AppendResult, str]:
+    def _append_txn(self, cur: Any, req: AppendRequest, encoded: _Encoded) -> tuple[AppendResult, str]:
         """The writes of one append inside the caller's transaction; raises on a refusal
         (the caller rolls back). Returns the result and the new event's hash."""
         task_id, expected_version, event = req.task_id, req.expected_version, req.event
@@ -256,9 +292,10 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
             self._x(
                 cur,
                 "INSERT INTO sw_tasks (task_id, workflow, workflow_hash, status, version, state,"
-                " idem_key, last_hash, created_at_ms, updated_at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (task_id, workflow, workflow_hash, status, version, state_json, idem_key, h, at_ms, at_ms),
+                " idem_key, last_hash, created_at_ms, updated_at_ms, parent_id)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (task_id, req.workflow, req.workflow_hash, status, version, state_json, req.idem_key, h, at_ms,
+                 at_ms, req.parent_id),
             )
         else:
             known = self._last_hash.get(task_id)
@@ -381,6 +418,14 @@ class SqlStore(PeopleSql, RemoteSql, ABC):
             self._remember(str(row[0]), int(row[4]), str(row[8]))
             out[str(row[0])] = _task(row)
         return out
+
+    def children(self, parent_id: str) -> list[StoredTask]:
+        with self._stmt() as cur:
+            rows = self._x(
+                cur, f"SELECT {_TASK_COLS} FROM sw_tasks WHERE parent_id = ? ORDER BY created_at_ms, task_id",
+                (parent_id,),
+            ).fetchall()
+        return [_task(r) for r in rows]
 
     def task_by_key(self, idem_key: str) -> str | None:
         with self._stmt() as cur:

@@ -117,6 +117,9 @@ class SQLiteStore(SqlStore):
         rows = cur.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
         return {str(r[0]) for r in rows if not str(r[0]).startswith("sqlite_")}
 
+    def _columns(self, cur: Any, table: str) -> set[str]:
+        return {str(r[1]) for r in cur.execute(f"PRAGMA table_info({table})").fetchall()}
+
 
 def _begin_immediate(cur: Any) -> None:
     """BEGIN IMMEDIATE, waiting up to BUSY_TIMEOUT_SECONDS for another writer to finish,
