@@ -154,20 +154,18 @@ def _counter(step_id: str, name: str) -> str:
 
 
 class _Builder:
-    def __init__(self, wf: Workflow, queues: Queues, heartbeat_seconds: int, functions: Queues | None) -> None:
+    def __init__(self, wf: Workflow, queues: Queues, heartbeat_seconds: int, functions: Queues | None,
+                 task: str = "$$.Execution.Id", child: bool = False) -> None:
         self.wf = wf
         self.queues = queues
         self.heartbeat_seconds = heartbeat_seconds
         self.functions = functions  # an Express workflow's Lambda functions; None: Standard, with tokens
+        self.task = task  # what a message names the task by: the execution, or a map item's child in it
+        self.child = child  # a map step's child workflow, run inside the parent's Map state
         self.states: dict[str, Any] = {}
 
     def build(self) -> dict[str, Any]:
         wf = self.wf
-        for s in wf.steps:
-            if s.kind is StepKind.MAP:
-                msg = (f"step {s.id!r}: map steps are not exported to Step Functions yet; run this workflow "
-                       "on the embedded or PostgreSQL store")
-                raise InputError(msg)
         reserved = {"Start", DONE, DONE_EARLY, "Succeeded", DEAD_LETTER, HALTED}
         for s in wf.steps:
             if s.id in reserved:
@@ -178,7 +176,10 @@ class _Builder:
             "Type": "Pass",
             "Comment": "the task's state: its input, the steps' results, the steps' counters",
             "Parameters": {
-                "input.$": "$", "results": {}, "workspace": {}, "decisions": {},
+                # a map step's child: its input is the item and its index; the parent's attempt names it
+                **({"input": {"item.$": "$.item", "index.$": "$.index"}, "map_attempt.$": "$.map_attempt"}
+                   if self.child else {"input.$": "$"}),
+                "results": {}, "workspace": {}, "decisions": {},
                 "sw": {s.id: {"attempts": 0, "fails": 0, "checks": 0} for s in wf.steps},
             },
             "Next": wf.steps[0].id,
@@ -309,13 +310,15 @@ class _Builder:
                 "fails.$": _counter(s.id, "fails"), "checks": 0,
             },
             "ResultPath": f"$.sw['{s.id}']",
-            "Next": {StepKind.WAIT: f"{s.id}: count check",
+            "Next": {StepKind.WAIT: f"{s.id}: count check", StepKind.MAP: f"{s.id}: items",
                      StepKind.HUMAN: f"{s.id}: capture" if s.artifacts else f"{s.id}: references"}.get(
                 s.kind, f"{s.id}: run"),
         }
         self._failure(i, s, f"{s.id}: failed", s.on_failure, "budget")
         if s.kind is StepKind.WAIT:
             self._wait(i, s)
+        elif s.kind is StepKind.MAP:
+            self._map(i, s)
         elif s.kind is StepKind.HUMAN:
             self._human(i, s)
         else:
@@ -323,7 +326,7 @@ class _Builder:
 
     def _task(self, s: Step, kind: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "task_token.$": "$$.Task.Token", "task.$": "$$.Execution.Id",
+            "task_token.$": "$$.Task.Token", "task.$": self.task,
             "workflow": self.wf.name, "workflow_hash": self.wf.content_hash,
             "step": s.id, "kind": kind, "attempt.$": _counter(s.id, "attempts"),
             "input.$": "$.input", "results.$": "$.results", "workspace.$": "$.workspace",
@@ -383,6 +386,64 @@ class _Builder:
         }
         if routes:
             self.states[f"{s.id}: failure route"] = {"Type": "Choice", "Choices": routes, "Default": f"{s.id}: failed"}
+
+    def _map(self, i: int, s: Step) -> None:
+        """A Map state whose iterations run the child workflow's states inline, one per item
+        (input ``{"item", "index"}``), at most ``max_concurrency`` at once; more failed
+        children than tolerated fail the step with ``map_failures``."""
+        spec = s.map
+        if spec is None:
+            raise InputError(f"step {s.id!r}: a map step without its map")
+        if self.child:
+            raise InputError(f"step {s.id!r}: a map step inside a map step's child workflow is not exported; "
+                             "Step Functions runs the child inline, one level deep here")
+        child = self.wf.children.get(spec.workflow_hash) if spec.workflow_hash else None
+        if child is None:
+            raise InputError(f"step {s.id!r}: its workflow {spec.workflow!r} is found by name when a task starts; "
+                             "name its file (workflow: FILE.yaml) so the export can hold its states")
+        # the child's name: the execution's (a Distributed Map's child execution's), the step, its
+        # attempt, the item's index
+        task = f"States.Format('{{}}/{s.id}/{{}}/{{}}', $$.Execution.Id, $.map_attempt, $.input.index)"
+        inner = _Builder(child, self.queues, self.heartbeat_seconds, self.functions, task=task, child=True).build()
+        items = jsonpath(spec.items)
+        self.states[f"{s.id}: items"] = {
+            "Type": "Choice", "Comment": "the items the map step works on must be there",
+            "Choices": [{"Not": {"Variable": items, "IsPresent": True}, "Next": f"{s.id}: missing reference"}],
+            "Default": f"{s.id}: run",
+        }
+        self._error(f"{s.id}: missing reference", "missing_reference", f"{s.id}: failed",
+                    f"{spec.items} finds nothing")
+        state: dict[str, Any] = {
+            "Type": "Map", "Comment": f"one child task of {child.name} per item",
+            "ItemsPath": items,
+            "ItemSelector": {"item.$": "$$.Map.Item.Value", "index.$": "$$.Map.Item.Index",
+                             "map_attempt.$": _counter(s.id, "attempts")},
+            "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": inner["StartAt"],
+                              "States": inner["States"]},
+            "MaxConcurrency": spec.max_concurrency,
+            "ResultSelector": {"results.$": "$"}, "ResultPath": f"$.results['{s.id}']",
+            "Catch": [
+                # items that are not a list (States.QueryEvaluationError: what newer interpreters name it)
+                {"ErrorEquals": ["States.Runtime", "States.QueryEvaluationError"], "ResultPath": "$.error",
+                 "Next": f"{s.id}: not a list"},
+                {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"{s.id}: too many failed"},
+            ],
+            "Next": self._on_success(i, s),
+        }
+        if spec.tolerated_percent is not None or spec.tolerated_failures:
+            # Step Functions counts tolerated failures only in a Distributed Map (its items run
+            # as child executions); an inline Map fails at its first failed item
+            if self.functions is not None:
+                raise InputError(f"step {s.id!r}: tolerated_failures need a Distributed Map, which an Express "
+                                 "workflow cannot run; export it as Standard (without --express)")
+            state["ItemProcessor"]["ProcessorConfig"] = {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+            if spec.tolerated_percent is not None:
+                state["ToleratedFailurePercentage"] = spec.tolerated_percent
+            else:
+                state["ToleratedFailureCount"] = spec.tolerated_failures
+        self.states[f"{s.id}: run"] = state
+        self._error(f"{s.id}: not a list", "items_not_a_list", f"{s.id}: failed", f"{spec.items} is not a list")
+        self._error(f"{s.id}: too many failed", "map_failures", f"{s.id}: failed")
 
     def _wait(self, i: int, s: Step) -> None:
         if s.every_seconds != int(s.every_seconds):
@@ -480,7 +541,7 @@ class _Builder:
             self.states[f"{s.id}: ended"] = {
                 "Type": "Task", "Resource": SEND, "Comment": "the task ended on this step's approval",
                 "Parameters": {"QueueUrl": self.queues.of(s), "MessageBody": {
-                    "kind": "ended", "task.$": "$$.Execution.Id", "workflow": self.wf.name,
+                    "kind": "ended", "task.$": self.task, "workflow": self.wf.name,
                     "workflow_hash": self.wf.content_hash, "step": s.id, "decisions.$": "$.decisions",
                 }},
                 "ResultPath": None,
@@ -506,11 +567,12 @@ class _Builder:
         if any(DONE_EARLY in _targets(st) for st in self.states.values()):
             self.states[DONE_EARLY] = {"Type": "Pass", "Result": "completed_early", "ResultPath": "$.outcome",
                                        "Next": "Succeeded"}
-        self.states["Succeeded"] = {"Type": "Succeed"}
+        # a map step's child ends with its results: the Map state gathers them in item order
+        self.states["Succeeded"] = {"Type": "Succeed", **({"OutputPath": "$.results"} if self.child else {})}
         self.states[DEAD_LETTER] = {
             "Type": "Task", "Resource": SEND, "Comment": "the halted task, for the operator queue",
             "Parameters": {"QueueUrl": self.queues.dead_letters(), "MessageBody": {
-                "kind": "halted", "task.$": "$$.Execution.Id", "workflow": self.wf.name,
+                "kind": "halted", "task.$": self.task, "workflow": self.wf.name,
                 "workflow_hash": self.wf.content_hash, "decisions.$": "$.decisions",
                 "step.$": "$.halt.step", "reason.$": "$.halt.reason", "detail.$": "$.halt.detail",
             }},
