@@ -83,3 +83,36 @@ def test_the_map_state_carries_the_map_steps_settings(tmp_path: Path) -> None:
         to_asl(parent(tmp_path, timeouts=True, tolerated_failures=1), Queues(default="https://q"), express=True,
                functions=Queues(default="arn:aws:lambda:us-east-1:1:function:f"))
     assert definition(wf, "https://q")["States"]["each: run"]["Type"] == "Map"
+
+
+def test_the_sfn_worker_runs_a_map_steps_children_and_records_each(
+    aws: StepFunctions, tmp_path: Path, open_engine: Any,
+) -> None:
+    """The worker started with the parent's file knows its child workflow; each child is a
+    task of its own in the store, named by the execution, the step, its attempt and index."""
+    from statewright.integrations.aws_sfn import SfnWorker
+    from statewright.integrations.sfn_record import Recorder, record_key
+    from statewright.machine.state import TaskStatus
+    from statewright.runtime.verify import verify_task
+
+    from .test_sfn_worker import drive
+
+    (tmp_path / "one.yaml").write_text(json.dumps({"workflow": "one", "steps": [
+        {"id": "touch", "kind": "code", "owner": "team",
+         "run": {"command": ["sh", "-c", "test -n \"$0\"", "{input.item}"]}}]}))
+    (tmp_path / "all.yaml").write_text(json.dumps({"workflow": "all", "steps": [
+        {"id": "each", "kind": "map", "owner": "team", "workflow": "one.yaml", "items": "input.files",
+         "max_concurrency": 2}]}))
+    wf = load_workflow(tmp_path / "all.yaml")
+    engine = open_engine()
+    worker = SfnWorker([wf], aws.tasks, sqs=aws.sqs, sfn=aws.sfn, workspace_root=tmp_path / "ws", wait_seconds=0,
+                       echo=lambda line: None, recorder=Recorder(engine))
+    execution = aws.start(definition(wf, aws.tasks), {"files": ["a", "b", "c"]})
+    end = drive(aws, wf, worker, execution, [])
+    assert end["status"] == "SUCCEEDED", end
+    assert len(json.loads(end["output"])["results"]["each"]["results"]) == 3
+    for index in range(3):
+        tid = engine.store.task_by_key(record_key(f"{execution}/each/1/{index}"))
+        assert tid is not None
+        assert engine.state(tid).status is TaskStatus.COMPLETED
+        assert verify_task(engine, tid) == []

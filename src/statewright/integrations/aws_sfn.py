@@ -164,7 +164,8 @@ class SfnWorker:
                  workspace_root: Path, heartbeat_seconds: float = 60.0, wait_seconds: int = 20,
                  echo: Callable[[str], None] = print, now_ms: Callable[[], int] | None = None,
                  recorder: Recorder | None = None) -> None:
-        self.workflows = {wf.content_hash: wf for wf in workflows}
+        # a map step's child workflow comes with the file that names it
+        self.workflows = {w.content_hash: w for wf in workflows for w in (wf, *wf.children.values())}
         self.queue_url = queue_url
         self.sqs = sqs
         self.sfn = sfn

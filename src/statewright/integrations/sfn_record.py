@@ -157,7 +157,7 @@ class Recorder:
         if here and state.status is TaskStatus.RUNNING:
             wf_step = state.workflow.step(cur.step)
             expected = {StepKind.AI: "ai", StepKind.CODE: "code", StepKind.WAIT: "check",
-                        StepKind.HUMAN: "capture"}[wf_step.kind]
+                        StepKind.HUMAN: "capture"}.get(wf_step.kind)  # a map step's children are tasks of their own
             if kind == expected:
                 return None
         raise RecordStops(f"the record is at step {cur.step!r} attempt {cur.attempt} ({state.status.value}), "
