@@ -169,9 +169,9 @@ def pickup_rounds(target: Target, defs: Path, rounds: int, tmp: Path) -> list[fl
             folder.mkdir()
             tid = engine.submit(wf, {"items": [{"out": str(folder)}] * 8, "out": str(folder)})
             deadline = time.monotonic() + 60
-            while engine.state(tid).status is not TaskStatus.COMPLETED:
-                if time.monotonic() > deadline or engine.state(tid).terminal:
-                    raise RuntimeError(f"round {r}: the task is {engine.state(tid).status}")
+            while (status := engine.state(tid).status) is not TaskStatus.COMPLETED:
+                if time.monotonic() > deadline or status in (TaskStatus.HALTED, TaskStatus.CANCELLED):
+                    raise RuntimeError(f"round {r}: the task is {status}")
                 time.sleep(0.01)
             ends = [float(p.read_text()) for p in folder.glob("child-*.end")]
             started = float((folder / "next.start").read_text())

@@ -20,7 +20,8 @@ from strategies import ANALYSIS_OUTCOMES, ANALYSIS_SCHEMA, FIXER, PYTEST, load_c
 from .sfn_harness import Script, StepFunctions, definition, run_reducer, run_sfn
 
 _ROOT = Path(__file__).resolve().parents[2] / "examples"
-# every workflow file among the examples (a loop's or a schedule's file is not one)
+# every workflow file among the examples (a loop's or a schedule's file is not one), map steps
+# included (their children's routes: test_sfn_map.py)
 EXAMPLES = sorted(p for p in _ROOT.rglob("*.yaml")
                   if any(line.startswith("workflow: ") for line in p.read_text(encoding="utf-8").splitlines()))
 INPUTS: dict[str, dict[str, Any]] = {
@@ -38,7 +39,9 @@ INPUTS: dict[str, dict[str, Any]] = {
 def test_inputs_cover_every_example_workflow() -> None:
     names = {load_workflow(p).name for p in EXAMPLES}
     assert names == set(INPUTS)
-    assert {p.name for p in EXAMPLES} >= {"review.yaml", "triage.yaml", "bug-triage.yaml"}
+    assert {p.name for p in EXAMPLES} >= {"review.yaml", "triage.yaml", "bug-triage.yaml", "review-files.yaml"}
+
+
 # States no scripted answer reaches: a clock's (an approval window, a silent worker:
 # test_sfn_timing.py), retries running out (test_sfn_worker.py; moto retries a task with the
 # outcome of the try before) and an answer statewright refuses (a rejection without a reason

@@ -18,6 +18,7 @@ from statewright.definition.loader import load_workflow
 from statewright.machine.events import ChildEnded
 from statewright.runtime.engine import Engine
 from statewright.runtime.verify import verify_all
+from statewright.runtime.worker import Worker
 from statewright.store.base import AppendRequest
 
 from .support import STEPS, drain
@@ -205,3 +206,20 @@ def test_a_parent_submitted_again_under_its_key_is_the_same_task(
     tid = engine.submit(wf, {"numbers": [1, 2]}, key="batch-7")
     assert engine.submit(wf, {"numbers": [1, 2]}, key="batch-7") == tid
     assert len(engine.store.list_tasks()) == 3
+
+
+def test_a_parent_moved_on_by_another_engine_is_read_again(
+    open_engine: Callable[..., Engine], files: Path, workspace: Path,
+) -> None:
+    """An engine remembers the parent its last child's end left; when another engine has
+    moved the parent on since, the commit is refused and retried from the stored parent."""
+    (files / "parent.yaml").write_text(parent_yaml(max_concurrency=1), encoding="utf-8")
+    first, second = make(open_engine, workspace), make(open_engine, workspace)
+    ops = People(first).add("olga", "operator")
+    tid = first.submit(load_workflow(files / "parent.yaml"), {"numbers": [1, 2, 3]})
+    Worker(first).run(until=lambda: len(first.state(tid).children) == 2)  # one child ended: remembered
+    second.add_evidence(tid, ops, {"ticket": "OPS-7"}, note="moved on elsewhere")
+    drain(first)
+    st = first.state(tid)
+    assert st.status is TaskStatus.COMPLETED and [e.note for e in st.evidence] == ["moved on elsewhere"]
+    assert verify_all(first)[1] == []

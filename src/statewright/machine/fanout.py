@@ -13,7 +13,7 @@ from typing import Any
 
 from statewright.definition.model import Step
 from statewright.machine._records import replace
-from statewright.machine.children import Child, ParentRef, child_task_id
+from statewright.machine.children import Child, ChildStatus, ParentRef, child_task_id
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
 from statewright.machine.events import ChildEnded, Event, TaskCancelled
 from statewright.machine.paths import RefError, parse_ref, resolve
@@ -22,6 +22,7 @@ from statewright.machine.state import TERMINAL, TaskState, TaskStatus
 MAP_ACTOR = "statewright:map"
 ITEMS_NOT_A_LIST = "items_not_a_list"  # a map step's items reference found something else
 MAP_FAILURES = "map_failures"  # more children failed than the step tolerates
+_STILL_OR_WELL = frozenset({ChildStatus.RUNNING, *ChildStatus.SUCCEEDED})  # not (yet) a failure
 
 
 class ItemsError(ValueError):
@@ -92,17 +93,16 @@ def map_end(state: TaskState, step: Step, attempt: int, n_items: int) -> MapEnd 
     if spec is None:
         return None
     mine = children_of(state, step.id, attempt)
-    failed = [c for c in mine if not c.live and not c.succeeded]
+    failed = [c for c in mine if c.status not in _STILL_OR_WELL]
     tolerated = spec.tolerated(n_items)
-    gathered = gather(mine, n_items)
     if len(failed) > tolerated:
         first = failed[0]
         why = f"; first: item {first.index} ({first.task_id}) {first.status}"
         why += f": {first.reason}" if first.reason else ""
         detail = f"{len(failed)} of {n_items} children failed, {tolerated} tolerated{why}"
-        return MapEnd(False, gathered, MAP_FAILURES, detail)
-    if len(mine) == n_items and not any(c.live for c in mine):
-        return MapEnd(True, gathered)
+        return MapEnd(False, gather(mine, n_items), MAP_FAILURES, detail)
+    if len(mine) == n_items and all(c.status != ChildStatus.RUNNING for c in mine):
+        return MapEnd(True, gather(mine, n_items))
     return None
 
 
@@ -149,6 +149,9 @@ def cascade(old: TaskState, new: TaskState, event: Event) -> tuple[TaskState, li
         ))
     cur = new.current
     waited = None if new.terminal or cur is None else (cur.step, cur.attempt)
+    before = old.current
+    if new.status is old.status and before is not None and waited == (before.step, before.attempt):
+        return new, cmds  # the same attempt still waits: no child became an orphan
     cancelled = isinstance(event, TaskCancelled) and new.status is TaskStatus.CANCELLED
     # A halted child waits in the operator queue; when its parent is cancelled it goes too.
     orphans = [c for c in new.children if not c.cancelling and (c.step, c.attempt) != waited

@@ -26,9 +26,11 @@ from statewright.store.base import AppendRequest
 
 
 class Tasks(Protocol):
-    """What a unit reads through the engine: a task's state and a child's workflow."""
+    """What a unit reads through the engine: a task's state (``unit_state``: the one the last
+    unit that touched it left, when the engine still holds it; the commit's version check
+    refuses a stale one) and a child's workflow."""
 
-    def state(self, task_id: str) -> TaskState: ...
+    def unit_state(self, task_id: str) -> TaskState: ...
 
     def child_workflow(self, content_hash: str, name: str) -> Workflow: ...
 
@@ -83,7 +85,7 @@ class Unit:
     def state(self, task_id: str) -> TaskState:
         """The task as this unit leaves it so far (the store's, before the unit touched it)."""
         known = self.states.get(task_id)
-        return known if known is not None else self.engine.state(task_id)
+        return known if known is not None else self.engine.unit_state(task_id)
 
     def _start(self, parent: TaskState, c: StartChild, at_ms: int) -> None:
         wf = self.engine.child_workflow(c.workflow_hash, c.workflow)

@@ -51,6 +51,7 @@ from statewright.store.base import Claim
 
 log = logging.getLogger("statewright.worker")
 _CONFLICT_RETRIES = 8
+_UNIT_STATES_MAX = 1_000  # states remembered from multi-task commits (then forgotten at once)
 _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
 
 
@@ -133,6 +134,9 @@ class Engine:
         self.workspace_root = workspace_root or db_dir / "workspaces"
         self.users = Users(store, self.clock)
         self._defs: dict[str, Workflow] = {}
+        # The states the last multi-task commits left (a map step's parent, mostly): the next
+        # child's end starts from it instead of reading and parsing the parent again.
+        self._unit_states: dict[str, TaskState] = {}
 
     @classmethod
     def open(cls, db: str | Path | None = None, **kwargs: Any) -> Engine:
@@ -230,8 +234,7 @@ class Engine:
                 if spans_tasks(cmds):  # a first step that starts children: one commit with them
                     unit = Unit(self, now)
                     unit.add(None, ev, new, cmds, workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key)
-                    res = self.store.append_all(unit.run().requests)[0]
-                    self._announce(unit)
+                    res = self._commit_unit(unit)
                 else:
                     res = self.store.append(
                         tid, 0, ev.wire(), projection(new), to_new_commands(cmds, now),
@@ -259,6 +262,30 @@ class Engine:
     def _announce(unit: Unit) -> None:
         for tid, cmds in unit.commands[1:]:
             announce(tid, cmds)
+
+    def unit_state(self, task_id: str) -> TaskState:
+        """A task's state for a multi-task commit: the one a committed unit left, else read."""
+        known = self._unit_states.get(task_id)
+        return known if known is not None else self.state(task_id)
+
+    def _commit_unit(self, unit: Unit) -> Any:
+        """Write a unit (``Store.append_all``) and remember the states it left; a refused
+        one forgets them, so the retry reads them again."""
+        try:
+            res = self.store.append_all(unit.run().requests)[0]
+        except BaseException:
+            for tid in unit.states:
+                self._unit_states.pop(tid, None)
+            raise
+        if len(self._unit_states) > _UNIT_STATES_MAX:
+            self._unit_states.clear()
+        if not res.duplicate:
+            self._unit_states.update((tid, st) for tid, st in unit.states.items() if not st.terminal)
+            for tid, st in unit.states.items():
+                if st.terminal:
+                    self._unit_states.pop(tid, None)
+            self._announce(unit)
+        return res
 
     def _same_submission(self, task_id: str, key: str, wf: Workflow, given: Mapping[str, Any]) -> str:
         """``task_id``, submitted under ``key`` before, when it is this submission again;
@@ -320,9 +347,7 @@ class Engine:
                     unit = Unit(self, now)
                     unit.add(st, event, new, cmds, complete=complete, complete_timer=complete_timer,
                              claim_for=claim_for)
-                    res = self.store.append_all(unit.run().requests)[0]
-                    if not res.duplicate:
-                        self._announce(unit)
+                    res = self._commit_unit(unit)
                 else:
                     res = self.store.append(
                         task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now),
