@@ -181,3 +181,4 @@ def test_the_sfn_worker_command_records_in_its_db(aws: StepFunctions, steps: Pat
                                          "--once", "--region", "us-east-1", "--no-record",
                                          "--workspace-root", str(tmp_path / "ws")])
     assert no_record.exit_code == 0 and "recorded" not in no_record.output
+    aws.sfn.stop_execution(executionArn=execution)  # nothing of it may reach a later test's queue
