@@ -1,5 +1,6 @@
 """Scripted stand-ins for review.yaml's agents (no model): a validator, a generator that
-also fixes, and a reviewer that requests changes ``input.failing_reviews`` times (or as often as
+also fixes (and names the pull request it opened: a real one would open it with the GitHub
+API, from a worktree of the repository given as input ``checkout``), and a reviewer that requests changes ``input.failing_reviews`` times (or as often as
 the issue's body asks with "needs N fixes").
 
 Each is a python agent ``(brief, ctx) -> {"verdict": ..., "note": ...}``; the verdict goes
@@ -8,6 +9,8 @@ through the step's output schema, the note is kept and never read as a verdict."
 from __future__ import annotations
 
 from typing import Any
+
+PULL_OFFSET = 1000  # the scripted generator "opens" pull request 1000 + the issue's number
 
 
 def validate(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -23,7 +26,8 @@ def generate(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
     fixed = [item for prior in brief.get("prior_attempts", []) for item in prior.get("must_fix", [])]
     branch = f"statewright/{issue['number']}"
     summary = f"implements #{issue['number']}" + (f", fixing: {'; '.join(fixed)}" if fixed else "")
-    return {"verdict": {"summary": summary, "branch": branch, "fixed": fixed},
+    pull = PULL_OFFSET + int(issue["number"])  # the pull request it opened on its first attempt, pushed to later
+    return {"verdict": {"summary": summary, "branch": branch, "pull_request": pull, "fixed": fixed},
             "note": f"attempt {brief['attempt']} pushed to {branch}"}
 
 

@@ -903,23 +903,33 @@ def db_upgrade(db: str) -> None:
 @click.option("--queue-url", "queue_urls", multiple=True,
               help="asl: the SQS queue for every step's tasks, or OWNER=URL for one owner's (repeatable).")
 @click.option("--dead-letter-url", default="", help="asl: the SQS queue for halted tasks (default: the queue).")
-@click.option("--express", is_flag=True, help="asl: an Express workflow (refused: they cannot wait for tokens).")
+@click.option("--express", is_flag=True,
+              help="asl: an Express workflow: its steps run as Lambda tasks (--function); no human step, "
+                   "five minutes at most.")
+@click.option("--function", "functions", multiple=True,
+              help="asl --express: the Lambda function ARN that runs every step, or OWNER=ARN for one owner's "
+                   "(repeatable).")
 @_guard
-def export(file: str, fmt: str, queue_urls: tuple[str, ...], dead_letter_url: str, express: bool) -> None:
+def export(file: str, fmt: str, queue_urls: tuple[str, ...], dead_letter_url: str, express: bool,
+           functions: tuple[str, ...]) -> None:
     """Print a workflow as Mermaid or Amazon States Language (for AWS Step Functions)."""
     from statewright.definition import load_workflow
     from statewright.export import to_asl, to_mermaid
     from statewright.export.asl import Queues
 
-    if fmt == "mermaid" and (queue_urls or dead_letter_url or express):
-        raise InputError("--queue-url, --dead-letter-url and --express go with --format asl")
+    if fmt == "mermaid" and (queue_urls or dead_letter_url or express or functions):
+        raise InputError("--queue-url, --dead-letter-url, --express and --function go with --format asl")
+    if functions and not express:
+        raise InputError("--function goes with --express (a Standard export sends its steps to --queue-url)")
     wf = load_workflow(file)
     if fmt == "mermaid":
         click.echo(to_mermaid(wf), nl=False)
         return
     if not queue_urls:
-        raise InputError("--format asl needs --queue-url URL (the SQS queue the sfn worker reads)")
-    asl = to_asl(wf, Queues.parse(queue_urls, dead_letter_url), express=express)
+        raise InputError("--format asl needs --queue-url URL (the SQS queue the sfn worker reads, and where "
+                         "dead letters go)")
+    asl = to_asl(wf, Queues.parse(queue_urls, dead_letter_url), express=express,
+                 functions=Queues.parse(functions) if express else None)
     click.echo(json.dumps(asl, indent=2, ensure_ascii=False))
 
 

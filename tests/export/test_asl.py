@@ -90,11 +90,48 @@ def test_what_step_functions_cannot_run_is_refused_naming_the_step(wf: Any, expe
     assert "\n" not in str(err.value)
 
 
-def test_express_and_a_missing_queue_are_refused() -> None:
-    """Express workflows cannot wait for a task token; an owner needs a queue."""
-    wf = one(code())
-    with pytest.raises(InputError, match=r"^step 'c': Express workflows cannot wait for a task token"):
+F = "arn:aws:lambda:eu-west-1:123456789012:function:statewright"
+
+
+@pytest.mark.parametrize(("steps", "line"), [
+    ([code(timeout="1m"), {"id": "ok", "kind": "human", "owner": "leads", "approvers": {"role": "lead"}}],
+     "step 'ok': a human step waits for a person's answer (a task token), which an Express workflow cannot wait "
+     "for; export it as Standard (without --express)"),
+    ([code()], "step 'c': its timeout (none) must be at most 300s, the longest an Express execution runs; set "
+               "timeout; export it as Standard (without --express)"),
+    ([code(timeout="10m")], "step 'c': its timeout (600s) must be at most 300s"),
+    ([{"id": "w", "kind": "wait", "owner": "team", "check": {"command": ["true"]}, "every": "1m", "max_checks": 6}],
+     "step 'w': its waits (5 of 60s) add up to 300s or more, the longest an Express execution runs"),
+])
+def test_express_refuses_a_step_it_cannot_carry_naming_it(steps: list[dict[str, Any]], line: str) -> None:
+    """An Express workflow cannot wait for a token and runs five minutes at most."""
+    with pytest.raises(InputError) as err:
+        to_asl(one(*steps), Queues(default=Q), express=True, functions=Queues(default=F))
+    assert str(err.value).startswith(line) and "\n" not in str(err.value)
+
+
+def test_express_runs_machine_steps_as_lambda_tasks_without_tokens() -> None:
+    """Each ai, code and wait step's task is the owner's Lambda function, given the message
+    without a token and a timeout; Lambda's own errors are retried as transient ones."""
+    wf = one(code(timeout="2m"), {"id": "w", "kind": "wait", "owner": "ops", "check": {"command": ["true"]},
+                                  "every": "30s", "max_checks": 3, "timeout": "1m"})
+    asl = to_asl(wf, Queues(default=Q), express=True, functions=Queues(default=F, by_owner={"ops": F + "-ops"}))
+    run, check = asl["States"]["c: run"], asl["States"]["w: run"]
+    assert (run["Resource"], check["Resource"]) == (F, F + "-ops")
+    assert run["TimeoutSeconds"] == 120 and "HeartbeatSeconds" not in run
+    assert "task_token.$" not in run["Parameters"] and run["Parameters"]["kind"] == "code"
+    assert "Lambda.TooManyRequestsException" in run["Retry"][0]["ErrorEquals"]
+    assert "(Express)" in asl["Comment"]
+    assert not any(st.get("Resource", "").endswith(".waitForTaskToken") for st in asl["States"].values())
+    with pytest.raises(InputError, match=r"^--express needs --function ARN"):
         to_asl(wf, Queues(default=Q), express=True)
+    with pytest.raises(InputError, match=r"^step 'w': no function for owner 'ops'; give --function ARN"):
+        to_asl(wf, Queues(default=Q), express=True, functions=Queues(by_owner={"team": F}))
+
+
+def test_a_missing_queue_is_refused() -> None:
+    """An owner needs a queue."""
+    wf = one(code())
     with pytest.raises(InputError, match=r"^step 'c': no queue for owner 'team'; give --queue-url URL"):
         to_asl(wf, Queues(by_owner={"other": Q}))
 
@@ -117,7 +154,8 @@ def test_the_cli_prints_runnable_asl_and_refuses_in_one_line() -> None:
     assert asl["StartAt"] == "Start" and asl["States"]["Dead letter"]["Parameters"]["QueueUrl"] == Q + "-dead"
     for args, message in [
         ([], "error: --format asl needs --queue-url URL"),
-        (["--queue-url", Q, "--express"], "error: step 'implement': Express workflows cannot wait"),
+        (["--queue-url", Q, "--express", "--function", F], "error: step 'implement': its timeout (600s) must be"),
+        (["--queue-url", Q, "--function", F], "error: --function goes with --express"),
         (["--queue-url", "team-platform=" + Q], "error: step 'review': no queue for owner 'team-review'"),
     ]:
         bad = runner.invoke(cli, ["export", path, "--format", "asl", *args])

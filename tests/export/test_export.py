@@ -64,8 +64,9 @@ def test_mermaid_draws_a_map_step_with_its_child_tasks() -> None:
     assert "s1 -->|ok| done" in text and "class s1 current" in text
 
 
-def test_asl_refuses_a_map_step_in_one_line() -> None:
+def test_asl_refuses_a_map_step_whose_workflow_is_found_by_name_in_one_line() -> None:
+    """The export holds the child workflow's states: it needs the file, not a name looked up later."""
     with pytest.raises(InputError) as err:
         to_asl(MAPPED, Queues(default="https://sqs.example/q"))
-    assert str(err.value).startswith("step 'each': map steps are not exported to Step Functions yet")
+    assert str(err.value).startswith("step 'each': its workflow 'review-one' is found by name when a task starts")
     assert "\n" not in str(err.value)

@@ -25,8 +25,17 @@ from typing import Any
 from statewright.definition.model import OutcomeRoute, Step, StepKind, Workflow
 from statewright.export.asl import Queues, to_asl
 from statewright.integrations.aws_sfn import decision, judge, judge_check
-from statewright.machine.commands import CaptureArtifacts, RequestApproval, RunCheck, RunStep, StartTimer
-from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported
+from statewright.machine.commands import (
+    CancelChild,
+    CaptureArtifacts,
+    RequestApproval,
+    RunCheck,
+    RunStep,
+    StartChild,
+    StartTimer,
+    TellParent,
+)
+from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported, ChildEnded
 from statewright.machine.state import TaskStatus
 from strategies import Driver
 
@@ -98,14 +107,56 @@ def answer_of(script: Script, step: str, attempt: int) -> str:
 # --- statewright --------------------------------------------------------------------------
 
 
+def child_script(script: Script, map_step: str, index: int, child: Workflow) -> Script:
+    """A map step's child's answers: ``script["MAP#INDEX:STEP"]``, else ``script["MAP:STEP"]``,
+    else passing."""
+    return {s.id: script.get(f"{map_step}#{index}:{s.id}") or script.get(f"{map_step}:{s.id}") or (passing_answer(s),)
+            for s in child.steps}
+
+
+def passing_answer(step: Step) -> str:
+    return {StepKind.HUMAN: "approve", StepKind.WAIT: "0"}.get(step.kind, "pass")
+
+
 def run_reducer(wf: Workflow, script: Script, task_input: Mapping[str, Any]) -> tuple[Trace, Terminal]:
-    d = Driver(wf)
+    trace, state = _reduce(wf, script, task_input)
+    if state.status is TaskStatus.HALTED and state.halt is not None:
+        return trace, ("halted", state.halt.reason, state.halt.step)
+    return trace, (state.status.value,)
+
+
+def _reduce(wf: Workflow, script: Script, task_input: Mapping[str, Any], task_id: str = "t1") -> tuple[Trace, Any]:
+    """The trace and the final state. A map step's children run one after the other in item
+    order, each to its end (the trace: a ``(STEP, "map", ATTEMPT, 0)`` mark, then each child's
+    entries as ``STEP#INDEX/CHILD_STEP``)."""
+    d = Driver(wf, task_id)
     trace: Trace = []
     commands = d.submit(task_input)
-    for _ in range(500):
+    pending: list[StartChild] = []
+    marked: set[tuple[str, int]] = set()
+    for _ in range(2000):
         if d.state.terminal:
             break
-        cmd = next(c for c in commands if not isinstance(c, StartTimer) or c.purpose == "wait_check")
+        cmds = [c for c in commands if not isinstance(c, TellParent | CancelChild)]
+        pending += [c for c in cmds if isinstance(c, StartChild)]
+        others = [c for c in cmds if not isinstance(c, StartChild)]
+        cur = d.state.current
+        pending = [p for p in pending if cur is not None and (p.step, p.attempt) == (cur.step, cur.attempt)]
+        if not others and pending:
+            start = pending.pop(0)
+            if (start.step, start.attempt) not in marked:
+                marked.add((start.step, start.attempt))
+                trace.append((start.step, "map", start.attempt, 0))
+            child = wf.children[start.workflow_hash]
+            sub, end = _reduce(child, child_script(script, start.step, start.index, child), start.input,
+                               start.child_id)
+            trace += [(f"{start.step}#{start.index}/{st_}", k, a, c) for st_, k, a, c in sub]
+            commands = d.apply(d.make(
+                ChildEnded, child_id=start.child_id, step=start.step, attempt=start.attempt, index=start.index,
+                status=end.status.value, reason=end.halt.reason if end.halt is not None else "",
+                result=dict(end.results)))
+            continue
+        cmd = next(c for c in others if not isinstance(c, StartTimer) or c.purpose == "wait_check")
         step = wf.step(cmd.step)
         answer = answer_of(script, step.id, cmd.attempt)
         if isinstance(cmd, RunStep):
@@ -129,10 +180,7 @@ def run_reducer(wf: Workflow, script: Script, task_input: Mapping[str, Any]) -> 
             commands = d.grant(who, roles) if answer == "approve" else d.reject(who, roles, REJECT_CODE)
         else:
             raise AssertionError(f"unexpected command {cmd!r}")
-    state = d.state
-    if state.status is TaskStatus.HALTED and state.halt is not None:
-        return trace, ("halted", state.halt.reason, state.halt.step)
-    return trace, (state.status.value,)
+    return trace, d.state
 
 
 # --- Step Functions ---------------------------------------------------------------------
@@ -215,21 +263,49 @@ def run_sfn(aws: StepFunctions, wf: Workflow, script: Script, task_input: Mappin
     execution = aws.start(asl or definition(wf, queue), task_input)
     trace: Trace = []
     dead: dict[str, Any] = {}
+    children: dict[tuple[str, int], dict[int, Trace]] = {}  # (map step, attempt) -> index -> its trace
+
+    def flush() -> None:  # a map step's children, in item order, once the parent goes on
+        for (map_step, map_attempt), by_index in children.items():
+            trace.append((map_step, "map", map_attempt, 0))
+            for index in sorted(by_index):
+                trace.extend(by_index[index])
+        children.clear()
+
     while (body := aws.take(queue, execution)) is not None:
+        # the execution, or a map step's child: "EXECUTION/MAP/ATTEMPT/INDEX" (EXECUTION may be a
+        # Distributed Map's child execution, whose ARN holds a "/" of its own)
+        where = str(body.get("task", "")).rsplit("/", 3) if str(body.get("task", "")) != execution else [""]
+        this, script_of = wf, script
+        if len(where) == 4:
+            map_step, map_attempt, index = where[1], int(where[2]), int(where[3])
+            this = wf.children[wf.step(map_step).map.workflow_hash]  # type: ignore[union-attr]
+            script_of = child_script(script, map_step, index, this)
+        elif len(where) != 1:
+            raise AssertionError(f"a message for an unknown task {body.get('task')!r}")
         if body.get("kind") == "halted":
-            dead = body
+            if this is wf:
+                dead = body
             continue
-        step = wf.step(body["step"])
+        if body.get("kind") == "ended":  # for a worker that records the execution; no answer
+            continue
+        step = this.step(body["step"])
         attempt = int(body["attempt"])
-        trace.append((step.id, body["kind"], attempt, int(body.get("check", 0))))
-        answer = answer_of(script, step.id, attempt)
+        entry = (step.id, body["kind"], attempt, int(body.get("check", 0)))
+        if this is wf:
+            flush()
+            trace.append(entry)
+        else:
+            children.setdefault((map_step, map_attempt), {}).setdefault(index, []).append(
+                (f"{map_step}#{index}/{step.id}", *entry[1:]))
+        answer = answer_of(script_of, step.id, attempt)
         token = body["task_token"]
         if body["kind"] == "capture":
             aws.sfn.send_task_success(taskToken=token, output=json.dumps(
                 {"artifacts": {n: dict(ARTIFACT) for n in step.artifacts}}))
             continue
         if body["kind"] == "human":
-            who = f"approver-{wf.index_of(step.id)}"
+            who = f"approver-{this.index_of(step.id)}"
             out = decision(who, approved=True) if answer == "approve" else decision(
                 who, approved=False, reason_code=REJECT_CODE)
             aws.sfn.send_task_success(taskToken=token, output=json.dumps(out))
@@ -239,7 +315,7 @@ def run_sfn(aws: StepFunctions, wf: Workflow, script: Script, task_input: Mappin
                                                      passed=check_passes(answer, int(body["check"])),
                                                      error=check_error(answer)))
         else:
-            verdict = judge(wf, body, AttemptReported(event_id="r", at_ms=0, step=step.id, attempt=attempt,
+            verdict = judge(this, body, AttemptReported(event_id="r", at_ms=0, step=step.id, attempt=attempt,
                                                       **report_fields(step, answer)))
             if not hasattr(verdict, "ok"):
                 raise AssertionError(f"step {step.id}: a scripted answer asked for a repair turn: {verdict!r}")
@@ -248,6 +324,7 @@ def run_sfn(aws: StepFunctions, wf: Workflow, script: Script, task_input: Mappin
             aws.sfn.send_task_success(taskToken=token, output=json.dumps(result.output))
         else:
             aws.sfn.send_task_failure(taskToken=token, error=result.error, cause=result.cause or result.error)
+    flush()
     end = aws.status(execution)
     if end["status"] == "SUCCEEDED":
         return trace, (json.loads(end["output"])["outcome"],), execution

@@ -9,8 +9,14 @@ load time, against the workflow's steps).
       attempt_label: "auto-fix-attempt-{n}"  # n: loop-backs so far
       terminal: {completed: merge-approved, halted: escalated}
       approval_label: review-approved        # applied by a person: an approval attempt
+      reject_labels: {do-not-merge: needs_changes}  # applied by a person: a rejection, its code
+      pull_request: results.generate.pull_request   # the number of the pull request a step opened
       users: {octocat: alice}                # GitHub login -> statewright person
-      colors: {escalated: b60205}"""
+      colors: {escalated: b60205}
+
+The labels go on the issue or pull request the task was started for (``input.number``) until
+the step that ``pull_request`` names has recorded the number of the pull request it opened;
+from then on they go on that pull request, and the issue keeps none of them."""
 
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from statewright.machine.paths import RefError, parse_ref
+
 TERMINAL_KEYS = ("completed", "completed_early", "halted", "cancelled")
 START_EVENTS = ("issues.opened", "pull_request.opened")
 DEFAULT_COLOR = "ededed"
@@ -26,7 +34,7 @@ _REPO = re.compile(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}")
 _COLOR = re.compile(r"[0-9a-fA-F]{6}")
 _FIELDS = (
     "repo", "labels", "loop_back_label", "attempt_label", "terminal", "approval_label", "users", "colors",
-    "start_on",
+    "start_on", "reject_labels", "pull_request",
 )
 MAX_LABEL_CHARS = 50  # GitHub's limit on a label's name
 
@@ -42,6 +50,12 @@ class GithubProjection:
     users: Mapping[str, str] = field(default_factory=dict)  # GitHub login -> statewright person
     colors: Mapping[str, str] = field(default_factory=dict)  # label -> RRGGBB
     start_on: tuple[str, ...] = START_EVENTS
+    reject_labels: Mapping[str, str] = field(default_factory=dict)  # label -> reason code
+    pull_request: str = ""  # results.STEP.FIELD: the number of the pull request a step opened
+
+    def person_labels(self) -> tuple[str, ...]:
+        """The labels a person applies to act: the approval label and the rejection labels."""
+        return tuple(n for n in (self.approval_label, *self.reject_labels) if n)
 
     def fixed_labels(self) -> tuple[str, ...]:
         """Every label the projection sets, but the numbered attempt labels, in order."""
@@ -74,7 +88,7 @@ class GithubProjection:
 
 
 def parse_github(
-    raw: object, steps: Sequence[Any], add: Callable[[str, str], None]
+    raw: object, steps: Sequence[Any], add: Callable[[str, str], None], reject_codes: Sequence[str] = (),
 ) -> GithubProjection | None:
     """The projection of a workflow's ``github:`` mapping; each problem is ``add(where, msg)``,
     one line naming the label, step or field."""
@@ -113,9 +127,11 @@ def parse_github(
     if approval_label and approval_label in shown:
         add(f"{where} approval_label", f"{approval_label!r} is also a label the task's state shows; "
                                        "a person's label must differ from the ones statewright sets")
+    reject_labels = _reject_labels(raw, steps, shown, approval_label, reject_codes, add)
+    pull_request = _pull_request(raw, steps, add)
     users = _mapping(raw.get("users", {}), f"{where} users", add)
     colors = _mapping(raw.get("colors", {}), f"{where} colors", add)
-    known = {*shown, attempt_label, approval_label} - {""}
+    known = {*shown, attempt_label, approval_label, *reject_labels} - {""}
     for label, color in colors.items():
         if label not in known:
             add(f"{where} colors", f"{label!r} is not a label of this workflow's github key")
@@ -131,7 +147,55 @@ def parse_github(
     return GithubProjection(
         repo=repo, labels=labels, loop_back_label=loop_back_label, attempt_label=attempt_label,
         terminal=terminal, approval_label=approval_label, users=users, colors=colors, start_on=start_on,
+        reject_labels=reject_labels, pull_request=pull_request,
     )
+
+
+def _reject_labels(raw: Mapping[str, Any], steps: Sequence[Any], shown: Sequence[str], approval_label: str,
+                   reject_codes: Sequence[str], add: Callable[[str, str], None]) -> dict[str, str]:
+    """``reject_labels: {LABEL: REASON_CODE}``: each code one that every human step takes."""
+    where = "github reject_labels"
+    out = _mapping(raw.get("reject_labels", {}), where, add)
+    humans = [s for s in steps if str(s.kind) == "human"]
+    if out and not humans:
+        add(where, "the workflow has no human step for them to reject")
+    for label, code in out.items():
+        _label(label, f"{where} {label}", add)
+        if label in shown or label == approval_label:
+            add(f"{where} {label}", f"{label!r} is also a label statewright sets or the approval label; "
+                                    "a rejection's label must be a label of its own")
+        for step in humans:
+            codes = tuple(step.reject_codes) or tuple(reject_codes)
+            if code not in codes:
+                add(f"{where} {label}", f"reason code {code!r} is not one step {step.id!r} takes; use one of: "
+                                        f"{', '.join(codes)}")
+    return out
+
+
+def _pull_request(raw: Mapping[str, Any], steps: Sequence[Any], add: Callable[[str, str], None]) -> str:
+    """``pull_request: results.STEP.FIELD``, naming a step of the workflow (an ai or code step:
+    one that records a result)."""
+    where = "github pull_request"
+    value = raw.get("pull_request", "")
+    if value == "":
+        return ""
+    try:
+        ref = parse_ref(value)
+    except RefError as exc:
+        add(where, str(exc))
+        return ""
+    kinds = {s.id: str(s.kind) for s in steps}
+    if ref.root != "results" or len(ref.parts) < 2:
+        add(where, f"must be results.STEP.FIELD (the pull request's number in a step's result), got {value!r}")
+        return ""
+    if ref.parts[0] not in kinds:
+        add(where, f"no step {ref.parts[0]!r} in this workflow; steps: {', '.join(kinds)}")
+        return ""
+    if kinds[ref.parts[0]] not in ("ai", "code"):
+        add(where, f"step {ref.parts[0]!r} is a {kinds[ref.parts[0]]} step; only an ai or code step "
+                   "records a result")
+        return ""
+    return str(value)
 
 
 def _mapping(value: object, where: str, add: Callable[[str, str], None]) -> dict[str, str]:

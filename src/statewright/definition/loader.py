@@ -254,7 +254,7 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
             problems.add(f"step {step_id!r}", problem)
         for step_id, problem in items_problems(steps, input_schema):
             problems.add(f"step {step_id!r}", problem)
-    github = parse_github(data["github"], steps, problems.add) if "github" in data else None
+    github = parse_github(data["github"], steps, problems.add, reject_codes) if "github" in data else None
     wf_concurrency, tenant_ref = workflow_scheduling(data, lambda p: problems.add("", p))
     if problems.items:
         raise DefinitionError(problems.items, source)

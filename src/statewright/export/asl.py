@@ -26,6 +26,9 @@ sends a dead-letter message (``task``, ``step``, ``reason``) and ends in a Fail 
 error is the reason; a success ends in ``Completed`` or, on a ``complete`` route before the
 last step, ``Completed early``.
 
+``express``: an Express workflow (``to_asl``), whose steps run as Lambda tasks that answer
+at once: it carries ai, code and wait steps that fit in five minutes, never a human step.
+
 What Step Functions cannot express is refused with one line naming the step and why."""
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ HALT_AT_ONCE = ("approval_revoked", "artifact_changed")  # the reducer halts on 
 SILENT = ("States.HeartbeatTimeout", "States.Timeout")
 HEARTBEAT_SECONDS = 300  # a worker heartbeats well inside this; silence means it died
 MAX_STATE_NAME = 80  # Step Functions' limit on a state's name
+EXPRESS_SECONDS = 300  # the longest an Express execution runs
+# Lambda's own errors worth another try: the step's retry policy retries them as transient
+LAMBDA_TRANSIENT = ("Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+                    "Lambda.TooManyRequestsException")
 
 
 @dataclass(frozen=True)
@@ -75,11 +82,12 @@ class Queues:
                 default = value
         return cls(default=default, by_owner=by_owner, dead_letter=dead_letter)
 
-    def of(self, step: Step) -> str:
+    def of(self, step: Step, option: str = "--queue-url") -> str:
         url = self.by_owner.get(step.owner) or self.default
         if not url:
-            msg = (f"step {step.id!r}: no queue for owner {step.owner!r}; "
-                   f"give --queue-url URL or --queue-url {step.owner}=URL")
+            what, value = ("queue", "URL") if option == "--queue-url" else ("function", "ARN")
+            msg = (f"step {step.id!r}: no {what} for owner {step.owner!r}; "
+                   f"give {option} {value} or {option} {step.owner}={value}")
             raise InputError(msg)
         return url
 
@@ -90,14 +98,42 @@ class Queues:
         return url
 
 
-def to_asl(wf: Workflow, queues: Queues, *, express: bool = False,
+def to_asl(wf: Workflow, queues: Queues, *, express: bool = False, functions: Queues | None = None,
            heartbeat_seconds: int = HEARTBEAT_SECONDS) -> dict[str, Any]:
-    """The state machine definition of ``wf`` (raises InputError for what cannot run there)."""
+    """The state machine definition of ``wf`` (raises InputError for what cannot run there).
+
+    ``express``: an Express workflow. It cannot wait for a task token and runs at most five
+    minutes, so it carries only machine steps that answer at once: each ai, code or wait
+    step's work is a Lambda task on ``functions`` (one function for all, or one per owner)
+    running ``statewright.integrations.aws_lambda.handler``, which answers as the sfn worker
+    does (its return value, or an error named by the reason code). A human step, a step
+    whose timeout is past five minutes (or has none), and a wait step whose waits add up
+    to five minutes or more are refused, each in one line naming the step."""
     if express:
-        msg = (f"step {wf.steps[0].id!r}: Express workflows cannot wait for a task token "
-               "(.waitForTaskToken), and every statewright step waits for its worker; export as Standard")
-        raise InputError(msg)
-    return _Builder(wf, queues, heartbeat_seconds).build()
+        _express_problem(wf)
+        if functions is None or not (functions.default or functions.by_owner):
+            raise InputError("--express needs --function ARN (the Lambda function that runs the steps), "
+                             "or --function OWNER=ARN per owner")
+    return _Builder(wf, queues, heartbeat_seconds, functions if express else None).build()
+
+
+def _express_problem(wf: Workflow) -> None:
+    """InputError naming the first step an Express workflow cannot carry."""
+    for s in wf.steps:
+        why = ""
+        if s.kind is StepKind.HUMAN:
+            why = ("a human step waits for a person's answer (a task token), which an Express workflow cannot "
+                   "wait for")
+        elif s.kind in (StepKind.AI, StepKind.CODE) and (s.timeout_seconds is None or
+                                                           s.timeout_seconds > EXPRESS_SECONDS):
+            shown = "none" if s.timeout_seconds is None else f"{s.timeout_seconds:g}s"
+            why = (f"its timeout ({shown}) must be at most {EXPRESS_SECONDS}s, the longest an Express "
+                   "execution runs; set timeout")
+        elif s.kind is StepKind.WAIT and s.every_seconds * max(0, s.max_checks - 1) >= EXPRESS_SECONDS:
+            why = (f"its waits ({s.max_checks - 1} of {s.every_seconds:g}s) add up to {EXPRESS_SECONDS}s or more, "
+                   "the longest an Express execution runs")
+        if why:
+            raise InputError(f"step {s.id!r}: {why}; export it as Standard (without --express)")
 
 
 def jsonpath(ref: str) -> str:
@@ -118,19 +154,18 @@ def _counter(step_id: str, name: str) -> str:
 
 
 class _Builder:
-    def __init__(self, wf: Workflow, queues: Queues, heartbeat_seconds: int) -> None:
+    def __init__(self, wf: Workflow, queues: Queues, heartbeat_seconds: int, functions: Queues | None,
+                 task: str = "$$.Execution.Id", child: bool = False) -> None:
         self.wf = wf
         self.queues = queues
         self.heartbeat_seconds = heartbeat_seconds
+        self.functions = functions  # an Express workflow's Lambda functions; None: Standard, with tokens
+        self.task = task  # what a message names the task by: the execution, or a map item's child in it
+        self.child = child  # a map step's child workflow, run inside the parent's Map state
         self.states: dict[str, Any] = {}
 
     def build(self) -> dict[str, Any]:
         wf = self.wf
-        for s in wf.steps:
-            if s.kind is StepKind.MAP:
-                msg = (f"step {s.id!r}: map steps are not exported to Step Functions yet; run this workflow "
-                       "on the embedded or PostgreSQL store")
-                raise InputError(msg)
         reserved = {"Start", DONE, DONE_EARLY, "Succeeded", DEAD_LETTER, HALTED}
         for s in wf.steps:
             if s.id in reserved:
@@ -141,7 +176,10 @@ class _Builder:
             "Type": "Pass",
             "Comment": "the task's state: its input, the steps' results, the steps' counters",
             "Parameters": {
-                "input.$": "$", "results": {}, "workspace": {},
+                # a map step's child: its input is the item and its index; the parent's attempt names it
+                **({"input": {"item.$": "$.item", "index.$": "$.index"}, "map_attempt.$": "$.map_attempt"}
+                   if self.child else {"input.$": "$"}),
+                "results": {}, "workspace": {}, "decisions": {},
                 "sw": {s.id: {"attempts": 0, "fails": 0, "checks": 0} for s in wf.steps},
             },
             "Next": wf.steps[0].id,
@@ -156,8 +194,9 @@ class _Builder:
                        f"({name!r}) may have at most {MAX_STATE_NAME} characters; shorten it to "
                        f"{MAX_STATE_NAME - (len(name) - len(sid))} or fewer")
                 raise InputError(msg)
+        kind = "Express" if self.functions is not None else "Standard"
         return {
-            "Comment": f"{wf.name} v{wf.version} ({wf.content_hash[:12]}), exported by statewright",
+            "Comment": f"{wf.name} v{wf.version} ({wf.content_hash[:12]}), exported by statewright ({kind})",
             "StartAt": "Start",
             "States": self.states,
         }
@@ -250,7 +289,7 @@ class _Builder:
             raise InputError(f"step {s.id!r}: retry multiplier {p.multiplier:g} is below 1, "
                              "which Step Functions' BackoffRate does not allow")
         retries = [{
-            "ErrorEquals": [TRANSIENT],
+            "ErrorEquals": [TRANSIENT, *(LAMBDA_TRANSIENT if self.functions is not None else ())],
             "MaxAttempts": max(0, p.max_attempts - 1),
             "IntervalSeconds": int(p.initial_backoff_seconds),
             "BackoffRate": p.multiplier,
@@ -271,13 +310,15 @@ class _Builder:
                 "fails.$": _counter(s.id, "fails"), "checks": 0,
             },
             "ResultPath": f"$.sw['{s.id}']",
-            "Next": {StepKind.WAIT: f"{s.id}: count check",
+            "Next": {StepKind.WAIT: f"{s.id}: count check", StepKind.MAP: f"{s.id}: items",
                      StepKind.HUMAN: f"{s.id}: capture" if s.artifacts else f"{s.id}: references"}.get(
                 s.kind, f"{s.id}: run"),
         }
         self._failure(i, s, f"{s.id}: failed", s.on_failure, "budget")
         if s.kind is StepKind.WAIT:
             self._wait(i, s)
+        elif s.kind is StepKind.MAP:
+            self._map(i, s)
         elif s.kind is StepKind.HUMAN:
             self._human(i, s)
         else:
@@ -285,18 +326,23 @@ class _Builder:
 
     def _task(self, s: Step, kind: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "task_token.$": "$$.Task.Token", "task.$": "$$.Execution.Id",
+            "task_token.$": "$$.Task.Token", "task.$": self.task,
             "workflow": self.wf.name, "workflow_hash": self.wf.content_hash,
             "step": s.id, "kind": kind, "attempt.$": _counter(s.id, "attempts"),
-            "input.$": "$.input", "results.$": "$.results", "workspace.$": "$.workspace", **(extra or {}),
+            "input.$": "$.input", "results.$": "$.results", "workspace.$": "$.workspace",
+            "decisions.$": "$.decisions", **(extra or {}),
         }
-        return {"Type": "Task", "Resource": SEND_AND_WAIT,
+        if self.functions is not None:  # Express: the function answers at once, with no token
+            del body["task_token.$"]
+            return {"Type": "Task", "Resource": self.functions.of(s, "--function"), "Parameters": body,
+                    "TimeoutSeconds": max(1, math.ceil(s.timeout_seconds or EXPRESS_SECONDS))}
+        return {"Type": "Task", "Resource": SEND_AND_WAIT, "HeartbeatSeconds": self.heartbeat_seconds,
                 "Parameters": {"QueueUrl": self.queues.of(s), "MessageBody": body}}
 
     def _work(self, i: int, s: Step) -> None:
         key = "verdict" if s.kind is StepKind.AI else "result"
         self.states[f"{s.id}: run"] = {
-            **self._task(s, s.kind.value), "HeartbeatSeconds": self.heartbeat_seconds,
+            **self._task(s, s.kind.value),
             "ResultPath": "$.answer", "Retry": self._retry(s), "Catch": self._catches(i, s),
             "Next": f"{s.id}: keep",
         }
@@ -341,6 +387,64 @@ class _Builder:
         if routes:
             self.states[f"{s.id}: failure route"] = {"Type": "Choice", "Choices": routes, "Default": f"{s.id}: failed"}
 
+    def _map(self, i: int, s: Step) -> None:
+        """A Map state whose iterations run the child workflow's states inline, one per item
+        (input ``{"item", "index"}``), at most ``max_concurrency`` at once; more failed
+        children than tolerated fail the step with ``map_failures``."""
+        spec = s.map
+        if spec is None:
+            raise InputError(f"step {s.id!r}: a map step without its map")
+        if self.child:
+            raise InputError(f"step {s.id!r}: a map step inside a map step's child workflow is not exported; "
+                             "Step Functions runs the child inline, one level deep here")
+        child = self.wf.children.get(spec.workflow_hash) if spec.workflow_hash else None
+        if child is None:
+            raise InputError(f"step {s.id!r}: its workflow {spec.workflow!r} is found by name when a task starts; "
+                             "name its file (workflow: FILE.yaml) so the export can hold its states")
+        # the child's name: the execution's (a Distributed Map's child execution's), the step, its
+        # attempt, the item's index
+        task = f"States.Format('{{}}/{s.id}/{{}}/{{}}', $$.Execution.Id, $.map_attempt, $.input.index)"
+        inner = _Builder(child, self.queues, self.heartbeat_seconds, self.functions, task=task, child=True).build()
+        items = jsonpath(spec.items)
+        self.states[f"{s.id}: items"] = {
+            "Type": "Choice", "Comment": "the items the map step works on must be there",
+            "Choices": [{"Not": {"Variable": items, "IsPresent": True}, "Next": f"{s.id}: missing reference"}],
+            "Default": f"{s.id}: run",
+        }
+        self._error(f"{s.id}: missing reference", "missing_reference", f"{s.id}: failed",
+                    f"{spec.items} finds nothing")
+        state: dict[str, Any] = {
+            "Type": "Map", "Comment": f"one child task of {child.name} per item",
+            "ItemsPath": items,
+            "ItemSelector": {"item.$": "$$.Map.Item.Value", "index.$": "$$.Map.Item.Index",
+                             "map_attempt.$": _counter(s.id, "attempts")},
+            "ItemProcessor": {"ProcessorConfig": {"Mode": "INLINE"}, "StartAt": inner["StartAt"],
+                              "States": inner["States"]},
+            "MaxConcurrency": spec.max_concurrency,
+            "ResultSelector": {"results.$": "$"}, "ResultPath": f"$.results['{s.id}']",
+            "Catch": [
+                # items that are not a list (States.QueryEvaluationError: what newer interpreters name it)
+                {"ErrorEquals": ["States.Runtime", "States.QueryEvaluationError"], "ResultPath": "$.error",
+                 "Next": f"{s.id}: not a list"},
+                {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"{s.id}: too many failed"},
+            ],
+            "Next": self._on_success(i, s),
+        }
+        if spec.tolerated_percent is not None or spec.tolerated_failures:
+            # Step Functions counts tolerated failures only in a Distributed Map (its items run
+            # as child executions); an inline Map fails at its first failed item
+            if self.functions is not None:
+                raise InputError(f"step {s.id!r}: tolerated_failures need a Distributed Map, which an Express "
+                                 "workflow cannot run; export it as Standard (without --express)")
+            state["ItemProcessor"]["ProcessorConfig"] = {"Mode": "DISTRIBUTED", "ExecutionType": "STANDARD"}
+            if spec.tolerated_percent is not None:
+                state["ToleratedFailurePercentage"] = spec.tolerated_percent
+            else:
+                state["ToleratedFailureCount"] = spec.tolerated_failures
+        self.states[f"{s.id}: run"] = state
+        self._error(f"{s.id}: not a list", "items_not_a_list", f"{s.id}: failed", f"{spec.items} is not a list")
+        self._error(f"{s.id}: too many failed", "map_failures", f"{s.id}: failed")
+
     def _wait(self, i: int, s: Step) -> None:
         if s.every_seconds != int(s.every_seconds):
             raise InputError(f"step {s.id!r}: every {s.every_seconds:g}s; Step Functions waits whole seconds")
@@ -353,7 +457,7 @@ class _Builder:
         }
         self.states[f"{s.id}: run"] = {
             **self._task(s, "check", {"check.$": _counter(s.id, "checks")}),
-            "HeartbeatSeconds": self.heartbeat_seconds, "ResultSelector": {
+            "ResultSelector": {
                 "check.$": "$.check", "passed.$": "$.passed", "detail.$": "$.detail"},
             "ResultPath": f"$.results['{s.id}']", "Retry": self._retry(s), "Catch": self._catches(i, s),
             "Next": f"{s.id}: passed?",
@@ -390,7 +494,7 @@ class _Builder:
             catches = self._catches(i, s)
             self.states[f"{s.id}: capture"] = {
                 **self._task(s, "capture", {"artifacts": list(s.artifacts)}),
-                "HeartbeatSeconds": self.heartbeat_seconds, "ResultSelector": {"artifacts.$": "$.artifacts"},
+                "ResultSelector": {"artifacts.$": "$.artifacts"},
                 "ResultPath": "$.captured", "Retry": self._retry(s), "Catch": catches,
                 "Next": f"{s.id}: references",
             }
@@ -412,19 +516,45 @@ class _Builder:
             "reject_codes": list(self.wf.reject_codes_of(s)),
         }
         task: dict[str, Any] = {**self._task(s, "human", extra), "ResultPath": "$.answer"}
+        task.pop("HeartbeatSeconds", None)  # a person does not heartbeat
         if s.expires_after_seconds is not None:
             task["TimeoutSeconds"] = max(1, math.ceil(s.expires_after_seconds))
         task["Catch"] = [
             {"ErrorEquals": ["States.Timeout"], "ResultPath": "$.error", "Next": f"{s.id}: expired"},
             {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"{s.id}: failed"},
         ]
-        task["Next"] = f"{s.id}: decided"
+        task["Next"] = f"{s.id}: decision"
         self.states[f"{s.id}: run"] = task
-        self._error(f"{s.id}: expired", "approval_expired", f"{s.id}: failed", "no approval before the deadline")
+        # the decision (or its absence) is kept per step: later messages carry it, so a
+        # worker that records the execution in statewright's store records it too
+        self.states[f"{s.id}: decision"] = {
+            "Type": "Pass", "Parameters": {"answer.$": "$.answer", "attempt.$": _counter(s.id, "attempts")},
+            "ResultPath": f"$.decisions['{s.id}']", "Next": f"{s.id}: decided",
+        }
+        self.states[f"{s.id}: expired"] = {
+            "Type": "Pass", "Parameters": {"expired": True, "attempt.$": _counter(s.id, "attempts")},
+            "ResultPath": f"$.decisions['{s.id}']", "Next": f"{s.id}: expiry",
+        }
+        self._error(f"{s.id}: expiry", "approval_expired", f"{s.id}: failed", "no approval before the deadline")
+        after = self._on_success(i, s)
+        if after in (DONE, DONE_EARLY):  # nothing follows to carry the decision: say that the task ended
+            self.states[f"{s.id}: ended"] = {
+                "Type": "Task", "Resource": SEND, "Comment": "the task ended on this step's approval",
+                "Parameters": {"QueueUrl": self.queues.of(s), "MessageBody": {
+                    "kind": "ended", "task.$": self.task, "workflow": self.wf.name,
+                    "workflow_hash": self.wf.content_hash, "step": s.id, "decisions.$": "$.decisions",
+                }},
+                "ResultPath": None,
+                "Retry": [{"ErrorEquals": ["States.ALL"], "MaxAttempts": 3, "IntervalSeconds": 1,
+                           "BackoffRate": 2.0}],
+                "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": None, "Next": after}],
+                "Next": after,
+            }
+            after = f"{s.id}: ended"
         self.states[f"{s.id}: decided"] = {
             "Type": "Choice",
             "Choices": [
-                {"Variable": "$.answer.approved", "BooleanEquals": True, "Next": self._on_success(i, s)},
+                {"Variable": "$.answer.approved", "BooleanEquals": True, "Next": after},
                 {"Variable": "$.answer.reason_code", "IsPresent": True, "Next": f"{s.id}: rejected"},
             ],
             "Default": f"{s.id}: not approved",
@@ -437,11 +567,13 @@ class _Builder:
         if any(DONE_EARLY in _targets(st) for st in self.states.values()):
             self.states[DONE_EARLY] = {"Type": "Pass", "Result": "completed_early", "ResultPath": "$.outcome",
                                        "Next": "Succeeded"}
-        self.states["Succeeded"] = {"Type": "Succeed"}
+        # a map step's child ends with its results: the Map state gathers them in item order
+        self.states["Succeeded"] = {"Type": "Succeed", **({"OutputPath": "$.results"} if self.child else {})}
         self.states[DEAD_LETTER] = {
             "Type": "Task", "Resource": SEND, "Comment": "the halted task, for the operator queue",
             "Parameters": {"QueueUrl": self.queues.dead_letters(), "MessageBody": {
-                "kind": "halted", "task.$": "$$.Execution.Id", "workflow": self.wf.name,
+                "kind": "halted", "task.$": self.task, "workflow": self.wf.name,
+                "workflow_hash": self.wf.content_hash, "decisions.$": "$.decisions",
                 "step.$": "$.halt.step", "reason.$": "$.halt.reason", "detail.$": "$.halt.detail",
             }},
             "ResultPath": None,

@@ -23,16 +23,19 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright._errors import InputError, PermanentError, TransientError
 from statewright._names import is_agent_name, person_name_problem
 from statewright.definition.model import Step, StepKind, Workflow
 from statewright.export.asl import TRANSIENT
 from statewright.machine.commands import RunStep
-from statewright.machine.events import AttemptReported, CheckReported
+from statewright.machine.events import ArtifactsCaptured, AttemptReported, CheckReported
 from statewright.machine.state import Attempt, Current, Outcome, TaskState, TaskStatus
 from statewright.machine.task import transition
+
+if TYPE_CHECKING:
+    from statewright.integrations.sfn_record import Recorder
 
 log = logging.getLogger("statewright.sfn")
 MAX_CAUSE = 32_000  # Step Functions takes at most 32768 characters of cause
@@ -46,6 +49,14 @@ class Answer:
     output: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
     cause: str = ""
+
+
+@dataclass
+class _Held:
+    """The execution's recorded state while the worker performs its step (None: no record)."""
+
+    state: TaskState | None
+    execution: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,10 +98,11 @@ def state_at(wf: Workflow, body: Mapping[str, Any], *, repair_used: bool = False
 
 
 def judge(wf: Workflow, body: Mapping[str, Any], report: AttemptReported, *,
-          repair_used: bool = False) -> Answer | Repair:
+          repair_used: bool = False, state: TaskState | None = None) -> Answer | Repair:
     """The answer for an ai or code step's report, as the task reducer judges it: passed
-    (with the verdict or result), failed or halted (with the reason code), or a repair turn."""
-    state = state_at(wf, body, repair_used=repair_used)
+    (with the verdict or result), failed or halted (with the reason code), or a repair turn.
+    ``state``: the task's recorded state (default: the state the message shows)."""
+    state = state or state_at(wf, body, repair_used=repair_used)
     step = wf.step(str(body["step"]))
     report = AttemptReported(**{**_fields(report), "command_id": state.current.command_id if state.current else ""})
     new, commands = transition(state, report)
@@ -150,8 +162,10 @@ class SfnWorker:
 
     def __init__(self, workflows: Iterable[Workflow], queue_url: str, *, sqs: Any, sfn: Any,
                  workspace_root: Path, heartbeat_seconds: float = 60.0, wait_seconds: int = 20,
-                 echo: Callable[[str], None] = print, now_ms: Callable[[], int] | None = None) -> None:
-        self.workflows = {wf.content_hash: wf for wf in workflows}
+                 echo: Callable[[str], None] = print, now_ms: Callable[[], int] | None = None,
+                 recorder: Recorder | None = None) -> None:
+        # a map step's child workflow comes with the file that names it
+        self.workflows = {w.content_hash: w for wf in workflows for w in (wf, *wf.children.values())}
         self.queue_url = queue_url
         self.sqs = sqs
         self.sfn = sfn
@@ -161,6 +175,7 @@ class SfnWorker:
         self.echo = echo
         self.now_ms = now_ms or (lambda: int(time.time() * 1000))
         self.handled = 0
+        self.recorder = recorder
         from statewright.executors._isolation import LOG_FILTER, Redactor, secrets_in
 
         held = secrets_in(os.environ)  # the worker's own credentials (AWS keys among them)
@@ -196,17 +211,27 @@ class SfnWorker:
             self._delete(msg)
             return
         kind = body.get("kind")
+        if kind in ("halted", "human", "ended"):
+            self._record_to(body)
         if kind == "halted":
             self.echo(json.dumps({k: body.get(k) for k in ("kind", "task", "workflow", "step", "reason", "detail")}))
         elif kind == "human":
             shown = ("kind", "task", "workflow", "step", "attempt", "role", "separate_from",
                      "reject_codes", "proposal", "proposal_hash", "task_token")
             self.echo(json.dumps({k: body.get(k) for k in shown}))
+        elif kind == "ended":
+            pass  # only for the record: the execution succeeded after a person's approval
         else:
             answer = self._answer_for(body)
             self._send(str(body.get("task_token", "")), answer)
         self.handled += 1
         self._delete(msg)
+
+    def answer(self, body: Mapping[str, Any]) -> Answer:
+        """The answer to one message, redacted (an Express workflow's Lambda function returns
+        it instead of sending it with a token)."""
+        got = self._answer_for(body)
+        return Answer(got.ok, got.output, got.error, self._redactor.text(got.cause))
 
     def _answer_for(self, body: Mapping[str, Any]) -> Answer:
         wf = self.workflows.get(str(body.get("workflow_hash", "")))
@@ -219,36 +244,52 @@ class SfnWorker:
         except KeyError as exc:
             return Answer(False, error="unknown_step", cause=str(exc))
         stop = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(str(body.get("task_token", "")), stop), daemon=True)
-        beat.start()
+        token = str(body.get("task_token", ""))
+        beat = threading.Thread(target=self._heartbeat, args=(token, stop), daemon=True)
+        if token:  # an Express workflow's Lambda task has none: it answers by returning
+            beat.start()
+        held = _Held(self.recorder.at(wf, body) if self.recorder is not None else None, str(body.get("task", "")))
         try:
-            return self._perform(wf, step, body)
+            return self._perform(wf, step, body, held)
         except TransientError as exc:
             name = type(exc).__name__
             error = "non_retryable" if name in step.retry.non_retryable else TRANSIENT
-            return Answer(False, error=error, cause=f"{name}: {exc}"[:MAX_CAUSE])
+            answer = Answer(False, error=error, cause=f"{name}: {exc}"[:MAX_CAUSE])
+            if error != TRANSIENT:  # a failed attempt; a transient one is tried again by the state's Retry
+                self._record_failure(held, body, answer)
+            return answer
         except PermanentError as exc:
             reason = exc.reason if exc.reason != "error" else "permanent_error"
-            return Answer(False, error=reason, cause=f"{type(exc).__name__}: {exc}"[:MAX_CAUSE])
+            answer = Answer(False, error=reason, cause=f"{type(exc).__name__}: {exc}"[:MAX_CAUSE])
+            self._record_failure(held, body, answer)
+            return answer
         except Exception as exc:  # poison work never stops a worker
-            return Answer(False, error="executor_error", cause=f"{type(exc).__name__}: {exc}"[:MAX_CAUSE])
+            answer = Answer(False, error="executor_error", cause=f"{type(exc).__name__}: {exc}"[:MAX_CAUSE])
+            self._record_failure(held, body, answer)
+            return answer
         finally:
             stop.set()
-            beat.join()
+            if beat.is_alive():
+                beat.join()
 
-    def _perform(self, wf: Workflow, step: Step, body: Mapping[str, Any]) -> Answer:
+    def _perform(self, wf: Workflow, step: Step, body: Mapping[str, Any], held: _Held) -> Answer:
         from statewright.machine.brief import build_brief
         from statewright.runtime import artifacts, perform, screen, workspaces
         from statewright.store.base import Claim
 
         kind = body.get("kind")
-        state = state_at(wf, body)
+        state = held.state or state_at(wf, body)
         attempt = int(body.get("attempt", 1))
         if kind == "capture":
+            cid = state.current.command_id if state.current else ""
+            common: dict[str, Any] = {"event_id": f"{cid}:result", "at_ms": self.now_ms(), "command_id": cid,
+                                      "step": step.id, "attempt": attempt}
             try:
                 found = artifacts.capture(self._work_dir(state, step), step.artifacts, state.input)
             except artifacts.ArtifactError as exc:
+                self._record(held, ArtifactsCaptured(**common, error=exc.reason, detail=str(exc)))
                 return Answer(False, error=exc.reason, cause=str(exc))
+            self._record(held, ArtifactsCaptured(**common, artifacts=found))
             return Answer(True, {"artifacts": found})
         is_check = kind == "check"
         if is_check != (step.kind is StepKind.WAIT) or (not is_check and step.kind not in (StepKind.AI, StepKind.CODE)):
@@ -271,13 +312,17 @@ class SfnWorker:
             # what leaves for Step Functions is screened and redacted as a report to the store is
             event = self._redactor_for(step).record(screen.screen(event, step.result_limit_bytes))
             if isinstance(event, CheckReported):
+                self._record(held, event)
                 return judge_check(body, event)
             if not isinstance(event, AttemptReported):
                 return Answer(False, error="executor_error", cause=f"unexpected report {event.type}")
-            verdict = judge(wf, body, event, repair_used=repair_used)
+            verdict = judge(wf, body, event, repair_used=repair_used, state=held.state)
+            self._record(held, event)
             if isinstance(verdict, Answer):
                 return verdict
             brief, repair_used = dict(verdict.brief), True
+            if held.state is not None and held.state.current is not None:  # the repair turn, recorded
+                state, cid = held.state, held.state.current.command_id
 
     def _context(self, state: TaskState, step: Step, attempt: int, key: str, workspace: Path) -> Any:
         from types import MappingProxyType
@@ -312,6 +357,62 @@ class SfnWorker:
 
         space = workspaces.for_check(state, step)
         return space.path if space is not None else self._task_dir(state)
+
+    # --- the record in statewright's store (a Recorder; none: nothing recorded) --------
+    def _record_to(self, body: Mapping[str, Any]) -> None:
+        """Bring the execution's record up to a message that is not work: a person's
+        decision, or how the execution ended (a halt the worker did not record: the step's
+        attempt failed with the dead letter's reason)."""
+        if self.recorder is None:
+            return
+        wf = self.workflows.get(str(body.get("workflow_hash", "")))
+        if wf is None:
+            return
+        state = self.recorder.at(wf, body)
+        if state is None or body.get("kind") != "halted" or state.terminal:
+            return
+        cur = state.current
+        if cur is None or cur.step != body.get("step") or state.status is not TaskStatus.RUNNING:
+            self.recorder.stop(str(body.get("task", "")), f"the execution halted at {body.get('step')!r} with "
+                                                          f"{body.get('reason')!r}, which the record did not see")
+            return
+        self._record_failure(_Held(state, str(body.get("task", ""))), {**body, "attempt": cur.attempt},
+                             Answer(False, error=str(body.get("reason") or "failed"), cause=str(body.get("detail"))))
+
+    def _record(self, held: _Held, event: Any) -> None:
+        if self.recorder is None or held.state is None:
+            return
+        try:
+            held.state = self.recorder.record(held.state, event)
+        except Exception as exc:  # the record ends; the answer to Step Functions stands
+            from statewright.runtime.screen import describe
+
+            self.recorder.stop(held.execution, describe(exc))
+            held.state = None
+
+    def _record_failure(self, held: _Held, body: Mapping[str, Any], answer: Answer) -> None:
+        """A failed attempt as the statewright worker records it: the reason code, and the
+        detail redacted."""
+        state = held.state
+        if state is None or state.current is None:
+            return
+        cur = state.current
+        step = state.workflow.step(cur.step)
+        detail = self._redactor.text(answer.cause or answer.error)
+        if step.kind is StepKind.WAIT:
+            event: Any = CheckReported(event_id=f"{cur.command_id}:result", at_ms=self.now_ms(),
+                                       command_id=cur.command_id, step=cur.step, attempt=cur.attempt,
+                                       check_number=cur.checks + 1, error=answer.error, detail=detail)
+        elif step.kind is StepKind.HUMAN:
+            event = ArtifactsCaptured(event_id=f"{cur.command_id}:result", at_ms=self.now_ms(),
+                                      command_id=cur.command_id, step=cur.step, attempt=cur.attempt,
+                                      error=answer.error, detail=detail)
+        else:
+            event = AttemptReported(event_id=f"{cur.command_id}:result", at_ms=self.now_ms(),
+                                    command_id=cur.command_id, step=cur.step, attempt=cur.attempt,
+                                    actor=f"{'agent' if step.kind is StepKind.AI else 'code'}:{step.id}",
+                                    ok=False, error=answer.error, detail=detail)
+        self._record(held, event)
 
     def _heartbeat(self, token: str, stop: threading.Event) -> None:
         interval = max(0.05, self.heartbeat_seconds / 3)

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from statewright._cli_guard import guard as _guard
+from statewright.store import DEFAULT_DB
 
 
 @click.group()
@@ -27,22 +28,40 @@ def sfn() -> None:
               help="Where tasks without a workspace get their own directory.")
 @click.option("--heartbeat-seconds", default=60.0, show_default=True, type=click.FloatRange(min=1),
               help="How often a running step's heartbeat is sent (keep it inside the export's).")
+@click.option("--db", envvar="STATEWRIGHT_DB", default=DEFAULT_DB, show_default=True,
+              help="The store each execution is recorded in as a task (SQLite path or postgresql:// URL; "
+                   "env STATEWRIGHT_DB): statewright log, show and verify read it.")
+@click.option("--no-record", is_flag=True, help="Record nothing in a store (Step Functions' history only).")
 @_guard
 def worker(queue_url: str, files: tuple[str, ...], once: bool, region: str | None, workspace_root: str,
-           heartbeat_seconds: float) -> None:
-    """Take task tokens from the queue, run each step, answer Step Functions."""
+           heartbeat_seconds: float, db: str, no_record: bool) -> None:
+    """Take task tokens from the queue, run each step, answer Step Functions; record each
+    execution as a task in the store."""
     from statewright.definition import load_workflow
     from statewright.integrations.aws_sfn import SfnWorker, clients
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     workflows = [load_workflow(f) for f in files]
     sqs, sfn_client = clients(region)
+    engine = None
+    recorder = None
+    if not no_record:
+        from statewright.integrations.sfn_record import Recorder
+        from statewright.runtime.engine import Engine
+        from statewright.store import open_store
+
+        engine = Engine(open_store(db, create=True))
+        recorder = Recorder(engine, echo=click.echo)
     w = SfnWorker(workflows, queue_url, sqs=sqs, sfn=sfn_client, workspace_root=Path(workspace_root),
-                  heartbeat_seconds=heartbeat_seconds, wait_seconds=1 if once else 20, echo=click.echo)
+                  heartbeat_seconds=heartbeat_seconds, wait_seconds=1 if once else 20, echo=click.echo,
+                  recorder=recorder)
     try:
         handled = w.run(once=once)
     except KeyboardInterrupt:
         handled = w.handled
+    finally:
+        if engine is not None:
+            engine.close()
     click.echo(f"{handled} messages handled", err=True)
 
 

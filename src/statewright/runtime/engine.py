@@ -242,7 +242,7 @@ class Engine:
             if existing is not None:
                 return self._same_submission(existing, key, wf, given)
         priority, tenant = self._schedule(wf, given, priority, tenant)
-        data = workspaces.pin_base(given)  # the protected paths' baseline, fixed now
+        data = workspaces.pin_base(wf, given)  # the protected paths' baseline, fixed now
         self.register(wf)
         if any(st.map is not None for st in wf.steps):
             self.check_children(wf)

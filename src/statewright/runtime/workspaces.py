@@ -1,6 +1,6 @@
 """Where a command runs, and the protected paths its checks rely on.
 
-A task whose input names a ``repo`` (a git repository) works on per-attempt workspaces:
+A task whose input names a local git repository works on per-attempt workspaces:
 each ai attempt gets its own detached git worktree at the base commit. The base is pinned
 when the task is submitted: the commit ``base_ref`` (default ``HEAD``) names then is recorded
 in the task's input as ``base_commit`` and every attempt and check uses that commit, never a
@@ -11,7 +11,11 @@ passed ai attempt, with protected paths restored from that attempt's base first,
 check always runs against assets the worker could not write.
 
 A task whose input names a ``workspace`` directory runs every command there; otherwise
-each task gets a directory of its own under the engine's workspace root."""
+each task gets a directory of its own under the engine's workspace root.
+
+Which input key names the local git repository (``repo_key``): ``repo``, but in a workflow
+with a ``github:`` key, where ``repo`` is the GitHub repository (OWNER/NAME) its events come
+from, it is ``checkout``."""
 
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from statewright._errors import InputError, PermanentError
-from statewright.definition.model import Step, StepKind
+from statewright.definition.model import Step, StepKind, Workflow
 from statewright.machine.state import Outcome, TaskState
 
 
@@ -33,27 +37,36 @@ class AttemptSpace:
     per_attempt: bool = False
 
 
+LOCAL_REPO, GITHUB_CHECKOUT = "repo", "checkout"
+
+
+def repo_key(wf: Workflow) -> str:
+    """The input key that names the task's local git repository in ``wf``."""
+    return GITHUB_CHECKOUT if wf.github is not None else LOCAL_REPO
+
+
 def repo_of(state: TaskState) -> Path | None:
-    repo = state.input.get("repo") if isinstance(state.input, Mapping) else None
+    repo = state.input.get(repo_key(state.workflow)) if isinstance(state.input, Mapping) else None
     return Path(str(repo)).resolve() if repo else None
 
 
-def pin_base(data: dict[str, Any]) -> dict[str, Any]:
-    """The task input with ``base_commit`` recorded, when it names a git ``repo``.
+def pin_base(wf: Workflow, data: dict[str, Any]) -> dict[str, Any]:
+    """The task input with ``base_commit`` recorded, when it names a local git repository.
 
-    Raises InputError when ``base_ref`` names no commit in the repository. A ``repo`` that
+    Raises InputError when ``base_ref`` names no commit in the repository. A repository that
     is not (yet) a git repository is left as it is (it is copied per attempt instead).
     """
     from statewright.executors.workspace import base_commit_of
 
-    repo = data.get("repo")
+    key = repo_key(wf)
+    repo = data.get(key)
     if not repo or not isinstance(repo, str):
         return data
     ref = str(data.get("base_ref") or data.get("base_commit") or "HEAD")
     try:
         commit = base_commit_of(Path(repo), ref)
     except PermanentError as exc:
-        raise InputError(f"input 'repo': {exc}") from None
+        raise InputError(f"input {key!r}: {exc}") from None
     return data if commit is None else {**data, "base_commit": commit}
 
 

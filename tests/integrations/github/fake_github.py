@@ -1,5 +1,6 @@
 """A fake of the GitHub REST endpoints statewright calls, as a real local HTTP server:
-repository labels, an issue's labels, its comments, and pull requests. Every call is
+repository labels, an issue's labels, its comments, its state (open or closed), and pull
+requests. Every call is
 recorded (method, path, JSON body); ``fail(n, status)`` answers the next n calls with
 ``status`` to show retries."""
 
@@ -19,6 +20,7 @@ TOKEN = "ghs_fake_token_for_tests"
 _ISSUE = re.compile(r"/repos/([^/]+/[^/]+)/issues/(\d+)/(labels|comments)(?:/(.+))?")
 _REPO_LABELS = re.compile(r"/repos/([^/]+/[^/]+)/labels(?:/(.+))?")
 _PULL = re.compile(r"/repos/([^/]+/[^/]+)/pulls/(\d+)")
+_ISSUE_ITSELF = re.compile(r"/repos/([^/]+/[^/]+)/issues/(\d+)")
 
 
 @dataclass
@@ -35,6 +37,7 @@ class FakeGitHub:
     issue_labels: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     comments: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     pulls: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    closed: set[tuple[str, int]] = field(default_factory=set)  # issues and pull requests closed
     calls: list[Call] = field(default_factory=list)
     failures: list[int] = field(default_factory=list)  # statuses to answer the next calls with
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -72,6 +75,11 @@ class FakeGitHub:
             m = _REPO_LABELS.fullmatch(path)
             if m:
                 return self._repo_label(method, m.group(1), unquote(m.group(2)) if m.group(2) else None, body)
+            m = _ISSUE_ITSELF.fullmatch(path)
+            if m and method == "PATCH" and isinstance(body, dict) and body.get("state") in ("open", "closed"):
+                key = (m.group(1), int(m.group(2)))
+                (self.closed.add if body["state"] == "closed" else self.closed.discard)(key)
+                return 200, {"number": key[1], "state": body["state"]}
             m = _PULL.fullmatch(path)
             if m and method == "GET":
                 pull = self.pulls.get((m.group(1), int(m.group(2))))

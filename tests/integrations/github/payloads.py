@@ -54,6 +54,20 @@ def labeled(number: int, label: str, by: str, *, kind: str = "User", item: str =
             "repository": _repository(repo), "sender": _user(by, kind)}
 
 
+def unlabeled(number: int, label: str, by: str, *, item: str = "pull_request", repo: str = REPO) -> dict[str, Any]:
+    return {**labeled(number, label, by, item=item, repo=repo), "action": "unlabeled"}
+
+
+def closed(number: int, by: str, *, item: str = "pull_request", merged: bool = False,
+           repo: str = REPO) -> dict[str, Any]:
+    thing: dict[str, Any] = {"number": number, "title": f"PR {number}", "state": "closed", "user": _user("dave"),
+                             "labels": []}
+    if item == "pull_request":
+        thing.update(merged=merged, merged_by=_user(by) if merged else None,
+                     merge_commit_sha="d" * 40 if merged else None)
+    return {"action": "closed", item: thing, "repository": _repository(repo), "sender": _user(by)}
+
+
 def check_suite_completed(numbers: list[int], *, conclusion: str = "success", repo: str = REPO) -> dict[str, Any]:
     return {
         "action": "completed",

@@ -43,7 +43,20 @@ def _load(github: Any) -> None:
     ({"repo": "widgets"}, "github repo: must be OWNER/NAME, got 'widgets'"),
     ({"repo": REPO, "lables": {}},
      "github: unknown field 'lables'; allowed: approval_label, attempt_label, colors, labels, loop_back_label, "
-     "repo, start_on, terminal, users"),
+     "pull_request, reject_labels, repo, start_on, terminal, users"),
+    ({"repo": REPO, "pull_request": "results.reveiw.number"},
+     "github pull_request: no step 'reveiw' in this workflow; steps: review, merge"),
+    ({"repo": REPO, "pull_request": "results.merge.number"},
+     "github pull_request: step 'merge' is a human step; only an ai or code step records a result"),
+    ({"repo": REPO, "pull_request": "input.number"},
+     "github pull_request: must be results.STEP.FIELD (the pull request's number in a step's result), "
+     "got 'input.number'"),
+    ({"repo": REPO, "reject_labels": {"do-not-merge": "not_a_code"}},
+     "github reject_labels do-not-merge: reason code 'not_a_code' is not one step 'merge' takes; use one of: "
+     "insufficient_evidence, incorrect_extraction, policy_denial, suspected_fraud, other"),
+    ({"repo": REPO, "labels": {"review": "needs-review"}, "reject_labels": {"needs-review": "other"}},
+     "github reject_labels needs-review: 'needs-review' is also a label statewright sets or the approval "
+     "label; a rejection's label must be a label of its own"),
 ])
 def test_a_mistake_in_the_github_key_is_one_line_naming_it(github: Any, line: str) -> None:
     with pytest.raises(DefinitionError) as err:
@@ -75,8 +88,10 @@ def test_github_labels_creates_them_with_their_colors_and_recolors_on_a_second_r
     made = github.repo_labels["octo-org/other"]
     assert made["escalated"] == "b60205" and made["needs-review"] == "fbca04"
     assert made["auto-fix-attempt-1"] == made["auto-fix-attempt-3"] == "f9d0c4"
-    assert "auto-fix-attempt-4" not in made  # three fixes at most: the review's loop budget
-    assert set(made) >= {"triage", "ready-for-dev", "changes-requested", "review-approved", "merge-approved"}
+    # three fixes at most by the review's loop budget, one more after the maintainer's rejection
+    assert made["auto-fix-attempt-4"] == "f9d0c4" and "auto-fix-attempt-5" not in made
+    assert set(made) >= {"triage", "ready-for-dev", "changes-requested", "review-approved", "merge-approved",
+                         "needs-rework"}
     github.repo_labels["octo-org/other"]["escalated"] = "000000"
     again = CliRunner().invoke(cli, ["github", "labels", str(EXAMPLE), "--repo", "octo-org/other"])
     assert again.exit_code == 0, again.output

@@ -36,11 +36,11 @@ def test_a_crash_after_the_transition_is_repaired_by_the_outbox(
     engine = open_engine()
     wf = workflow_from_dict({
         "workflow": "one-step", "input_schema": {"type": "object", "properties": {
-            "repository": {"type": "string"}, "number": {"type": "integer"}}},
+            "repo": {"type": "string"}, "number": {"type": "integer"}}},
         "github": {"repo": REPO, "labels": {"build": "building"}, "terminal": {"completed": "built"}},
         "steps": [{"id": "build", "kind": "code", "owner": "ci", "run": {"command": ["sh", "-c", "true"]}}],
     }, "<one-step>")
-    tid = engine.submit(wf, {"repository": REPO, "number": 5})
+    tid = engine.submit(wf, {"repo": REPO, "number": 5})
 
     died = _worker(store_url, github, STATEWRIGHT_CRASH_AT="after_append")
     assert died.returncode == -signal.SIGKILL, died.stderr

@@ -16,7 +16,7 @@ from statewright.runtime.engine import Engine
 from statewright.runtime.users import Principal
 
 from .fake_github import FakeGitHub
-from .support import REPO, drain, issue
+from .support import REPO, drain, issue, pr
 
 
 def _labels_added(github: FakeGitHub, number: int) -> list[str]:
@@ -27,19 +27,50 @@ def _labels_added(github: FakeGitHub, number: int) -> list[str]:
 def test_a_clean_review_waits_for_the_merge_decision_with_its_label_and_proposal(
     engine: Engine, github: FakeGitHub, review_workflow: Workflow,
 ) -> None:
-    """validate -> generate -> review passes at once: the issue shows only the merge
-    decision's label, with the proposal's hash in a comment. Each SyncLabels reads the task
-    as it is when performed, so a worker that ran the steps first writes the latest labels
+    """validate -> generate -> review passes at once: the pull request the generator opened
+    shows only the merge decision's label, with a comment naming the task and the proposal's
+    hash in another; the issue keeps none of the pipeline's labels. Each SyncLabels reads the
+    task as it is when performed, so a worker that ran the steps first writes the latest labels
     once and never a stage the task already left."""
     tid = engine.submit(review_workflow, issue(7))
     drain(engine)
     st = engine.state(tid)
     assert st.status is TaskStatus.AWAITING_APPROVAL
-    assert github.labels(REPO, 7) == {"awaiting-merge-decision"}
-    assert _labels_added(github, 7) == ["awaiting-merge-decision"]
+    assert github.labels(REPO, pr(7)) == {"awaiting-merge-decision"}
+    assert github.labels(REPO, 7) == set()
+    assert _labels_added(github, pr(7)) == ["awaiting-merge-decision"]
     assert st.current is not None
-    (note,) = github.comments_on(REPO, 7)
+    link, note = github.comments_on(REPO, pr(7))
+    assert f"statewright task `{tid}` (started for #7)" in link
     assert st.current.proposal_hash in note and "review-approved" in note
+    assert github.comments_on(REPO, 7) == []
+
+
+def test_the_labels_stay_on_the_issue_until_the_step_names_its_pull_request(
+    engine: Engine, github: FakeGitHub, review_workflow: Workflow,
+) -> None:
+    """Before the generator's result names the pull request, the issue shows the stage; then
+    the labels move, and the issue sheds them. (The task's log replayed up to generate's
+    start, and synced as a worker would.)"""
+    from statewright.integrations.github.client import GitHub
+    from statewright.integrations.github.labels import sync
+
+    tid = engine.submit(review_workflow, issue(15))
+    drain(engine)
+    state = new_task(tid, review_workflow)
+    for event in engine.events(tid):
+        state, _ = transition(state, event)
+        if state.current is not None and state.current.step == "generate":
+            break
+    github.issue_labels.clear()
+    with GitHub() as client:
+        sync(lambda: state, client)
+        assert github.labels(REPO, 15) == {"ready-for-dev"}
+        assert github.labels(REPO, pr(15)) == set()
+        final = engine.state(tid)
+        sync(lambda: final, client)
+    assert github.labels(REPO, 15) == set()
+    assert github.labels(REPO, pr(15)) == {"awaiting-merge-decision"}
 
 
 def test_changes_requested_show_the_fix_and_its_attempt_label(
@@ -62,7 +93,7 @@ def test_changes_requested_show_the_fix_and_its_attempt_label(
         {"triage"}, {"ready-for-dev"}, {"needs-review"}, {"changes-requested", a1}, {"needs-review", a1},
         {"changes-requested", a2}, {"needs-review", a2}, {"awaiting-merge-decision", a2},
     ]
-    assert github.labels(REPO, 8) == {"awaiting-merge-decision", "auto-fix-attempt-2"}
+    assert github.labels(REPO, pr(8)) == {"awaiting-merge-decision", "auto-fix-attempt-2"}
 
 
 def test_a_fourth_request_for_changes_escalates_after_three_fixes(
@@ -76,7 +107,7 @@ def test_a_fourth_request_for_changes_escalates_after_three_fixes(
     assert st.status is TaskStatus.HALTED and st.halt is not None
     assert st.halt.reason == "loop_budget_exhausted"
     assert len(st.attempts_of("generate")) == 4  # the first generation and three fixes
-    assert github.labels(REPO, 9) == {"escalated", "auto-fix-attempt-3"}
+    assert github.labels(REPO, pr(9)) == {"escalated", "auto-fix-attempt-3"}
 
 
 def test_an_approved_merge_decision_ends_showing_merge_approved(
@@ -89,7 +120,7 @@ def test_an_approved_merge_decision_ends_showing_merge_approved(
     engine.approve(tid, people["alice"], proposal_hash=cur.proposal_hash)
     drain(engine)
     assert engine.state(tid).status is TaskStatus.COMPLETED
-    assert github.labels(REPO, 10) == {"merge-approved"}
+    assert github.labels(REPO, pr(10)) == {"merge-approved"}
 
 
 def test_stale_stage_labels_go_and_a_persons_own_labels_stay(
@@ -97,12 +128,14 @@ def test_stale_stage_labels_go_and_a_persons_own_labels_stay(
 ) -> None:
     """A stage label someone added by hand is not the task's state: the next sync removes
     it. Labels the projection does not manage (bug) are never touched."""
-    github.label_by_hand(REPO, 11, "bug")
-    github.label_by_hand(REPO, 11, "needs-review")
-    github.label_by_hand(REPO, 11, "auto-fix-attempt-2")
+    for number in (11, pr(11)):
+        github.label_by_hand(REPO, number, "bug")
+        github.label_by_hand(REPO, number, "needs-review")
+        github.label_by_hand(REPO, number, "auto-fix-attempt-2")
     engine.submit(review_workflow, issue(11))
     drain(engine)
-    assert github.labels(REPO, 11) == {"bug", "awaiting-merge-decision"}
+    assert github.labels(REPO, pr(11)) == {"bug", "awaiting-merge-decision"}
+    assert github.labels(REPO, 11) == {"bug"}
 
 
 def test_a_failing_github_is_retried_and_the_labels_arrive(
@@ -114,11 +147,11 @@ def test_a_failing_github_is_retried_and_the_labels_arrive(
     tid = engine.submit(review_workflow, issue(12))
     for _ in range(20):
         drain(engine)
-        if github.labels(REPO, 12) == {"awaiting-merge-decision"}:
+        if github.labels(REPO, pr(12)) == {"awaiting-merge-decision"}:
             break
         clock.advance(60)
     assert engine.state(tid).status is TaskStatus.AWAITING_APPROVAL
-    assert github.labels(REPO, 12) == {"awaiting-merge-decision"}
+    assert github.labels(REPO, pr(12)) == {"awaiting-merge-decision"}
 
 
 @pytest.mark.parametrize("token", ["", "wrong"])
@@ -130,7 +163,7 @@ def test_without_a_good_token_the_task_still_runs(
     tid = engine.submit(review_workflow, issue(13))
     drain(engine)
     assert engine.state(tid).status is TaskStatus.AWAITING_APPROVAL
-    assert github.labels(REPO, 13) == set()
+    assert github.labels(REPO, 13) == github.labels(REPO, pr(13)) == set()
     assert engine.store.claim("probe", engine.clock.now_ms(), 1000, 10) == []  # nothing left behind
 
 
@@ -141,12 +174,12 @@ def test_a_step_never_sees_the_workers_github_token(engine: Engine, github: Fake
 
     wf = workflow_from_dict({
         "workflow": "no-token", "input_schema": {"type": "object", "properties": {
-            "repository": {"type": "string"}, "number": {"type": "integer"}}},
+            "repo": {"type": "string"}, "number": {"type": "integer"}}},
         "github": {"repo": REPO, "terminal": {"completed": "done", "halted": "failed"}},
         "steps": [{"id": "peek", "kind": "code", "owner": "ci",
                    "run": {"command": ["sh", "-c", 'test -z "$GITHUB_TOKEN$GITHUB_API_URL"']}}],
     }, "<no-token>")
-    tid = engine.submit(wf, {"repository": REPO, "number": 14})
+    tid = engine.submit(wf, {"repo": REPO, "number": 14})
     drain(engine)
     assert engine.state(tid).status is TaskStatus.COMPLETED
     assert github.labels(REPO, 14) == {"done"}

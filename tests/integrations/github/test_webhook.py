@@ -20,7 +20,7 @@ from store.backends import SQL_BACKENDS
 
 from . import payloads as p
 from .fake_github import FakeGitHub
-from .support import REPO, drain
+from .support import REPO, drain, pr
 
 
 @pytest.fixture
@@ -49,17 +49,19 @@ def test_from_the_issue_to_the_merge_decision(
     tid = answer["task_id"]
     drain(engine)
     assert engine.state(tid).status is TaskStatus.AWAITING_APPROVAL
-    assert github.labels(REPO, 21) == {"awaiting-merge-decision", "auto-fix-attempt-2"}
+    assert github.labels(REPO, pr(21)) == {"awaiting-merge-decision", "auto-fix-attempt-2"}
     assert len(engine.state(tid).attempts_of("generate")) == 3
 
-    github.label_by_hand(REPO, 21, "review-approved")
-    status, answer = send(engine, config, "issues", p.labeled(21, "review-approved", "octocat"))
-    assert (status, answer["approved_by"]) == (200, "alice")
+    github.label_by_hand(REPO, pr(21), "review-approved")  # on the pull request the generator opened
+    status, answer = send(engine, config, "pull_request", p.labeled(pr(21), "review-approved", "octocat",
+                                                                     item="pull_request"))
+    assert (status, answer["approved_by"], answer["task_id"]) == (200, "alice", tid)
     drain(engine)
     st = engine.state(tid)
     assert st.status is TaskStatus.COMPLETED
     assert st.approvals[-1].actor == "alice"
-    assert github.labels(REPO, 21) == {"merge-approved", "auto-fix-attempt-2", "review-approved"}
+    assert github.labels(REPO, pr(21)) == {"merge-approved", "auto-fix-attempt-2", "review-approved"}
+    assert github.labels(REPO, 21) == set()
 
 
 def test_three_fixes_then_escalation(engine: Engine, config: WebhookConfig, github: FakeGitHub) -> None:
@@ -68,7 +70,7 @@ def test_three_fixes_then_escalation(engine: Engine, config: WebhookConfig, gith
     st = engine.state(answer["task_id"])
     assert st.status is TaskStatus.HALTED and st.halt is not None and st.halt.reason == "loop_budget_exhausted"
     assert len(st.attempts_of("generate")) == 4
-    assert github.labels(REPO, 22) == {"escalated", "auto-fix-attempt-3"}
+    assert github.labels(REPO, pr(22)) == {"escalated", "auto-fix-attempt-3"}
 
 
 def test_a_manual_review_approved_before_the_fixes_ran_out_is_refused_and_removed(
@@ -104,10 +106,11 @@ def test_an_approval_label_from_someone_who_may_not_approve_is_refused(
     drain(engine)
     waiting = engine.state(tid)
     assert waiting.status is TaskStatus.AWAITING_APPROVAL
-    status, answer = send(engine, config, "issues", p.labeled(24, "review-approved", login))
+    status, answer = send(engine, config, "pull_request", p.labeled(pr(24), "review-approved", login,
+                                                                     item="pull_request"))
     assert status == 409 and why in answer["refused"]
     assert engine.state(tid).version == waiting.version
-    assert any(why in c for c in github.comments_on(REPO, 24))
+    assert any(why in c for c in github.comments_on(REPO, pr(24)))
 
 
 def test_an_approval_label_binds_to_the_proposal_the_pull_request_shows(
@@ -123,12 +126,13 @@ def test_an_approval_label_binds_to_the_proposal_the_pull_request_shows(
     engine.add_evidence(tid, people["olga"], {"benchmark": "2% faster"}, note="measured after the review")
     new = engine.state(tid).current
     assert old is not None and new is not None and new.proposal_hash != old.proposal_hash
-    status, answer = send(engine, config, "issues", p.labeled(36, "review-approved", "octocat"))
+    label = p.labeled(pr(36), "review-approved", "octocat", item="pull_request")
+    status, answer = send(engine, config, "pull_request", label)
     assert (status, answer["refused"]) == (409, "the proposal changed since the pull request showed it; review "
                                                 "the new one")
     drain(engine)  # the worker shows the new proposal
-    assert new.proposal_hash in github.comments_on(REPO, 36)[-1]
-    status, _ = send(engine, config, "issues", p.labeled(36, "review-approved", "octocat"))
+    assert new.proposal_hash in github.comments_on(REPO, pr(36))[-1]
+    status, _ = send(engine, config, "pull_request", label)
     assert status == 200
     assert engine.state(tid).approvals[-1].proposal_hash == new.proposal_hash
 
@@ -156,7 +160,7 @@ def test_racing_label_events_start_no_second_fix(
     st = engine.state(tid)
     assert st.status is TaskStatus.AWAITING_APPROVAL
     assert len(st.attempts_of("generate")) == 2  # the first generation and the one fix asked for
-    assert github.labels(REPO, 25) == {"awaiting-merge-decision", "auto-fix-attempt-1"}
+    assert github.labels(REPO, pr(25)) == {"awaiting-merge-decision", "auto-fix-attempt-1"}
 
 
 def test_racing_opened_events_start_one_task(engine: Engine, config: WebhookConfig, github: FakeGitHub) -> None:
@@ -180,11 +184,12 @@ def test_racing_approvals_grant_once(
     _, answer = send(engine, config, "issues", p.issue_opened(27))
     tid = answer["task_id"]
     drain(engine)
-    github.label_by_hand(REPO, 27, "review-approved")
+    github.label_by_hand(REPO, pr(27), "review-approved")
     statuses: list[int] = []
 
     def fire() -> None:
-        statuses.append(send(engine, config, "issues", p.labeled(27, "review-approved", "octocat"))[0])
+        label = p.labeled(pr(27), "review-approved", "octocat", item="pull_request")
+        statuses.append(send(engine, config, "pull_request", label)[0])
 
     threads = [threading.Thread(target=fire) for _ in range(4)]
     for t in threads:
@@ -193,8 +198,8 @@ def test_racing_approvals_grant_once(
         t.join()
     assert sorted(statuses) == [200] * 4  # one approval; the others find it hers already
     assert len(engine.state(tid).approvals) == 1
-    assert "review-approved" in github.labels(REPO, 27)  # her label stays
-    assert github.comments_on(REPO, 27)[1:] == []  # only the proposal's comment
+    assert "review-approved" in github.labels(REPO, pr(27))  # her label stays
+    assert github.comments_on(REPO, pr(27))[2:] == []  # only the link and the proposal
 
 
 def test_the_tasks_own_labels_and_bots_are_ignored(
@@ -209,7 +214,17 @@ def test_the_tasks_own_labels_and_bots_are_ignored(
     assert engine.state(answer["task_id"]).version == version
 
 
-def test_a_pull_request_starts_its_own_task_once(engine: Engine, config: WebhookConfig, github: FakeGitHub) -> None:
+def test_a_pull_request_starts_its_own_task_once(
+    engine: Engine, config: WebhookConfig, github: FakeGitHub, review_workflow: Workflow,
+) -> None:
+    """The example starts on issues only (its pull requests are its generate step's); a
+    workflow that starts on pull_request.opened starts one task per pull request."""
+    from statewright.definition.loader import workflow_from_dict
+
+    assert send(engine, config, "pull_request", p.pull_request_opened(29))[0] == 202
+    raw = dict(review_workflow.raw)
+    raw["github"] = {**raw["github"], "start_on": ["issues.opened", "pull_request.opened"]}
+    config = WebhookConfig.build([workflow_from_dict(raw, "<prs>")], secret=p.SECRET)
     status, answer = send(engine, config, "pull_request", p.pull_request_opened(29), delivery_id="d-29")
     assert status == 200
     assert engine.state(answer["task_id"]).input["author"] == "dave"
@@ -227,7 +242,7 @@ def test_check_suite_and_review_make_a_wait_step_check_now(
     flag = tmp_path / "ci-green"
     wf = workflow_from_dict({
         "workflow": "wait-ci", "input_schema": {"type": "object", "properties": {
-            "repository": {"type": "string"}, "number": {"type": "integer"}}},
+            "repo": {"type": "string"}, "number": {"type": "integer"}}},
         "github": {"repo": REPO, "labels": {"ci": "waiting-for-ci"}},
         "steps": [{"id": "ci", "kind": "wait", "owner": "ci", "check": {"command": ["test", "-f", str(flag)]},
                    "every": "1h", "max_checks": 5}],
@@ -303,17 +318,18 @@ def test_a_replayed_delivery_changes_nothing(
     _, answer = send(engine, config, "issues", p.issue_opened(34), delivery_id="d-open")
     tid = answer["task_id"]
     drain(engine)
-    github.label_by_hand(REPO, 34, "review-approved")
-    assert send(engine, config, "issues", p.labeled(34, "review-approved", "octocat"), delivery_id="d-lab")[0] == 200
+    github.label_by_hand(REPO, pr(34), "review-approved")
+    label = p.labeled(pr(34), "review-approved", "octocat", item="pull_request")
+    assert send(engine, config, "pull_request", label, delivery_id="d-lab")[0] == 200
     drain(engine)
     before = snapshot(store_url)
-    calls = len(github.calls)
+    writes = len(github.writes())
     assert send(engine, config, "issues", p.issue_opened(34), delivery_id="d-open") == (
         200, {"task_id": tid, "duplicate": True})
-    assert send(engine, config, "issues", p.labeled(34, "review-approved", "octocat"), delivery_id="d-lab") == (
+    assert send(engine, config, "pull_request", label, delivery_id="d-lab") == (
         200, {"task_id": tid, "duplicate": True})
     assert snapshot(store_url) == before
-    assert len(github.calls) == calls
+    assert len(github.writes()) == writes  # a read finds the pull request's task; nothing is written
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)  # compares database snapshots taken with SQL

@@ -109,6 +109,9 @@ class GitHub:
                 break
         return out
 
+    def reopen(self, repo: str, number: int) -> None:
+        self._call("PATCH", f"/repos/{repo}/issues/{number}", json={"state": "open"})
+
     def pull(self, repo: str, number: int) -> Mapping[str, Any]:
         got = self._call("GET", f"/repos/{repo}/pulls/{number}")
         return got if isinstance(got, Mapping) else {}

@@ -15,9 +15,11 @@ from statewright.definition.github import GithubProjection
 from statewright.definition.model import RouteKind, Workflow
 from statewright.integrations.github.client import GitHub
 from statewright.machine.labels import labels_for
+from statewright.machine.paths import RefError, parse_ref, resolve
 from statewright.machine.state import TaskState, TaskStatus
 
 PROPOSAL_MARK = "<!-- statewright:proposal"
+LINK_MARK = "<!-- statewright:task"
 _ROUNDS = 3  # read, change, read again: the state moved on at most this often before a later command
 
 
@@ -30,14 +32,63 @@ class Synced:
     commented: bool = False
 
 
-def target_of(state: TaskState) -> tuple[GithubProjection, str, int] | None:
-    """The projection, repository and issue or pull request number of ``state``; None for a
-    task without a github workflow or a number in its input."""
+@dataclass(frozen=True)
+class Target:
+    """Where a task's labels go: ``number``, the pull request a step opened (the key's
+    ``pull_request``) once its result names one, else ``started_on``, the issue or pull
+    request the task was started for (``input.number``)."""
+
+    gh: GithubProjection
+    repo: str
+    number: int
+    started_on: int
+
+    @property
+    def moved(self) -> bool:
+        return self.number != self.started_on
+
+
+def _number(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def opened_pull_request(state: TaskState) -> int | None:
+    """The number of the pull request a step of the task opened, when its result names one."""
     gh = state.workflow.github
-    number = state.input.get("number")
-    if gh is None or isinstance(number, bool) or not isinstance(number, int) or number < 1:
+    if gh is None or not gh.pull_request:
         return None
-    return gh, gh.repo, number
+    try:
+        return _number(resolve(parse_ref(gh.pull_request), state.input, state.results))
+    except RefError:
+        return None
+
+
+def target_of(state: TaskState) -> Target | None:
+    """Where ``state``'s labels go; None for a task without a github workflow or a number in
+    its input."""
+    gh = state.workflow.github
+    started_on = _number(state.input.get("number"))
+    if gh is None or started_on is None:
+        return None
+    return Target(gh, gh.repo, opened_pull_request(state) or started_on, started_on)
+
+
+def link_comment(state: TaskState, started_on: int) -> str:
+    """What a pull request a step opened says first: which task it belongs to. The receiver
+    finds the task of a label applied there by it, and believes it only when the task's own
+    state names this pull request."""
+    return (f"{LINK_MARK} {state.task_id} -->\nstatewright task `{state.task_id}` (started for #{started_on}) "
+            "shows its state on this pull request.")
+
+
+def linked_tasks(comments: list[str]) -> Iterator[str]:
+    """The task ids the comments of an issue or pull request name (link or proposal)."""
+    for body in comments:
+        for mark in (LINK_MARK, PROPOSAL_MARK):
+            if body.startswith(mark):
+                words = body[len(mark):].split()
+                if words:
+                    yield words[0]
 
 
 def proposal_comment(state: TaskState, gh: GithubProjection) -> str:
@@ -65,14 +116,20 @@ def shown_proposals(comments: list[str], task_id: str) -> Iterator[str]:
 
 def sync(state_of: Callable[[], TaskState], client: GitHub) -> Synced:
     """Make the labels of the task's issue or pull request match its state (and show a
-    proposal that waits for approval once, in a comment)."""
+    proposal that waits for approval once, in a comment). Once the labels moved to a pull
+    request a step opened, that pull request says which task it belongs to (once), and the
+    issue the task started on keeps none of the labels statewright manages."""
     done = Synced()
+    cleared: set[int] = set()
     for _ in range(_ROUNDS):
         state = state_of()
         target = target_of(state)
         if target is None:
             return done
-        gh, repo, number = target
+        gh, repo, number = target.gh, target.repo, target.number
+        if target.moved and target.started_on not in cleared:
+            _link(state, target, client, done)
+            cleared.add(target.started_on)
         want = labels_for(state)
         have = set(client.labels_on(repo, number))
         for name in sorted(have - want):
@@ -94,6 +151,17 @@ def sync(state_of: Callable[[], TaskState], client: GitHub) -> Synced:
     return done
 
 
+def _link(state: TaskState, target: Target, client: GitHub, done: Synced) -> None:
+    """The pull request names its task; the issue the task started on sheds its labels."""
+    if state.task_id not in linked_tasks(client.comments(target.repo, target.number)):
+        client.comment(target.repo, target.number, link_comment(state, target.started_on))
+        done.commented = True
+    for name in sorted(client.labels_on(target.repo, target.started_on)):
+        if target.gh.manages(name):
+            client.remove_label(target.repo, target.started_on, name)
+            done.removed.append(f"#{target.started_on}:{name}")
+
+
 def label_plan(workflow: Workflow) -> list[tuple[str, str]]:
     """The labels ``statewright github labels`` creates, with their colors: every fixed label,
     the approval label, and an attempt label for each loop-back the workflow's budgets allow."""
@@ -102,6 +170,6 @@ def label_plan(workflow: Workflow) -> list[tuple[str, str]]:
         return []
     attempts = sum(max(0, (s.on_failure.max_attempts or 1) - 1) for s in workflow.steps
                    if s.on_failure.kind is RouteKind.LOOP_BACK)
-    names = [*gh.fixed_labels(), *([gh.approval_label] if gh.approval_label else [])]
+    names = [*gh.fixed_labels(), *gh.person_labels()]
     names += [gh.attempt_label_for(n) for n in range(1, attempts + 1) if gh.attempt_label]
     return [(n, gh.color_of(n)) for n in names]

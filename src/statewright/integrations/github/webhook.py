@@ -11,19 +11,36 @@ issue or pull request, however many deliveries race), an act's event id carries 
 id (a redelivery is a duplicate event), and a refusal's comment names the delivery.
 
 Mapped (anything else is answered and changes nothing):
-  issues.opened, pull_request.opened    submit a task keyed github:OWNER/NAME#NUMBER
+  issues.opened, pull_request.opened    submit a task keyed github:OWNER/NAME#NUMBER, its
+                                        input {repo, number, title, body, author}
   issues.labeled, pull_request.labeled  by a person: the approval label is that person's
-                                        approval of the proposal the pull request shows,
+                                        approval of the proposal the pull request shows, a
+                                        rejection label her rejection with its reason code,
                                         checked by the reducer like any other (role, duty,
                                         hash); a label of the task's state set by hand is
-                                        refused. A refused label is removed again, and a
-                                        comment says why. The task's own labels are ignored.
+                                        refused. A refused label is removed again, the
+                                        task's own labels are set back, and a comment says
+                                        why. The task's own labels are ignored.
+  issues.unlabeled,                     by a person, of a label the task shows: put back
+  pull_request.unlabeled
+  issues.closed, pull_request.closed    a merge: the merger's approval attempt (a refused
+                                        one cannot be undone; a comment says the record has
+                                        no approval); a close: the closer's attempt to
+                                        cancel the task, which needs the operator role
+                                        (refused: reopened, with a comment)
   check_suite.completed,                the task's wait step checks now instead of at its
   pull_request_review.submitted         next interval (an event is a hint; the check decides)
 
+An issue or pull request belongs to the task started for it, or to the task whose step opened
+it (the github key's ``pull_request``): statewright names the task in a comment there, and the
+receiver believes the comment only when that task's state names the pull request. A bot's
+act (``sender.type`` Bot: statewright's own label changes with an app's or Actions' token) is
+no person's and is ignored.
+
 Statuses: 200 done, 202 nothing to do (ignored), 400 malformed, 401 bad signature, 404 no
 workflow for the repository, 409 an act refused, 413 too large, 422 an event type statewright
-does not handle or a task input the workflow refuses."""
+does not handle or a task input the workflow refuses, 503 GitHub did not answer a read the
+act needs (GitHub delivers it again)."""
 
 from __future__ import annotations
 
@@ -36,12 +53,19 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statewright._errors import IllegalEventError, InputError, VersionConflictError
+from statewright._errors import (
+    DefinitionError,
+    IllegalEventError,
+    InputError,
+    TaskNotFoundError,
+    VersionConflictError,
+)
+from statewright._names import OPERATOR_ROLE
 from statewright.definition.github import GithubProjection
 from statewright.definition.model import Workflow
 from statewright.integrations.github.client import GitHub, GitHubError
-from statewright.integrations.github.labels import shown_proposals
-from statewright.machine.events import ApprovalGranted, TimerFired
+from statewright.integrations.github.labels import linked_tasks, shown_proposals, target_of
+from statewright.machine.events import ApprovalGranted, ApprovalRejected, TaskCancelled, TimerFired
 from statewright.machine.labels import labels_for
 from statewright.machine.state import TaskState, TaskStatus
 
@@ -49,6 +73,7 @@ if TYPE_CHECKING:
     from starlette.routing import Route
 
     from statewright.runtime.engine import Engine
+    from statewright.store.base import Person
 
 SECRET_ENV = "STATEWRIGHT_GITHUB_WEBHOOK_SECRET"
 PATH = "/api/github/webhook"
@@ -155,6 +180,15 @@ class _Malformed(Exception):
     """The payload lacks a field the event needs."""
 
 
+@dataclass(frozen=True)
+class _Undo:
+    """What a refused act is undone by: removing the label the person applied, reopening
+    what they closed, or nothing (a merge)."""
+
+    label: str = ""
+    reopen: bool = False
+
+
 def _dig(payload: Mapping[str, Any], *path: str) -> Any:
     value: Any = payload
     for key in path:
@@ -187,8 +221,8 @@ class _Delivery:
         item = "issue" if kind == "issues" else "pull_request"
         if kind in ("issues", "pull_request") and action == "opened":
             return self._open(kind, item)
-        if kind in ("issues", "pull_request") and action == "labeled":
-            return self._labeled(item)
+        if kind in ("issues", "pull_request") and action in ("labeled", "unlabeled", "closed"):
+            return self._persons_act(item, action)
         if kind == "check_suite" and action == "completed":
             prs = self.payload.get("check_suite", {}).get("pull_requests") if isinstance(
                 self.payload.get("check_suite"), dict) else None
@@ -209,100 +243,198 @@ class _Delivery:
         if existing is not None:
             return 200, {"task_id": existing, "duplicate": True}
         data = {
-            "repository": self.repo, "number": number, "title": str(_dig(self.payload, item, "title") or ""),
+            "repo": self.repo, "number": number, "title": str(_dig(self.payload, item, "title") or ""),
             "body": str(_dig(self.payload, item, "body") or ""),
             "author": str(_dig(self.payload, item, "user", "login") or ""),
         }
         props = (self.wf.input_schema or {}).get("properties")
         if isinstance(props, Mapping):  # what the workflow's input takes (its schema is closed)
-            data = {k: v for k, v in data.items() if k in props or k in ("repository", "number")}
+            data = {k: v for k, v in data.items() if k in props or k in ("repo", "number")}
         tid = self.engine.submit(self.wf, data, key=key)
         log.info("github %s: %s #%d opened: task %s", self.delivery, self.repo, number, tid)
         return 200, {"task_id": tid}
 
-    # --- a person's label --------------------------------------------------------------
-    def _labeled(self, item: str) -> Answer:
-        number = _number(_dig(self.payload, item, "number"), f"{item}.number")
-        label = _dig(self.payload, "label", "name")
-        login = _dig(self.payload, "sender", "login")
-        if not isinstance(label, str) or not isinstance(login, str):
-            raise _Malformed("a labeled event needs label.name and sender.login")
+    # --- a person's act ----------------------------------------------------------------
+    def _task_of(self, number: int) -> str | None:
+        """The task of an issue or pull request: the one started for it (by key), or the one
+        whose step opened it, named in a comment statewright wrote there and believed only
+        when that task's own state names this pull request."""
         tid = self.engine.store.task_by_key(task_key(self.repo, number))
+        if tid is not None:
+            return tid
+        with self.config.github() as client:
+            named = list(dict.fromkeys(linked_tasks(client.comments(self.repo, number))))
+        for candidate in named:
+            try:
+                state = self.engine.state(candidate)
+            except (TaskNotFoundError, DefinitionError):
+                continue
+            target = target_of(state)
+            if state.workflow.content_hash == self.wf.content_hash and target is not None and \
+                    target.number == number:
+                return candidate
+        return None
+
+    def _persons_act(self, item: str, action: str) -> Answer:
+        number = _number(_dig(self.payload, item, "number"), f"{item}.number")
+        login = _dig(self.payload, "sender", "login")
+        label = _dig(self.payload, "label", "name")
+        if not isinstance(login, str) or (action != "closed" and not isinstance(label, str)):
+            raise _Malformed(f"a {action} event needs sender.login" + ("" if action == "closed" else " and label.name"))
+        if _dig(self.payload, "sender", "type") == "Bot":
+            return 202, {"ignored": "a bot's act (statewright's own, or an app's) is no person's"}
+        try:
+            tid = self._task_of(number)
+        except GitHubError as exc:
+            return 503, {"error": f"cannot read which task #{number} belongs to: {exc}"}
         if tid is None:
             return 202, {"ignored": f"no task for {self.repo}#{number}"}
         state = self.engine.state(tid)
-        if label in labels_for(state) or _dig(self.payload, "sender", "type") == "Bot":
-            return 202, {"ignored": f"{label!r} is the task's own label", "task_id": tid}
         event_id = f"{tid}:github:{self.delivery}"
         if self.engine.store.has_event(event_id):
             return 200, {"task_id": tid, "duplicate": True}
+        if action == "closed":
+            return self._closed(state, item, number, login, event_id)
+        if not isinstance(label, str):  # checked above; for the type checker
+            raise _Malformed("label.name is missing")
+        if action == "unlabeled":
+            return self._unlabeled(state, number, label)
+        if label in labels_for(state):
+            return 202, {"ignored": f"{label!r} is the task's own label", "task_id": tid}
         if label == self.gh.approval_label:
-            return self._approve(state, number, label, login, event_id)
+            return self._decide(state, number, login, event_id, _Undo(label=label), reject=None)
+        if label in self.gh.reject_labels:
+            return self._decide(state, number, login, event_id, _Undo(label=label),
+                                reject=self.gh.reject_labels[label])
         if self.gh.manages(label):
             why = (f"`{label}` shows the task's state, which statewright sets; the task is "
                    f"{state.status.value.replace('_', ' ')}{_at(state)}")
-            return self._refuse(state, number, label, login, why)
+            return self._refuse(state, number, login, why, _Undo(label=label))
         return 202, {"ignored": f"{label!r} is not a label of {self.wf.name}", "task_id": tid}
 
-    def _approve(self, state: TaskState, number: int, label: str, login: str, event_id: str) -> Answer:
-        user = self.gh.users.get(login)
-        person = next((p for p in self.engine.users.people() if p.name == user and p.active), None) if user else None
+    def _unlabeled(self, state: TaskState, number: int, label: str) -> Answer:
+        """A label the task shows, removed by a person: put back (the labels are the task's)."""
+        target = target_of(state)
+        if target is None or target.number != number or label not in labels_for(state):
+            return 202, {"ignored": f"{label!r} is not a label the task shows here", "task_id": state.task_id}
+        try:
+            with self.config.github() as client:
+                client.add_labels(self.repo, number, [label])
+        except GitHubError as exc:
+            return 503, {"error": f"cannot put the label {label!r} back: {exc}"}
+        return 200, {"task_id": state.task_id, "restored": label}
+
+    def _closed(self, state: TaskState, item: str, number: int, login: str, event_id: str) -> Answer:
+        """A merge is the merger's approval attempt; a close without one is the closer's
+        attempt to cancel the task (an operator's act)."""
+        if state.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.CANCELLED):
+            return 202, {"ignored": f"the task is {state.status.value.replace('_', ' ')} already",
+                         "task_id": state.task_id}
+        if item == "pull_request" and _dig(self.payload, "pull_request", "merged") is True:
+            merger = _dig(self.payload, "pull_request", "merged_by", "login")
+            return self._decide(state, number, merger if isinstance(merger, str) else login, event_id,
+                                _Undo(), reject=None)
+        person = self._person(login)
+        undo = _Undo(reopen=True)
         if person is None:
-            return self._refuse(state, number, label, login, f"@{login} is not mapped to an active statewright user")
+            return self._refuse(state, number, login, f"@{login} is not mapped to an active statewright user", undo)
+        if OPERATOR_ROLE not in person.roles:
+            return self._refuse(state, number, login, f"{person.name!r} lacks the role {OPERATOR_ROLE!r} needed "
+                                                      "to cancel the task", undo)
+        event = TaskCancelled(event_id=event_id, at_ms=self.engine.clock.now_ms(), actor=person.name,
+                              reason=f"GitHub: @{login} closed #{number} (delivery {self.delivery})")
+        try:
+            applied = self.engine.apply(state.task_id, event, state=state)
+        except (IllegalEventError, VersionConflictError) as exc:
+            return self._refuse(self.engine.state(state.task_id), number, login, str(exc), undo)
+        log.info("github %s: %s cancelled task %s by closing #%d", self.delivery, person.name, state.task_id, number)
+        return 200, {"task_id": state.task_id, "cancelled_by": person.name, "status": applied.state.status.value}
+
+    def _person(self, login: str) -> Person | None:
+        user = self.gh.users.get(login)
+        return next((p for p in self.engine.users.people() if p.name == user and p.active), None) if user else None
+
+    def _decide(self, state: TaskState, number: int, login: str, event_id: str, undo: _Undo,
+                reject: str | None) -> Answer:
+        """A person's approval (``reject`` None) or rejection with that reason code of the
+        proposal the pull request shows, checked by the reducer like any other."""
+        person = self._person(login)
+        if person is None:
+            return self._refuse(state, number, login, f"@{login} is not mapped to an active statewright user", undo)
         cur = state.current
-        if _approved_by(state, person.name):  # hers already (a race of her own deliveries)
+        if reject is None and _approved_by(state, person.name):  # hers already (a race of her own deliveries)
             return 200, {"task_id": state.task_id, "duplicate": True}
         if state.status is not TaskStatus.AWAITING_APPROVAL or cur is None:
-            return self._refuse(state, number, label, login, f"the task is not waiting for an approval (it is "
-                                                             f"{state.status.value.replace('_', ' ')}{_at(state)})")
+            act = "an approval" if reject is None else "a rejection"
+            return self._refuse(state, number, login, f"the task is not waiting for {act} (it is "
+                                                      f"{state.status.value.replace('_', ' ')}{_at(state)})", undo)
         try:
             with self.config.github() as client:
                 shown = list(shown_proposals(client.comments(self.repo, number), state.task_id))
         except GitHubError as exc:
             return 503, {"error": f"cannot read the proposal the pull request shows: {exc}"}
-        event = ApprovalGranted(
-            event_id=event_id, at_ms=self.engine.clock.now_ms(), step=cur.step, actor=person.name,
-            roles=person.roles, proposal_hash=shown[-1] if shown else "",
-            comment=f"GitHub label {label!r} by @{login} (delivery {self.delivery})",
-        )
+        what = f"label {undo.label!r}" if undo.label else "merge"
+        why_label = f"GitHub {what} by @{login} (delivery {self.delivery})"
+        common: dict[str, Any] = {
+            "event_id": event_id, "at_ms": self.engine.clock.now_ms(), "step": cur.step, "actor": person.name,
+            "roles": person.roles, "proposal_hash": shown[-1] if shown else "", "comment": why_label,
+        }
+        event: ApprovalGranted | ApprovalRejected = (
+            ApprovalGranted(**common) if reject is None else ApprovalRejected(**common, reason_code=reject))
         try:
             applied = self.engine.apply(state.task_id, event, state=state)
         except IllegalEventError as exc:
             now = self.engine.state(state.task_id)
-            if _approved_by(now, person.name):
+            if reject is None and _approved_by(now, person.name):
                 return 200, {"task_id": state.task_id, "duplicate": True}
             why = str(exc)
             if not shown:
-                why = "the pull request shows no proposal of this task to approve"
+                why = "the pull request shows no proposal of this task to decide on"
             elif shown[-1] != cur.proposal_hash:
                 why = "the proposal changed since the pull request showed it; review the new one"
-            return self._refuse(now, number, label, login, why)
+            return self._refuse(now, number, login, why, undo)
         except VersionConflictError:
-            return self._refuse(self.engine.state(state.task_id), number, label, login,
-                                "the task changed while this label was checked")
-        log.info("github %s: %s approved task %s by label", self.delivery, person.name, state.task_id)
-        return 200, {"task_id": state.task_id, "approved_by": person.name,
-                     "status": applied.state.status.value}
+            return self._refuse(self.engine.state(state.task_id), number, login,
+                                "the task changed while this act was checked", undo)
+        done = "approved" if reject is None else "rejected"
+        log.info("github %s: %s %s task %s", self.delivery, person.name, done, state.task_id)
+        out = {"task_id": state.task_id, f"{done}_by": person.name, "status": applied.state.status.value}
+        return 200, out if reject is None else {**out, "reason_code": reject}
 
-    def _refuse(self, state: TaskState, number: int, label: str, login: str, why: str) -> Answer:
-        """Remove the label again and say why on the pull request (once per delivery)."""
+    def _refuse(self, state: TaskState, number: int, login: str, why: str, undo: _Undo) -> Answer:
+        """Undo what the person did (remove the label, reopen what was closed; a merge cannot
+        be undone), put back a label of the task's the act replaced, and say why on the issue
+        or pull request (once per delivery)."""
         mark = f"{REFUSED_MARK} {self.delivery} -->"
+        did = (f"removed the label `{undo.label}` @{login} applied" if undo.label else
+               f"reopened #{number}, which @{login} closed" if undo.reopen else
+               f"records no approval for the merge by @{login}")
         try:
             with self.config.github() as client:
-                client.remove_label(self.repo, number, label)
+                if undo.label:
+                    client.remove_label(self.repo, number, undo.label)
+                if undo.reopen:
+                    client.reopen(self.repo, number)
+                target = target_of(state)
+                if target is not None and target.number == number:  # the task's own labels, set back
+                    missing = sorted(labels_for(state) - set(client.labels_on(self.repo, number)))
+                    if missing:
+                        client.add_labels(self.repo, number, missing)
                 if not any(c.startswith(mark) for c in client.comments(self.repo, number)):
-                    client.comment(self.repo, number, f"{mark}\nstatewright removed the label `{label}` "
-                                                      f"@{login} applied: {why}.")
+                    client.comment(self.repo, number, f"{mark}\nstatewright {did}: {why}.")
         except GitHubError as exc:
-            log.warning("github %s: refused label %r not removed: %s", self.delivery, label, exc)
-        log.info("github %s: label %r by @%s refused on task %s: %s", self.delivery, label, login, state.task_id, why)
+            log.warning("github %s: refused act not undone: %s", self.delivery, exc)
+        log.info("github %s: act of @%s refused on task %s: %s", self.delivery, login, state.task_id, why)
         return 409, {"task_id": state.task_id, "refused": why}
 
     # --- hints for wait steps ----------------------------------------------------------
     def _check_now(self, numbers: list[int]) -> Answer:
         checked = []
         for number in numbers:
-            tid = self.engine.store.task_by_key(task_key(self.repo, number))
+            try:
+                tid = self._task_of(number)
+            except GitHubError as exc:
+                return 503, {"error": f"cannot read which task #{number} belongs to: {exc}"}
             if tid is None:
                 continue
             state = self.engine.state(tid)
