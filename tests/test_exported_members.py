@@ -49,4 +49,4 @@ def test_import_statewright_loads_the_errors_only() -> None:
 
     code = "import statewright, sys; print(sorted(m for m in sys.modules if m.startswith(('statewright.', 'yaml'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['statewright._errors']"
+    assert out.strip() == "['statewright._errors', 'statewright._lazy']"

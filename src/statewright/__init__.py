@@ -1,6 +1,6 @@
 """statewright: run AI-agent work as explicit, durable state machines."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from statewright._errors import (
     AccessError,
@@ -18,6 +18,7 @@ from statewright._errors import (
     TransientError,
     VersionConflictError,
 )
+from statewright._lazy import lazy
 
 if TYPE_CHECKING:
     from statewright.definition import (
@@ -54,15 +55,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'statewright' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy(__name__, _LAZY)
 
 
 __version__ = "0.1.0"

@@ -13,7 +13,9 @@ per-attempt workspace from ``prepare_workspace``; ``protected_changes`` and
 ``mcp_verdict_command`` is the ``statewright mcp-verdict`` click command.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from statewright._lazy import lazy
 
 if TYPE_CHECKING:
     from ._process import OUTPUT_LIMIT_CHARS
@@ -65,15 +67,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'statewright.executors' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy(__name__, _LAZY)
 
 
 __all__ = [
