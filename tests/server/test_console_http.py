@@ -232,6 +232,39 @@ def test_loop_runs_show_their_record_parked_items_budgets_and_terminal_reason(wo
         assert world.client.get(f"/runs/{missing}").status_code == 404
 
 
+def test_an_operator_unparks_a_parked_item_from_the_run_page(world: World, tmp_path: Path) -> None:
+    """The run page offers an operator a form per parked item; the post, with a reason,
+    writes the loop's audited unpark line. Without the operator role, a reason or the CSRF
+    token it is refused and the run is unchanged."""
+    from loop.helpers import FakeClock, run_loop, write_loop
+
+    outcome = run_loop(write_loop(tmp_path / "loop", [{"id": "88", "fix_on_attempt": 1},
+                                                      {"id": "89", "fix_on_attempt": 99}]),
+                       world.loop_db, FakeClock())
+    page_url = f"/runs/{outcome.run_id}"
+    sign_in(world.client, world.people.tokens["eve"])
+    assert 'action="/runs/' not in world.client.get(page_url).text  # no form for a viewer
+    refused = post_form(world.client, f"{page_url}/unpark", {"item": "89", "reason": "fixed upstream"},
+                        csrf_from=page_url)
+    assert refused.status_code == 403 and "operator" in refused.text
+    assert world.client.post(f"{page_url}/unpark", data={"item": "89", "reason": "x"}).status_code == 403
+
+    sign_in(world.client, world.people.tokens["ops"])
+    page = world.client.get(page_url).text
+    assert f'action="/runs/{outcome.run_id}/unpark"' in page and 'value="89"' in page
+    no_reason = post_form(world.client, f"{page_url}/unpark", {"item": "89", "reason": " "}, csrf_from=page_url)
+    assert no_reason.status_code == 422 and "needs a reason" in no_reason.text
+    assert 'class="item-parked"' in world.client.get(page_url).text
+    done = post_form(world.client, f"{page_url}/unpark", {"item": "89", "reason": "fixed upstream"},
+                     csrf_from=page_url)
+    assert done.status_code == 303 and done.headers["location"].endswith("?done=unparked")
+    after = world.client.get(done.headers["location"]).text
+    assert "Unparked" in after and 'class="item-parked"' not in after
+    assert "ops" in after and "fixed upstream" in after  # the audited line names who and why
+    again = post_form(world.client, f"{page_url}/unpark", {"item": "89", "reason": "again"}, csrf_from=page_url)
+    assert again.status_code in (409, 422) and 'id="refusal"' in again.text
+
+
 def _messages(lines: Iterator[str]) -> Iterator[dict[str, str]]:
     """Server-sent event messages: each the fields before a blank line (comments left out)."""
     fields: dict[str, str] = {}

@@ -1,5 +1,5 @@
 """The web console's one door to the outer loop's runs (/runs, /runs/{id}): every read of a
-loop run the pages make goes through these two functions, over the loop package's public
+loop run the pages make goes through these functions (and the one act, ``unpark``), over the loop package's public
 reads (``LoopStore.runs``, ``run``, ``lines`` and ``run_dict``). Where the loop keeps its runs
 can change behind them without a page changing."""
 
@@ -77,3 +77,13 @@ def loop_run(loop_db: str | None, run_id: str) -> dict[str, Any] | None:
                  for i in run.state.items]
     return _summary(run) | {"lines": lines, "items": items,
                             "parked": [i for i in items if i["status"] == "parked"]}
+
+
+def unpark(loop_db: str | None, run_id: str, item: str, *, actor: str, reason: str, at_ms: int) -> None:
+    """Reopen a parked item of the run (``loop unpark``): an audited line of the run."""
+    from statewright.loop.runner import unpark_item
+
+    with _opened(loop_db) as store:
+        if store is None:
+            raise InputError("no loop runs are recorded here")
+        unpark_item(store, run_id, item, actor=actor, reason=reason, at_ms=at_ms)

@@ -59,7 +59,7 @@ HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", 
 MAX_FORM_BYTES = 64 * 1024
 STREAM_SECONDS = 120  # an event stream ends after this; the browser reconnects with its last id
 _DONE = {"approved": "Approved.", "rejected": "Rejected.", "retried": "Retried: the halted step runs again.",
-         "cancelled": "Cancelled."}
+         "cancelled": "Cancelled.", "unparked": "Unparked: the next pass may pick the item again."}
 _ACTS = ("approve", "reject", "retry", "cancel")
 Signed = tuple[Session, Principal]
 
@@ -230,11 +230,39 @@ class Console:
         return {"title": "Loop runs", "runs": loop_runs.loop_runs(self.api.loop_db)}
 
     def run(self, request: Request, signed: Signed) -> dict[str, Any]:
-        run_id = request.path_params["run_id"]
+        return self._run_context(request.path_params["run_id"],
+                                 notice=_DONE.get(request.query_params.get("done", "")))
+
+    def _run_context(self, run_id: str, *, notice: str | None = None, error: str | None = None) -> dict[str, Any]:
         run = loop_runs.loop_run(self.api.loop_db, run_id)
         if run is None:
             raise NotFoundError(f"no loop run with id {run_id!r}")
-        return {"title": f"Loop run {run_id}", "run": run}
+        return {"title": f"Loop run {run_id}", "run": run, "notice": notice, "error": error}
+
+    def _unpark(self, run_id: str, who: Principal, form: dict[str, str]) -> None:
+        who = self.engine.users.check(who, role=OPERATOR_ROLE, act="unpark an item")
+        reason, item = form.get("reason", "").strip(), form.get("item", "").strip()
+        if not reason:
+            raise InputError("unpark needs a reason: say why, for the record")
+        loop_runs.unpark(self.api.loop_db, run_id, item, actor=who.name, reason=reason,
+                         at_ms=self.engine.clock.now_ms())
+
+    async def unparked(self, request: Request) -> Response:
+        """POST /runs/{id}/unpark (item, reason): an operator reopens a parked item."""
+        posted = await self._posted(request)
+        if isinstance(posted, Response):
+            return posted
+        signed, form = posted
+        run_id = request.path_params["run_id"]
+        try:
+            await run_in_threadpool(self._unpark, run_id, signed[1], form)
+        except StatewrightError as exc:
+            try:
+                context = await run_in_threadpool(self._run_context, run_id, error=" ".join(str(exc).split()))
+            except StatewrightError:
+                return self.refused(request, exc, signed)
+            return self.render(request, "run.html", signed=signed, status=error_response(exc).status_code, **context)
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}?done=unparked", status_code=303, headers=HEADERS)
 
     # --- acts -------------------------------------------------------------------------------
 
@@ -363,6 +391,7 @@ class Console:
             Route("/console/{name}", self.asset, methods=["GET"]),
         ]
         routes += [Route(f"/tasks/{{task_id}}/{act}", self.acted(act), methods=["POST"]) for act in _ACTS]
+        routes.append(Route("/runs/{run_id}/unpark", self.unparked, methods=["POST"]))
         return routes
 
 
