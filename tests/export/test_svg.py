@@ -63,3 +63,20 @@ def test_graph_writes_the_same_drawing_as_svg_or_mermaid(tmp_path: Path) -> None
     assert bad.exit_code != 0 and bad.stderr.strip().splitlines() == [
         "error: --current 'nope': workflow 'fix-bug' has no such step; its steps are "
         + ", ".join(s.id for s in wf.steps)]
+
+
+def test_a_map_step_is_drawn_with_its_child_workflow_and_its_childrens_progress() -> None:
+    """review-files: the map step names the workflow each item runs, and the progress given
+    for it (the console passes its children's standing) is a line under it, escaped."""
+    wf = load_workflow(EXAMPLES / "review-files.yaml")
+    [mapped] = [s for s in wf.steps if s.map is not None]
+    root = ET.fromstring(to_svg(wf, current=mapped.id, progress={mapped.id: "2 completed, 1 running <b>"}))
+    [g] = [g for g in root.findall("s:g[@data-step]", NS) if g.get("data-step") == mapped.id]
+    lines = [t.text for t in g.findall("s:text[@class='below']", NS)]
+    assert lines == [f"each item: {mapped.map.workflow}", "2 completed, 1 running <b>"]  # type: ignore[union-attr]
+
+
+def test_graph_draws_a_workflow_with_a_map_step() -> None:
+    result = CliRunner().invoke(cli, ["graph", str(EXAMPLES / "review-files.yaml"), "--format", "svg"])
+    assert result.exit_code == 0, result.output
+    assert "each item: " in result.output

@@ -40,3 +40,22 @@ def test_a_task_with_a_thousand_events_renders_and_loop_backs_show_as_detours(wo
     brief = world.client.get(f"/tasks/{looped}/brief/work/20")
     assert brief.status_code == 200 and brief.text.count("&#34;rejected_by&#34;: &#34;check&#34;") == 19
     assert world.client.get(f"/tasks/{looped}/brief/check/1").status_code == 404  # a code step has none
+
+
+def test_a_map_steps_children_are_counted_in_the_drawing(world: World, tmp_path: object) -> None:
+    """The task page's drawing names the workflow a map step runs for each item and counts
+    the children of its latest attempt by how they stand."""
+    from pathlib import Path
+
+    from statewright.definition.loader import load_workflow
+
+    d = Path(str(tmp_path))
+    (d / "sign.yaml").write_text("workflow: sign-one\nsteps:\n  - id: sign\n    kind: human\n    owner: tests\n"
+                                 "    approvers: {role: maintainer}\n", encoding="utf-8")
+    (d / "parent.yaml").write_text("workflow: signatures\nsteps:\n  - id: each\n    kind: map\n    owner: tests\n"
+                                   "    workflow: sign.yaml\n    items: input.numbers\n    max_concurrency: 2\n",
+                                   encoding="utf-8")
+    tid = world.engine.submit(load_workflow(d / "parent.yaml"), {"numbers": [1, 2, 3]})
+    sign_in(world.client, world.people.tokens["ops"])
+    page = world.client.get(f"/tasks/{tid}").text
+    assert "each item: sign.yaml" in page and ">2 running<" in page

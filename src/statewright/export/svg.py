@@ -11,6 +11,7 @@ it can be inlined into a page under a strict Content-Security-Policy."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 
 from statewright.definition.model import RouteKind, StepKind, Workflow
@@ -20,15 +21,21 @@ _BOX_H = 48
 _GAP = 44
 _END_R = 16
 _ARCS = 70  # room above the line for the loop-back arcs
-_SHAPE_RX = {StepKind.AI: 6, StepKind.CODE: 0, StepKind.HUMAN: 18, StepKind.WAIT: 24}
+_SHAPE_RX = {StepKind.AI: 6, StepKind.CODE: 0, StepKind.HUMAN: 18, StepKind.WAIT: 24, StepKind.MAP: 2}
 
 
 def _label(text: str, limit: int = 17) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
 
-def to_svg(wf: Workflow, *, current: str | None = None, title: str | None = None) -> str:
-    """The drawing as one ``<svg>`` element; ``current`` marks the step a task is at."""
+def to_svg(wf: Workflow, *, current: str | None = None, title: str | None = None,
+           progress: Mapping[str, str] | None = None) -> str:
+    """The drawing as one ``<svg>`` element; ``current`` marks the step a task is at. A map
+    step is drawn with its child workflow's name under it, and ``progress`` (step -> text,
+    such as its children's standing) adds a line under a step."""
+    below: dict[str, list[str]] = {s.id: [f"each item: {s.map.workflow}"] for s in wf.steps if s.map is not None}
+    for step_id, text in (progress or {}).items():
+        below.setdefault(step_id, []).append(text)
     n = len(wf.steps)
     start_cx = 20 + _END_R
     first_x = start_cx + _END_R + _GAP
@@ -41,7 +48,7 @@ def to_svg(wf: Workflow, *, current: str | None = None, title: str | None = None
     top = _ARCS if loops else 16
     mid = top + _BOX_H // 2
     width = done_cx + _END_R + 20
-    height = top + _BOX_H + (70 if exits else 16)
+    height = top + _BOX_H + (70 if exits else 16) + 14 * max((len(v) for v in below.values()), default=0)
     heading = title if title is not None else f"workflow {wf.name} v{wf.version}"
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="workflow" viewBox="0 0 {width} {height}" '
@@ -83,6 +90,10 @@ def to_svg(wf: Workflow, *, current: str | None = None, title: str | None = None
         out.append(f'<text x="{x + _BOX_W // 2}" y="{top + 37}" text-anchor="middle" font-size="10" '
                    f'font-family="sans-serif" fill="#475569">{step.kind.value} \u00b7 '
                    f"{escape(_label(step.owner, 14))}</text>")
+        for k, line in enumerate(below.get(step.id, ())):
+            out.append(f'<text class="below" x="{x + _BOX_W // 2}" y="{top + _BOX_H + 14 + 13 * k}" '
+                       'text-anchor="middle" font-size="10" font-family="sans-serif" fill="#1e3a8a">'
+                       f"{escape(_label(line, 32))}</text>")
         out.append("</g>")
     for k, (src, dst, max_attempts) in enumerate(loops):
         x1 = xs[src] + _BOX_W // 2 + 10

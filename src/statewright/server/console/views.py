@@ -206,7 +206,8 @@ def task(engine: Engine, task_id: str, who: Principal) -> dict[str, Any]:
     return {
         "task": data, "state": st, "history": history,
         "in_flight": None if cur is None else {"step": cur.step, "attempt": cur.attempt, "status": st.status.value},
-        "svg": to_svg(st.workflow, current=cur.step if cur is not None else (st.halt.step if st.halt else None)),
+        "svg": to_svg(st.workflow, current=cur.step if cur is not None else (st.halt.step if st.halt else None),
+                      progress=_children_progress(st)),
         "may_approve": engine.may_approve(st, who),
         "halted": st.status is TaskStatus.HALTED,
         "cancellable": not st.terminal or st.status is TaskStatus.HALTED,
@@ -238,3 +239,16 @@ def diff_lines(text: str) -> list[tuple[str, str]]:
 def task_versions(engine: Engine, task_ids: Sequence[str]) -> dict[str, int]:
     rows = engine.store.load_many(task_ids)
     return {tid: row.version for tid, row in rows.items()}
+
+
+def _children_progress(st: TaskState) -> dict[str, str]:
+    """Each map step's children of its latest attempt, counted by how they stand."""
+    out: dict[str, str] = {}
+    for step in st.workflow.steps:
+        kids = [c for c in st.children if c.step == step.id]
+        if not kids:
+            continue
+        latest = max(c.attempt for c in kids)
+        counts = Counter(c.status for c in kids if c.attempt == latest)
+        out[step.id] = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return out
