@@ -250,7 +250,7 @@ class StepFunctions:
                 return body
             if self.status(execution)["status"] != "RUNNING":  # what it sent before it ended is there now
                 return self._receive(queue_url)
-            time.sleep(0.002)
+            time.sleep(0.02)  # a tighter poll holds moto's locks from the threads of a Map run, which then stall
         events = self.sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
         last = [json.dumps(e, default=str)[:300] for e in events[-4:]]
         raise AssertionError(f"{execution}: no message and no end within {timeout_seconds}s; last events: {last}")

@@ -84,7 +84,7 @@ def ended(aws: StepFunctions, execution: str) -> dict[str, Any]:
     while (end := aws.status(execution))["status"] == "RUNNING":
         if time.monotonic() > deadline:
             raise AssertionError(f"{execution} did not end")
-        time.sleep(0.005)
+        time.sleep(0.02)
     return end
 
 
