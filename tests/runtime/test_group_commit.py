@@ -102,6 +102,7 @@ def test_a_worker_shares_commits_among_ready_tasks(
     fewer commits than outcomes were needed (some batches held more than one)."""
     tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(20)]
     worker = Worker(engine)
+    worker._step_seconds = 0.001  # as after quick steps: it claims ahead, so outcomes queue behind a held commit
     sizes: list[int] = []
     real = engine.store.append_batch
 
