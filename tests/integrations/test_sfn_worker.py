@@ -104,8 +104,11 @@ def drive(aws: StepFunctions, wf: Workflow, worker: SfnWorker, execution: str, l
         # The status is read before the poll: whatever an ended execution sent (a dead
         # letter just before its Fail state) is already in the queue when the poll looks.
         running = aws.status(execution)["status"] == "RUNNING"
-        if not worker.poll() and not running:
+        took = worker.poll()
+        if not took and not running:
             break
+        if not took:
+            time.sleep(0.02)  # a busy poll starves moto's execution threads of the interpreter
         if time.monotonic() > deadline:
             events = aws.sfn.get_execution_history(executionArn=execution, maxResults=1000)["events"]
             raise AssertionError(f"{execution} did not end: {[json.dumps(e, default=str)[:300] for e in events[-3:]]}")
