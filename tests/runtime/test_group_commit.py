@@ -14,6 +14,7 @@ from people.support import People
 from statewright._errors import IllegalEventError, StaleLeaseError
 from statewright.machine.events import AttemptReported
 from statewright.machine.state import TaskStatus
+from statewright.runtime import worker as worker_module
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Applied, Engine, Report
 from statewright.runtime.worker import READY_HOLD_SECONDS, Worker
@@ -101,15 +102,18 @@ def test_a_worker_shares_commits_among_ready_tasks(
     """Twenty tasks drained by one worker: every step ran once, every task completed, and
     fewer commits than outcomes were needed (some batches held more than one)."""
     tids = [engine.submit(THREE_STEPS, {"workspace": str(tmp_path / f"ws{i}")}) for i in range(20)]
+    # However long a step takes on a busy machine, the worker claims a whole batch ahead, so
+    # outcomes queue behind the held commit (with one claim at a time nothing could queue)
+    monkeypatch.setattr(worker_module, "PREFETCH_SECONDS", 60.0)
     worker = Worker(engine)
-    worker._step_seconds = 0.001  # as after quick steps: it claims ahead, so outcomes queue behind a held commit
     sizes: list[int] = []
     real = engine.store.append_batch
 
     def slow_first_commit(requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
         if not sizes:  # hold the first commit until more outcomes wait behind it
             with worker._cv:
-                worker._cv.wait_for(lambda: len(worker._staged) >= 2, timeout=10)
+                queued = worker._cv.wait_for(lambda: len(worker._staged) >= 2, timeout=30)
+            assert queued, "no outcome queued behind the held commit"
         sizes.append(len(requests))
         return real(requests)
 
