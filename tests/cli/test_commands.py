@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,6 +131,17 @@ def test_an_approval_from_the_command_line(files: dict[str, Path], db: Path) -> 
     assert f"approved by alice, proposal {proposal[:12]}" in history
 
 
+def test_a_stale_hash_is_shown_whole_beside_the_current_one(files: dict[str, Path], db: Path) -> None:
+    """Two hashes that share their first 12 digits stay told apart: each is shown whole."""
+    carol = person(db, "carol", "maintainer")
+    tid, proposal = approve_hint(ended(sw("run", files["gate"], "--db", db), "awaiting_approval"))
+    stale = proposal[:12] + "".join("0" if c != "0" else "1" for c in proposal[12:])
+    line = refusal(sw("approve", tid, "--hash", stale, "--token-file", carol, "--db", db))
+    assert line == (f"error: task {tid}, step 'approve': hash {stale} is not the current proposal's, "
+                    f"{proposal}; review the current proposal")
+    assert tasks_json(db)[0]["status"] == "awaiting_approval"
+
+
 def test_reject_records_the_reason_code_and_halts(files: dict[str, Path], db: Path) -> None:
     """reject --reason records the reason code with the actor; the default route halts the task."""
     alice = person(db, "alice", "maintainer")
@@ -226,6 +239,48 @@ steps:
 """
 
 
+def test_run_says_what_a_waiting_task_waits_on(db: Path, tmp_path: Path) -> None:
+    """A wait is never silent: the real command prints, on stderr, the step, the check count
+    and when the next check is due, and ends 0 once the check passes."""
+    wf = tmp_path / "waits.yaml"
+    wf.write_text(WAITS, encoding="utf-8")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    result = sw("run", wf, "--input", json.dumps({"workspace": str(ws)}), "--db", db)
+    assert ended(result, "completed").splitlines()[0].endswith("status completed")
+    assert re.fullmatch(r"waiting at ready: check 1 of 3 failed, next in [01]s", result.stderr.strip()), result.stderr
+
+
+def test_the_wait_line_counts_checks_and_the_time_to_the_next(
+    open_engine: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With a clock that moves only when told: check 2 of 6, next in 4m 58s, printed once per
+    check, as `run` prints it."""
+    from statewright.cli import _Progress
+    from statewright.definition.loader import workflow_from_dict
+    from statewright.runtime.clock import FakeClock
+    from statewright.runtime.worker import Worker
+
+    clock = FakeClock()
+    engine = open_engine(clock=clock)
+    wf = workflow_from_dict({"workflow": "ci", "steps": [
+        {"id": "wait-ci", "kind": "wait", "owner": "ops", "check": {"command": ["false"]},
+         "every": "5m", "max_checks": 6}]}, "<ci>")
+    tid = engine.submit(wf, {"workspace": str(tmp_path)})
+    progress = _Progress(engine, tid)
+    Worker(engine).run(until_idle=True)
+    progress.seen()
+    clock.advance(300)
+    Worker(engine).run(until_idle=True)
+    clock.advance(2)
+    progress.seen()
+    progress.seen()  # nothing changed: nothing printed
+    assert capsys.readouterr().err.splitlines() == [
+        "waiting at wait-ci: check 1 of 6 failed, next in 5m",
+        "waiting at wait-ci: check 2 of 6 failed, next in 4m 58s",
+    ]
+
+
 @pytest.mark.parametrize("backend", SQL_BACKENDS)  # real worker processes share the database
 def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db: Path, tmp_path: Path) -> None:
     """--until-idle would leave the task waiting on its 1 s timer; --until-done works it to
@@ -253,6 +308,14 @@ def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db
     assert quiet.returncode == 0 and quiet.stderr == ""
     both = sw_process("worker", "--until-idle", "--until-done", "--db", db)
     assert both.returncode == 1 and both.stderr.strip() == "error: give --until-idle or --until-done, not both"
+
+
+def test_the_worker_help_says_until_idle_leaves_a_timer_waiting_and_offers_until_done() -> None:
+    """--until-idle's help names the trap (a timer due soon stays waiting); --until-done is the way out."""
+    text = " ".join(ok(sw("worker", "--help")).split())
+    assert ("--until-idle Exit when nothing is due NOW: a task whose timer is due in two seconds "
+            "stays 'waiting'.") in text
+    assert "--until-done Work until no task is running or waiting on a timer (waits for due timers)." in text
 
 
 @pytest.mark.parametrize("command", [["submit", "{build}", "--input", "{{\"n\": 1}}"], ["worker", "--until-idle"],
