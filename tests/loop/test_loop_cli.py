@@ -164,6 +164,11 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     ann = token_file(db, "ann", "maintainer")
     blind = _one_line_error(_cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db))
     assert "approve needs --hash H" in blind
+    h = shown.group(1)
+    stale = h[:12] + "".join("1" if c == "0" else "0" for c in h[12:])  # the same first 12 digits
+    misquoted = _one_line_error(_cli("approve", "1", "--as", "ann", "--hash", stale, "--token-file", str(ann), db=db))
+    assert misquoted == (f"error: run 1 has no gate waiting on hash {stale} (it may have been decided); its gate "
+                         f"waits on {h}; 'statewright loop status' shows the hash a gate shows")
     ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
