@@ -4,6 +4,7 @@ approve, reject, retry, cancel, users, worker."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -308,6 +309,56 @@ def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db
     assert quiet.returncode == 0 and quiet.stderr == ""
     both = sw_process("worker", "--until-idle", "--until-done", "--db", db)
     assert both.returncode == 1 and both.stderr.strip() == "error: give --until-idle or --until-done, not both"
+
+
+EDITS_ITSELF = """\
+import os
+
+
+def first(ctx):
+    later = os.stat(__file__).st_mtime + 120  # as a deploy that lands while the worker runs
+    os.utime(__file__, (later, later))
+    return True
+
+
+def second(ctx):
+    return True
+"""
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # a real worker process
+def test_a_worker_says_where_step_code_came_from_and_warns_when_it_changed(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step module's file and modification time when first loaded; a step that runs after
+    the file changed on disk gets a warning (even under --quiet) that the old code runs."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "deploy_steps.py").write_text(EDITS_ITSELF, encoding="utf-8")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(mods), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    wf = tmp_path / "deploy.yaml"
+    wf.write_text("workflow: deploy\nsteps:\n"
+                  "  - {id: first, kind: code, owner: ops, run: {callable: 'deploy_steps:first'}}\n"
+                  "  - {id: second, kind: code, owner: ops, run: {callable: 'deploy_steps:second'}}\n",
+                  encoding="utf-8")
+    ws = tmp_path / "ws"
+    ok(sw("submit", wf, "--input", json.dumps({"workspace": str(ws)}), "--db", db))
+    done = sw_process("worker", "--until-idle", "--quiet", "--db", db)
+    assert done.returncode == 0, done.stderr
+    path = mods / "deploy_steps.py"
+    date = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+"
+    [warning] = done.stderr.splitlines()
+    assert re.fullmatch(rf"\S+ \S+ WARNING step code deploy_steps changed on disk \({re.escape(str(path))} modified "
+                        rf"{date}\) after this worker loaded it \(modified {date}\); this worker runs the code it "
+                        "loaded: restart it to run the new code", warning), warning
+    assert tasks_json(db)[0]["status"] == "completed"
+    path.write_text(EDITS_ITSELF, encoding="utf-8")
+    tid = ok(sw("submit", wf, "--input", json.dumps({"workspace": str(ws)}), "--db", db)).strip()
+    again = sw_process("worker", "--until-idle", "--db", db)
+    assert re.search(rf"INFO worker \S+ started on {re.escape(str(db))} \(concurrency 1\)", again.stderr), again.stderr
+    assert re.search(rf"INFO step code deploy_steps loaded from {re.escape(str(path))} \(modified {date}\)",
+                     again.stderr), again.stderr
+    assert f"task {tid}: second #1 passed" in again.stderr
 
 
 def test_the_worker_help_says_until_idle_leaves_a_timer_waiting_and_offers_until_done() -> None:
