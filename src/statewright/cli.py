@@ -45,12 +45,14 @@ def _setup_logging(quiet: bool, fmt: str) -> None:
 
 
 class _JsonLines(logging.Formatter):
+    """One JSON object per line; ``at`` is the local time to the millisecond with its offset
+    (ISO 8601), so lines a second apart stay in order."""
+
     FIELDS = ("task", "step", "attempt", "command", "event", "result", "seconds")
 
     def format(self, record: logging.LogRecord) -> str:
-        from statewright._time import when
-
-        out: dict[str, Any] = {"at": when(int(record.created * 1000)), "level": record.levelname.lower(),
+        at = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
+        out: dict[str, Any] = {"at": at, "level": record.levelname.lower(),
                                "logger": record.name, "message": record.getMessage()}
         out.update({k: getattr(record, k) for k in self.FIELDS if hasattr(record, k)})
         return json.dumps(out, ensure_ascii=False, default=str)

@@ -303,7 +303,8 @@ def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db
     records = [json.loads(line) for line in done.stderr.splitlines()]
     ended_lines = [r for r in records if r.get("event") == "ended"]
     assert [(r["task"], r["step"], r["result"]) for r in ended_lines] == [(tid, "ready", "check passed")]
-    assert all(isinstance(r["seconds"], float) and "ms" not in r["at"] for r in ended_lines)
+    assert all(isinstance(r["seconds"], float) for r in ended_lines)
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d", r["at"]) for r in records)
     assert tasks_json(db)[0]["status"] == "completed"
     quiet = sw_process("worker", "--until-idle", "--quiet", "--db", db)
     assert quiet.returncode == 0 and quiet.stderr == ""
@@ -384,6 +385,18 @@ def test_an_explicit_db_in_a_missing_directory_is_refused_and_nothing_is_made(
     assert not (tmp_path / "typo").exists()
 
 
+@pytest.mark.parametrize("command", [["tasks"], ["show", "t-0"], ["users", "add", "ada", "--role", "ops"],
+                                     ["users", "list"], ["verify"]])
+def test_a_command_that_reads_refuses_a_missing_database_and_makes_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """The commands that only read (or need a first admin) never start an empty system."""
+    db = tmp_path / "typo" / "state.db"
+    line = refusal(sw(*command, "--db", db))
+    assert line == f"error: {db}: no statewright database here; submit a task first or pass --db"
+    assert not (tmp_path / "typo").exists()
+
+
 def test_an_unreachable_postgresql_url_is_one_line() -> None:
     """No pool warnings before it: one line naming the server and what to check."""
     result = sw_process("tasks", "--db", "postgresql://nobody@127.0.0.1:1/x")
@@ -391,6 +404,34 @@ def test_an_unreachable_postgresql_url_is_one_line() -> None:
     assert result.stderr.splitlines() == [
         result.stderr.strip()
     ] and result.stderr.startswith("error: cannot connect to PostgreSQL at postgresql://nobody@127.0.0.1:1/x: ")
+
+
+def test_an_unreachable_postgresql_server_is_refused_before_a_pool_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One probe connection, then the error: the pool, whose retries printed warnings for
+    seconds, is never started."""
+    import psycopg
+    import psycopg_pool
+
+    from statewright._errors import StoreUnavailableError
+    from statewright.store import open_store
+
+    tries: list[object] = []
+    real_connect = psycopg.connect
+
+    def counted(*args: object, **kwargs: object) -> object:
+        tries.append(kwargs.get("connect_timeout"))
+        return real_connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    def no_pool(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a pool was built for an unreachable server")
+
+    monkeypatch.setattr(psycopg, "connect", counted)
+    monkeypatch.setattr(psycopg_pool, "ConnectionPool", no_pool)
+    with pytest.raises(StoreUnavailableError) as refused:
+        open_store("postgresql://nobody@127.0.0.1:1/x")
+    assert tries == [5]  # one connection, bounded by the connect timeout
+    assert "\n" not in str(refused.value) and str(refused.value).endswith(
+        "check that the server runs and the URL (user, host, port, database) is right")
 
 
 @pytest.mark.parametrize("command", [["submit", "{build}", "--input", "{{\"n\": 1}}"], ["worker", "--until-idle"],
