@@ -207,6 +207,19 @@ def test_run_exits_with_a_status_for_each_way_a_task_ends(files: dict[str, Path]
     assert sw("run", files["flag"], "--input", json.dumps({"workspace": str(ws)}), "--db", db).exit_code == 5
 
 
+def test_show_gives_an_agent_exceptions_message_not_only_its_traceback(db: Path, tmp_path: Path) -> None:
+    """The exception's last line is in the halt line and the history, not in --json only."""
+    wf = tmp_path / "boom.yaml"
+    wf.write_text("workflow: boom\nsteps:\n  - {id: analyse, kind: ai, owner: risk, "
+                  "agent: {type: python, callable: 'results.res_steps:broken_agent'}}\n", encoding="utf-8")
+    out = ended(sw("run", wf, "--input", json.dumps({"workspace": str(tmp_path / "ws")}), "--db", db), "halted")
+    tid = re.search(r"task (t-[0-9a-f]+)", out).group(1)  # type: ignore[union-attr]
+    shown = ok(sw("show", tid, "--db", db)).splitlines()
+    assert shown[1].startswith("halted at analyse: exception ValueError: the bank letter has no account number")
+    assert re.match(r"  FAIL analyse +ai +#1 +agent:python +exception: ValueError: the bank letter has no account",
+                    shown[2]), shown
+
+
 def test_a_cancelled_task_speaks_the_users_language(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
     """show says who cancelled it and when; a retry is refused with why, in one line."""
     ws = tmp_path / "ws"
