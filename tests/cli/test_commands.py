@@ -192,7 +192,7 @@ def test_retry_and_cancel_are_audited(files: dict[str, Path], db: Path, tmp_path
 
 def test_run_exits_with_a_status_for_each_way_a_task_ends(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
     """CI can tell the outcomes apart: completed 0, completed early 3, waiting for a person 4,
-    halted 5 (cancelled 6 cannot happen inside one run)."""
+    halted 5 (cancelled 6: the test of a cancel while run waits)."""
     from statewright.cli import RUN_EXIT
 
     early = tmp_path / "early.yaml"
@@ -263,6 +263,35 @@ def test_run_says_what_a_waiting_task_waits_on(db: Path, tmp_path: Path) -> None
     result = sw("run", wf, "--input", json.dumps({"workspace": str(ws)}), "--db", db)
     assert ended(result, "completed").splitlines()[0].endswith("status completed")
     assert re.fullmatch(r"waiting at ready: check 1 of 3 failed, next in [01]s", result.stderr.strip()), result.stderr
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # run is a process of its own; the cancel comes from here
+def test_run_exits_6_when_the_task_is_cancelled_while_it_waits(db: Path, tmp_path: Path) -> None:
+    """An operator cancels the task a `run` is waiting on: run ends with exit status 6 and
+    says who cancelled it."""
+    import subprocess
+    import sys
+
+    wf = tmp_path / "forever.yaml"
+    wf.write_text("workflow: forever\nsteps:\n  - {id: wait-ci, kind: wait, owner: ops, "
+                  "check: {command: ['false']}, every: 1s, max_checks: 100}\n", encoding="utf-8")
+    ops = person(db, "ops", "operator")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
+    proc = subprocess.Popen([sys.executable, "-m", "statewright", "run", str(wf), "--input",
+                             json.dumps({"workspace": str(tmp_path / "ws")}), "--db", str(db)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # blocks until run says it waits
+        assert first.startswith("waiting at wait-ci: check 1 of 100 failed, next in "), first
+        [task] = tasks_json(db)
+        ok(sw("cancel", task["task_id"], "--reason", "not needed", "--token-file", ops, "--db", db))
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 6, out
+    assert out.splitlines()[1].startswith("cancelled by ops at ") and out.splitlines()[1].endswith(": not needed")
 
 
 def test_the_wait_line_counts_checks_and_the_time_to_the_next(
