@@ -324,6 +324,34 @@ def test_the_wait_line_counts_checks_and_the_time_to_the_next(
     ]
 
 
+def test_the_wait_line_names_a_retrys_backoff(open_engine: Callable[..., Any], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A step given back after a transient error waits for its backoff: run says so, with
+    the time to the next try, once; nothing more once it runs again."""
+    from statewright.cli import _Progress
+    from statewright.definition.loader import workflow_from_dict
+    from statewright.runtime.clock import FakeClock
+    from statewright.runtime.worker import Worker
+
+    clock = FakeClock()
+    engine = open_engine(clock=clock)
+    wf = workflow_from_dict({"workflow": "call", "steps": [
+        {"id": "call-api", "kind": "code", "owner": "ops", "run": {"callable": "results.res_steps:flaky_once"},
+         "retry": {"max_attempts": 3, "initial_backoff": "5m", "max_backoff": "5m", "jitter": False}}]},
+        "<call>")
+    tid = engine.submit(wf, {"workspace": str(tmp_path)})
+    progress = _Progress(engine, tid)
+    Worker(engine).run(until_idle=True)
+    clock.advance(2)
+    progress.seen()
+    progress.seen()
+    clock.advance(300)
+    Worker(engine).run(until_idle=True)
+    assert progress.seen().status.value == "completed"
+    assert capsys.readouterr().err.splitlines() == [
+        "waiting at call-api #1: a retry's backoff after 1 transient error, next try in 4m 58s"]
+
+
 @pytest.mark.parametrize("backend", SQL_BACKENDS)  # real worker processes share the database
 def test_a_worker_logs_each_claim_and_outcome_and_until_done_waits_for_timers(db: Path, tmp_path: Path) -> None:
     """--until-idle would leave the task waiting on its 1 s timer; --until-done works it to
