@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,32 @@ def test_show_gives_an_agent_exceptions_message_not_only_its_traceback(db: Path,
     assert shown[1].startswith("halted at analyse: exception ValueError: the bank letter has no account number")
     assert re.match(r"  FAIL analyse +ai +#1 +agent:python +exception: ValueError: the bank letter has no account",
                     shown[2]), shown
+
+
+def test_show_marks_a_redelivered_step_and_a_retried_one(db: Path, tmp_path: Path) -> None:
+    """A step started twice (its first worker died) and one that met a transient error do not
+    look like one clean attempt in `show`."""
+    from statewright.store import open_store
+
+    wf = tmp_path / "tries.yaml"
+    wf.write_text("workflow: tries\nsteps:\n"
+                  "  - {id: apply, kind: code, owner: ops, run: {command: ['true']}}\n"
+                  "  - {id: call, kind: code, owner: ops, run: {callable: 'results.res_steps:flaky_once'},\n"
+                  "     retry: {max_attempts: 3, initial_backoff: 200ms, jitter: false}}\n", encoding="utf-8")
+    tid = ok(sw("submit", wf, "--input", json.dumps({"workspace": str(tmp_path / "ws")}), "--db", db)).strip()
+    store = open_store(str(db))
+    try:
+        # started, never reported; its lease ends a millisecond later
+        [dead] = store.claim("worker-that-died", int(time.time() * 1000), 1, 1)
+    finally:
+        store.close()
+    assert dead.task_id == tid
+    worked = sw("worker", "--until-done", "--quiet", "--db", db)
+    assert worked.exit_code == 0, worked.output
+    shown = ok(sw("show", tid, "--db", db)).splitlines()
+    assert "status completed" in shown[0]
+    assert re.match(r"  ok +apply .*\(redelivered: started 2 times\)$", shown[1]), shown
+    assert re.match(r"  ok +call .*\(1 transient error retried\)$", shown[2]), shown
 
 
 def test_a_cancelled_task_speaks_the_users_language(files: dict[str, Path], db: Path, tmp_path: Path) -> None:
