@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from statewright.loop.cli import loop
 from store.backends import SQL_BACKENDS
 
-from .helpers import token_file, write_loop
+from .helpers import launches, token_file, write_loop
 
 
 def _cli(*args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Result:
@@ -292,3 +292,15 @@ def test_validate_accepts_loop_files(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", str(bad)])
     assert result.exit_code == 1
     assert result.stdout.strip().splitlines() == [f"{bad}: budgets.passes: expected a whole number, got 'many' (str)"]
+
+
+def test_loop_run_takes_the_item_with_fewer_failed_passes(tmp_path: Path, db: Path) -> None:
+    """Through 'loop run': after 'a' fails, the next pass takes 'b', which has not failed,
+    rather than 'a' again; then 'a' gets its next attempt."""
+    root = tmp_path / "l"
+    path = write_loop(root, [{"id": "a", "fix_on_attempt": None}, {"id": "b"}])
+    result = _cli("run", str(path), db=db)
+    assert "DONE" not in result.stdout, result.output  # 'a' is never fixed
+    passes = launches(root)
+    assert passes[:3] == [("a", 1), ("b", 1), ("a", 2)], passes
+    assert ("b", 2) not in passes  # closed after its one pass
