@@ -33,3 +33,16 @@ def test_python_example_runs(
 
     exec(compile(in_process, "README.md", "exec"), {})  # the task run where it is submitted
     assert capsys.readouterr().out.split() == ["completed", "awaiting_approval"]
+
+
+def test_the_exit_status_table_is_the_one_run_uses() -> None:
+    """Each outcome's row in the README's table of `run`'s exit statuses is the code `run` exits with."""
+    from statewright.cli import RUN_EXIT
+
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("`run` exits with the task's outcome"):].split("\n\n")[1]
+    rows = {code: re.split(r" \(|;", what)[0] for code, what in re.findall(r"^\| (\d) \| (.+) \|$", table, re.M)}
+    words = {"completed": "completed", "completed_early": "completed early", "awaiting_approval": "waits for a person",
+             "halted": "halted", "cancelled": "cancelled"}
+    assert {status: rows[str(code)] for status, code in RUN_EXIT.items()} == words
+    assert rows["1"] == "the command itself failed"

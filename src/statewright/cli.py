@@ -45,12 +45,14 @@ def _setup_logging(quiet: bool, fmt: str) -> None:
 
 
 class _JsonLines(logging.Formatter):
+    """One JSON object per line; ``at`` is the local time to the millisecond with its offset
+    (ISO 8601), so lines a second apart stay in order."""
+
     FIELDS = ("task", "step", "attempt", "command", "event", "result", "seconds")
 
     def format(self, record: logging.LogRecord) -> str:
-        from statewright._time import when
-
-        out: dict[str, Any] = {"at": when(int(record.created * 1000)), "level": record.levelname.lower(),
+        at = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
+        out: dict[str, Any] = {"at": at, "level": record.levelname.lower(),
                                "logger": record.name, "message": record.getMessage()}
         out.update({k: getattr(record, k) for k in self.FIELDS if hasattr(record, k)})
         return json.dumps(out, ensure_ascii=False, default=str)
@@ -281,27 +283,61 @@ RUN_EXIT = {"completed": 0, "completed_early": 3, "awaiting_approval": 4, "halte
 
 
 class _Progress:
-    """Says what a running task waits on when that changes ("waiting at wait-ci: check 2
-    of 6, next in 4m 58s"), so a long wait is never silent."""
+    """Says what a task that ``run`` works waits on, once each time that changes, so a long
+    wait is never silent: a wait step's next check ("waiting at wait-ci: check 2 of 6 failed,
+    next in 4m 58s"), or a step held back (a retry's backoff after a transient error, a
+    limit). The outbox of a running task is read at most once a second."""
 
     def __init__(self, engine: Any, task_id: str) -> None:
         self.engine, self.task_id = engine, task_id
         self.last: tuple[Any, ...] = ()
+        self.said: tuple[Any, ...] = ()
+        self.read_at = 0.0
 
     def seen(self) -> Any:
-        from statewright._time import duration
         from statewright.machine.state import TaskStatus
 
         st = self.engine.state(self.task_id)
         cur = st.current
-        now = (st.status, cur.step if cur else "", cur.checks if cur else 0)
-        if now != self.last and st.status is TaskStatus.WAITING and cur is not None:
-            step = st.workflow.step(cur.step)
-            due = [t["due_at_ms"] for t in self.engine.store.timers(self.task_id)]
-            wait = f", next in {duration((min(due) - self.engine.clock.now_ms()) / 1000)}" if due else ""
-            click.echo(f"waiting at {cur.step}: check {cur.checks} of {step.max_checks} failed{wait}", err=True)
-        self.last = now
+        now = (st.status, cur.step if cur else "", cur.attempt if cur else 0, cur.checks if cur else 0)
+        changed, self.last = now != self.last, now
+        if cur is None:
+            return st
+        if st.status is TaskStatus.WAITING and changed:
+            self._say(now, self._next_check(st, cur))
+        elif st.status is TaskStatus.RUNNING and cur.command_id and (changed or time.monotonic() - self.read_at >= 1):
+            self.read_at = time.monotonic()
+            held = self._held_back(cur)
+            if held:
+                self._say((*now, held[0]), held[1])
         return st
+
+    def _say(self, key: tuple[Any, ...], text: str) -> None:
+        if key != self.said:
+            self.said = key
+            click.echo(text, err=True)
+
+    def _next_check(self, st: Any, cur: Any) -> str:
+        from statewright._time import duration
+
+        step = st.workflow.step(cur.step)
+        due = [t["due_at_ms"] for t in self.engine.store.timers(self.task_id)]
+        wait = f", next in {duration((min(due) - self.engine.clock.now_ms()) / 1000)}" if due else ""
+        return f"waiting at {cur.step}: check {cur.checks} of {step.max_checks} failed{wait}"
+
+    def _held_back(self, cur: Any) -> tuple[int, str] | None:
+        """(when it is due, what to say) for the step's command while it waits to be claimed
+        again; None while it runs or is due now."""
+        from statewright._time import duration
+
+        now_ms = self.engine.clock.now_ms()
+        row = next((r for r in self.engine.store.outbox(self.task_id) if r["command_id"] == cur.command_id), None)
+        if row is None or row["lease_owner"] is not None or row["available_at_ms"] <= now_ms:
+            return None
+        due, n = row["available_at_ms"], row["failures"]
+        why = row["waiting"] or (f"a retry's backoff after {n} transient error{'s' if n != 1 else ''}" if n else "")
+        return due, f"waiting at {cur.step} #{cur.attempt}: {why or 'held back'}, next try in " \
+            f"{duration((due - now_ms) / 1000)}"
 
 
 def _token_option(fn: F) -> F:

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from statewright.loop.cli import loop
 from store.backends import SQL_BACKENDS
 
-from .helpers import token_file, write_loop
+from .helpers import launches, token_file, write_loop
 
 
 def _cli(*args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Result:
@@ -164,6 +164,11 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     ann = token_file(db, "ann", "maintainer")
     blind = _one_line_error(_cli("approve", "1", "--as", "ann", "--token-file", str(ann), db=db))
     assert "approve needs --hash H" in blind
+    h = shown.group(1)
+    stale = h[:12] + "".join("1" if c == "0" else "0" for c in h[12:])  # the same first 12 digits
+    misquoted = _one_line_error(_cli("approve", "1", "--as", "ann", "--hash", stale, "--token-file", str(ann), db=db))
+    assert misquoted == (f"error: run 1 has no gate waiting on hash {stale} (it may have been decided); its gate "
+                         f"waits on {h}; 'statewright loop status' shows the hash a gate shows")
     ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
@@ -287,3 +292,15 @@ def test_validate_accepts_loop_files(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", str(bad)])
     assert result.exit_code == 1
     assert result.stdout.strip().splitlines() == [f"{bad}: budgets.passes: expected a whole number, got 'many' (str)"]
+
+
+def test_loop_run_takes_the_item_with_fewer_failed_passes(tmp_path: Path, db: Path) -> None:
+    """Through 'loop run': after 'a' fails, the next pass takes 'b', which has not failed,
+    rather than 'a' again; then 'a' gets its next attempt."""
+    root = tmp_path / "l"
+    path = write_loop(root, [{"id": "a", "fix_on_attempt": None}, {"id": "b"}])
+    result = _cli("run", str(path), db=db)
+    assert "DONE" not in result.stdout, result.output  # 'a' is never fixed
+    passes = launches(root)
+    assert passes[:3] == [("a", 1), ("b", 1), ("a", 2)], passes
+    assert ("b", 2) not in passes  # closed after its one pass

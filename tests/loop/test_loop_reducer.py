@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from statewright._errors import IllegalEventError
+from statewright._time import when
 from statewright.loop.errors import LoopDefinitionError
 from statewright.machine.loop.events import (
     AppendRecord,
@@ -345,10 +346,14 @@ def test_gate_binds_approval_to_the_fingerprint() -> None:
     req = step.commands[0]
     assert isinstance(req, RequestApproval) and req.role == "maintainer"
     before = d.state
-    with pytest.raises(IllegalEventError, match="binds to what was shown"):
-        transition(before, ApprovalGranted("0" * 64, "ann", d.at(), (req.role,)))
-    step = d(ApprovalGranted(req.proposal_hash, "ann", d.at(), (req.role,)))
+    stale = req.proposal_hash[:12] + "0" * 52 if req.proposal_hash[12:] != "0" * 52 else "1" * 64
+    with pytest.raises(IllegalEventError, match="binds to what was shown") as refused:
+        transition(before, ApprovalGranted(stale, "ann", d.at(), (req.role,)))
+    assert f"for hash {stale} but the proposal shown has {req.proposal_hash};" in str(refused.value)  # both whole
+    at = d.at()
+    step = d(ApprovalGranted(req.proposal_hash, "ann", at, (req.role,)))
     assert step.line is not None and step.line.written["actor"] == "ann"
+    assert step.line.summary == f"ann, {when(at)}, hash {req.proposal_hash[:12]}"  # a date, not epoch ms
     d.record()
     assert d.state.item("a").status is ItemStatus.CLOSED  # type: ignore[union-attr]
 
@@ -366,9 +371,12 @@ def test_gate_denial_and_timeout_park_the_item() -> None:
     d = Driver(replace(CFG, gate_role="m", gate_timeout_ms=60_000))
     d.open("a")
     d.work(PASS)
-    with pytest.raises(IllegalEventError, match="has not timed out"):
+    started = d.state.current.gate_started_at_ms  # type: ignore[union-attr]
+    with pytest.raises(IllegalEventError, match="has not timed out") as early:
         transition(d.state, GateTimedOut(d.t + 10))
-    d(GateTimedOut(d.t + 60_000))
+    assert f"(limit 1m, started {when(started)}, now {when(d.t + 10)}); keep waiting" in str(early.value)
+    step = d(GateTimedOut(d.t + 60_000))
+    assert step.line is not None and step.line.written["timeout"] == "no decision within 1m"
     d.record()
     assert d.state.item("a").status is ItemStatus.PARKED  # type: ignore[union-attr]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from people.support import People
-from statewright.machine.state import TaskStatus
+from statewright.machine.state import TaskState, TaskStatus
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.run import approve_and_run, run_task, start_task
@@ -71,6 +71,7 @@ def test_run_task_works_only_its_own_task(open_engine: Callable[..., Engine], wo
 
     view = run_task(engine, mine)
 
+    assert type(view) is TaskState and view == engine.state(mine)  # one handle type: engine.state's
     assert view.status is TaskStatus.COMPLETED
     assert engine.state(other).status is TaskStatus.RUNNING  # its first step not yet started
     assert [c["lease_owner"] for c in engine.store.outbox(other)] == [None]

@@ -74,7 +74,9 @@ def load_callable(ref: str) -> Callable[..., Any]:
     the worker, for that task or any later one, so ``sys.path`` is used as the worker has it
     and never changed per task. Raises
     PermanentError when the module or the attribute is missing: retrying cannot fix a
-    reference that does not resolve. A resolved reference is remembered.
+    reference that does not resolve. A resolved reference is remembered; a module whose file
+    changed since it was loaded is logged as a warning (the worker keeps running what it
+    loaded).
     """
     fn = _LOADED.get(ref)
     if fn is None:
@@ -82,6 +84,7 @@ def load_callable(ref: str) -> Callable[..., Any]:
         if len(_LOADED) >= _LOADED_LIMIT:
             _LOADED.clear()
         _LOADED[ref] = fn
+    _warn_if_changed(ref.partition(":")[0])
     return fn
 
 
@@ -108,24 +111,47 @@ def _load_callable(ref: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
+def _mtime(path: str | None) -> float | None:
+    try:
+        return os.stat(path).st_mtime if path else None
+    except OSError:
+        return None
+
+
+def _shown_mtime(mtime: float | None) -> str:
+    from datetime import datetime
+
+    return "unknown" if mtime is None else datetime.fromtimestamp(mtime).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
 def _log_module(name: str, module: Any) -> None:
     """Say which file a step's code comes from, once per module: a worker keeps what it has
     imported, so a step edited after this line runs the old code until the worker restarts."""
-    if name in _LOGGED_MODULES:
+    if name in _MODULE_FILES:
         return
-    _LOGGED_MODULES.add(name)
     path = getattr(module, "__file__", None)
-    try:
-        from datetime import datetime
-
-        changed = datetime.fromtimestamp(os.stat(path).st_mtime).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") \
-            if path else "unknown"
-    except OSError:
-        changed = "unknown"
-    logging.getLogger("statewright.worker").info("step code %s loaded from %s (modified %s)", name, path, changed)
+    mtime = _mtime(path)
+    _MODULE_FILES[name] = (path, mtime)
+    logging.getLogger("statewright.worker").info("step code %s loaded from %s (modified %s)", name, path,
+                                                 _shown_mtime(mtime))
 
 
-_LOGGED_MODULES: set[str] = set()
+def _warn_if_changed(name: str) -> None:
+    """A step module edited on disk after this worker loaded it: say so once per edit, as the
+    step about to run is the old code."""
+    path, loaded = _MODULE_FILES.get(name, (None, None))
+    now = _mtime(path)
+    if path is None or loaded is None or now is None or now == loaded or _WARNED.get(name) == now:
+        return
+    _WARNED[name] = now
+    logging.getLogger("statewright.worker").warning(
+        "step code %s changed on disk (%s modified %s) after this worker loaded it (modified %s); this worker "
+        "runs the code it loaded: restart it to run the new code", name, path, _shown_mtime(now), _shown_mtime(loaded))
+
+
+# What each step module was loaded from (file, modification time), and the edit last warned of.
+_MODULE_FILES: dict[str, tuple[str | None, float | None]] = {}
+_WARNED: dict[str, float] = {}
 
 
 def require_valid(problems: list[str], where: str) -> None:

@@ -457,9 +457,11 @@ def _decide(
             proposal_hash = pending[0].proposal_hash
         gate = next((p for p in pending if p.proposal_hash == proposal_hash), None)
         if gate is None:
+            waits = ", ".join(p.proposal_hash for p in pending)
             msg = (
-                f"run {run.run_id} has no gate waiting on hash {proposal_hash[:12]!r} (it may have been decided);"
-                " 'statewright loop status' shows the hash a gate shows"
+                f"run {run.run_id} has no gate waiting on hash {proposal_hash} (it may have been decided); "
+                + (f"its gate waits on {waits}" if waits else "no gate of it waits")
+                + "; 'statewright loop status' shows the hash a gate shows"
             )
             raise InputError(msg)
         person = _person(db, token_file, who)

@@ -4,6 +4,7 @@ from dataclasses import replace
 
 from statewright._errors import ApprovalError, IllegalEventError, LoopInvariantError, Refusal
 from statewright._names import person_name_problem
+from statewright._time import duration, when
 from statewright.machine.loop._moves import (
     RECENT_FAILURES,
     S,
@@ -300,8 +301,8 @@ def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
     may_decide(state, event)
     if event.proposal_hash != cur.proposal_hash:
         msg = (
-            f"run {state.run_id}: the approval is for hash {event.proposal_hash[:12]}"
-            f" but the proposal shown has {cur.proposal_hash[:12]}; an approval binds to what"
+            f"run {state.run_id}: the approval is for hash {event.proposal_hash}"
+            f" but the proposal shown has {cur.proposal_hash}; an approval binds to what"
             " was shown, so approve the current proposal"
         )
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
@@ -318,7 +319,7 @@ def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
         event,
         f"approved by {event.actor}",
         written,
-        f"{event.actor}, {event.at_ms}, hash {cur.proposal_hash[:12]}",
+        f"{event.actor}, {when(event.at_ms)}, hash {cur.proposal_hash[:12]}",
         (append_command(new),),
     ))
 
@@ -328,8 +329,8 @@ def on_denial(state: LoopState, event: ApprovalRejected) -> Transition:
     may_decide(state, event)
     if event.proposal_hash != cur.proposal_hash:
         msg = (
-            f"run {state.run_id}: the denial is for hash {event.proposal_hash[:12]}"
-            f" but the proposal shown has {cur.proposal_hash[:12]}"
+            f"run {state.run_id}: the denial is for hash {event.proposal_hash}"
+            f" but the proposal shown has {cur.proposal_hash}"
         )
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
     cause = f"denied by {event.actor}: {event.reason_code}"
@@ -364,11 +365,12 @@ def on_gate_timeout(state: LoopState, event: GateTimedOut) -> Transition:
     started = cur.gate_started_at_ms
     if limit is None or started is None or event.at_ms < started + limit:
         msg = (
-            f"run {state.run_id}: the gate has not timed out (limit {limit} ms, started"
-            f" {started}, now {event.at_ms}); keep waiting"
+            f"run {state.run_id}: the gate has not timed out (limit"
+            f" {'none' if limit is None else duration(limit / 1000)}, started {when(started) or 'never'},"
+            f" now {when(event.at_ms)}); keep waiting"
         )
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
-    cause = f"no decision within {limit} ms"
+    cause = f"no decision within {duration(limit / 1000)}"
     rec = replace(cur, verdict=Verdict.GATE_TIMEOUT, cause=cause)
     new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {"timeout": cause, "park": cur.item}
