@@ -166,6 +166,31 @@ def test_a_stale_hash_is_409(world: World) -> None:
     assert _snapshot(world) == before
 
 
+def test_an_approval_that_loses_a_race_to_another_act_is_409(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ops cancels the task between mia's read of it and her approval's commit: her commit
+    meets a newer version, the engine reads the task again, finds nothing waiting, and the
+    answer is 409 with only the cancel recorded."""
+    tid, proposal = world.waiting("gate")
+    store = world.engine.store
+    append = store.append
+    raced: list[int] = []
+
+    def cancel_first(*args: object, **kwargs: object) -> object:
+        if not raced:
+            raced.append(world.engine.state(tid).version)
+            world.engine.cancel(tid, world.engine.users.authenticate(world.people.tokens["ops"]), "superseded")
+        return append(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "append", cancel_first)
+    line = refused(world.post(f"/api/tasks/{tid}/approve", {"proposal_hash": proposal}, "mia"), 409, "conflict")
+    monkeypatch.undo()
+    assert raced and "not allowed while the task is cancelled" in line, line
+    st = world.engine.state(tid)
+    assert (st.status, st.version) == (TaskStatus.CANCELLED, raced[0] + 1)
+    assert [e.type for e in world.engine.events(tid)][-1] == "TaskCancelled"
+    assert "ApprovalGranted" not in [e.type for e in world.engine.events(tid)]
+
+
 def test_an_expired_approval_is_409(world: World) -> None:
     """Past the 1h window the approval is refused (expired); once the expiry timer has fired
     the task halted and nothing waits (not_waiting)."""
