@@ -278,6 +278,19 @@ def test_openapi_describes_every_route(world: World) -> None:
             assert op["responses"], (path, method)
 
 
+def test_every_route_of_a_task_answers_404_for_a_task_that_is_not_there(world: World) -> None:
+    """Each read and act on a task id the store does not hold: 404 naming it, nothing made."""
+    digest = "0" * 64
+    calls = [("GET", "", None), ("GET", "/review", None), ("POST", "/approve", {"proposal_hash": digest}),
+             ("POST", "/reject", {"reason_code": "other"}), ("POST", "/retry", {"reason": "again"}),
+             ("POST", "/cancel", {"reason": "stop"}), ("POST", "/evidence", {"evidence": {"id": "doc-1"}})]
+    for method, tail, body in calls:
+        r = world.client.request(method, f"/api/tasks/t-0000000000000000000{tail}", json=body,
+                                 headers=world.auth("ops"))
+        assert "no task with id 't-0000000000000000000'" in refused(r, 404, "not_found"), (method, tail)
+    assert world.engine.store.task_ids() == []
+
+
 def test_unknown_paths_and_methods_are_json_refusals(world: World) -> None:
     refused(world.get("/api/nothing", "eve"), 404)
     refused(world.client.delete("/api/tasks", headers=world.auth("eve")), 405)
