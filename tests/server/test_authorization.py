@@ -22,6 +22,7 @@ def _acts(world: World) -> dict[str, tuple[str, str, object]]:
         "reject": ("POST", f"/api/tasks/{tid}/reject", {"reason_code": "other"}),
         "retry": ("POST", f"/api/tasks/{halted}/retry", {"reason": "again"}),
         "cancel": ("POST", f"/api/tasks/{halted}/cancel", {"reason": "stop"}),
+        "evidence": ("POST", f"/api/tasks/{tid}/evidence", {"evidence": {"id": "doc-1"}}),
         "inbox": ("GET", "/api/inbox", None),
         "halted": ("GET", "/api/halted", None),
         "runs": ("GET", "/api/runs", None),
@@ -85,6 +86,7 @@ def test_acting_as_another_person_is_403(world: World) -> None:
         refused(world.post(f"/api/tasks/{tid}/reject", {"reason_code": "other", "as": as_name}, "mia"), 403)
         refused(world.post(f"/api/tasks/{halted}/retry", {"reason": "x", "as": as_name}, "ops"), 403)
         refused(world.post(f"/api/tasks/{halted}/cancel", {"reason": "x", "as": as_name}, "ops"), 403)
+        refused(world.post(f"/api/tasks/{tid}/evidence", {"evidence": {"id": "x"}, "as": as_name}, "ops"), 403)
     assert _snapshot(world) == before
     ok = world.post(f"/api/tasks/{tid}/approve", {"proposal_hash": proposal, "as": "mia"}, "mia")
     assert ok.status_code == 200, ok.text
@@ -102,6 +104,7 @@ def test_the_wrong_role_is_403(world: World) -> None:
         world.post(f"/api/tasks/{halted}/retry", {"reason": "again"}, "mia"), 403)
     refused(world.post(f"/api/tasks/{halted}/cancel", {"reason": "stop"}, "mia"), 403)
     refused(world.post(f"/api/tasks/{tid}/cancel", {"reason": "stop"}, "eve"), 403)
+    refused(world.post(f"/api/tasks/{tid}/evidence", {"evidence": {"id": "x"}}, "eve"), 403)
     assert _snapshot(world) == before
 
 
@@ -134,6 +137,25 @@ def test_the_author_of_the_work_may_not_sign_it_off(world: World) -> None:
     assert (r.status_code, r.json()["status"]) == (200, "completed")
 
 
+def test_an_agent_identity_never_approves_or_rejects(world: World) -> None:
+    """A remote agent's identity holding the step's role too (maintainer, finance for its
+    region) may neither approve nor reject: 403; no inbox lists it a task, and no review
+    names it among those who may approve."""
+    world.people.add("bot", "agent:queue=builds", "maintainer")
+    world.people.add("eu-bot", "agent", "finance:region=eu")
+    tid, proposal = world.waiting("gate")
+    eu, eu_hash = world.waiting("payment", {"region": "eu"})
+    before = _snapshot(world)
+    for who, task, digest in (("bot", tid, proposal), ("eu-bot", eu, eu_hash)):
+        line = refused(world.post(f"/api/tasks/{task}/approve", {"proposal_hash": digest}, who), 403, "forbidden")
+        assert f"{who!r} is an agent identity (role 'agent') and may never approve" in line
+        refused(world.post(f"/api/tasks/{task}/reject", {"reason_code": "other"}, who), 403, "forbidden")
+        assert [t["task_id"] for t in world.get("/api/inbox", who).json()["tasks"]] == []
+        assert world.get("/api/tasks?waiting_for_me=true", who).json()["tasks"] == []
+        assert who not in world.get(f"/api/tasks/{task}/review", "mia").json()["approvers"]["people"]
+    assert _snapshot(world) == before
+
+
 def test_a_stale_hash_is_409(world: World) -> None:
     """A well-formed hash that is not the current proposal's: 409 stale, nothing changes."""
     tid, proposal = world.waiting("gate")
@@ -142,6 +164,31 @@ def test_a_stale_hash_is_409(world: World) -> None:
     line = refused(world.post(f"/api/tasks/{tid}/approve", {"proposal_hash": other}, "mia"), 409, "stale")
     assert "is not the current proposal's" in line
     assert _snapshot(world) == before
+
+
+def test_an_approval_that_loses_a_race_to_another_act_is_409(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ops cancels the task between mia's read of it and her approval's commit: her commit
+    meets a newer version, the engine reads the task again, finds nothing waiting, and the
+    answer is 409 with only the cancel recorded."""
+    tid, proposal = world.waiting("gate")
+    store = world.engine.store
+    append = store.append
+    raced: list[int] = []
+
+    def cancel_first(*args: object, **kwargs: object) -> object:
+        if not raced:
+            raced.append(world.engine.state(tid).version)
+            world.engine.cancel(tid, world.engine.users.authenticate(world.people.tokens["ops"]), "superseded")
+        return append(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "append", cancel_first)
+    line = refused(world.post(f"/api/tasks/{tid}/approve", {"proposal_hash": proposal}, "mia"), 409, "conflict")
+    monkeypatch.undo()
+    assert raced and "not allowed while the task is cancelled" in line, line
+    st = world.engine.state(tid)
+    assert (st.status, st.version) == (TaskStatus.CANCELLED, raced[0] + 1)
+    assert [e.type for e in world.engine.events(tid)][-1] == "TaskCancelled"
+    assert "ApprovalGranted" not in [e.type for e in world.engine.events(tid)]
 
 
 def test_an_expired_approval_is_409(world: World) -> None:

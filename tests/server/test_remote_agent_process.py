@@ -89,6 +89,43 @@ def test_one_piece_of_work_with_once(engine: Engine, serve: Callable[[Starlette]
     assert {"STATEWRIGHT_BRIEF", "STATEWRIGHT_VERDICT", "STATEWRIGHT_TASK_ID"} <= set(seen["env"])
 
 
+def test_without_once_the_agent_handles_work_as_it_comes_and_stops_on_sigterm(
+    engine: Engine, serve: Callable[[Starlette], str], tmp_path: Path,
+) -> None:
+    """A long-running agent takes each piece of work its queue gets (two tasks, parked one
+    after the other), and SIGTERM stops it cleanly (exit 0) between claims."""
+    who = people(engine)
+    url = serve(Starlette(routes=agent_routes(engine)))
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_SCRIPT)
+    proc = subprocess.Popen(
+        [STATEWRIGHT, "agent", "--server", url, "--queue", "builds", "--wait", "0.2", "--",
+         sys.executable, str(script)],
+        env=agent_env(who), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tmp_path,
+    )
+    try:
+        for change in (1, 2):
+            tid = engine.submit(remote_flow(), {"change": change})
+            settle(engine)  # parks the review for the agent
+
+            def completed(task_id: str = tid) -> bool | None:
+                settle(engine)
+                return True if engine.state(task_id).status.value == "completed" else None
+
+            _wait_for(completed, proc)
+            review = engine.state(tid).attempts_of("review")[-1]
+            assert review.actor == "remote:builder" and json.loads(review.verdict["summary"])["input"] == {
+                "change": change}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
 @pytest.mark.parametrize("backend", SQL_BACKENDS)  # the server and its worker share the database
 def test_an_agent_killed_mid_step_misses_its_heartbeat(
     engine: Engine, clock: FakeClock, serve: Callable[[Starlette], str], store_url: str, tmp_path: Path,

@@ -25,7 +25,7 @@ def test_no_input_gets_a_server_error(world: World) -> None:
     world.halted()
     schema = schemathesis.openapi.from_asgi("/openapi.json", world.client.app)
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 17  # with /openapi.json, /metrics and the remote agents' three
+    assert len(operations) == 18  # with /openapi.json, /metrics and the remote agents' three
 
     for operation in operations:
         _fuzz(world, operation)

@@ -24,7 +24,7 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright._json_limits import check_json_value
-from statewright._names import AGENT_ROLE, OPERATOR_ROLE
+from statewright._names import AGENT_ROLE, OPERATOR_ROLE, is_agent_identity
 from statewright.definition.fleet import check_priority, check_tenant, is_tenant
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
@@ -117,7 +117,7 @@ def _why_not(st: TaskState, act: str, rule: str) -> str:
 
 def _no_agent(who: Principal, act: str) -> None:
     """An agent identity (one holding the ``agent`` role, for any queue) never approves or rejects."""
-    if any(r == AGENT_ROLE or r.startswith(f"{AGENT_ROLE}:") for r in who.roles):
+    if is_agent_identity(who.roles):
         raise PermissionDeniedError(f"{who.name!r} is an agent identity (role {AGENT_ROLE!r}) and may never {act}")
 
 

@@ -15,7 +15,8 @@ another machine, and reported back by task token.
                fails the attempt, through the timers every worker fires
 
 A report or heartbeat with a token that is not open (the attempt was reported, its deadline
-passed, or the token is unknown) raises TaskTokenError and changes nothing. The report is
+passed, whether or not a worker has fired its timer yet, or the token is unknown) raises
+TaskTokenError and changes nothing. The report is
 recorded as the agent's (``remote:NAME``); an agent identity never approves."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright._errors import IllegalEventError, InputError, PermissionDeniedError, TaskTokenError
-from statewright._names import AGENT_ROLE, holds_role, queue_name_problem
+from statewright._names import AGENT_ROLE, holds_role, queue_name_problem, remote_timer_ids
+from statewright._time import when
 from statewright.definition.model import StepKind
 from statewright.machine.commands import RunStep
 from statewright.machine.events import AttemptReported
@@ -119,7 +121,7 @@ class RemoteAgents:
         """Move the heartbeat deadline of ``token``'s attempt on; returns the new deadline
         (epoch milliseconds)."""
         who = self.engine.users.check(by, act="send a heartbeat")
-        row = self._open(token, who)
+        row = self._open(token, who, "heartbeat")
         now = self.engine.clock.now_ms()
         if self.store.heartbeat_remote(token_hash(str(token)), now) is None:
             raise TaskTokenError(
@@ -143,7 +145,7 @@ class RemoteAgents:
                              f"{', '.join(sorted(r.value for r in Reason))}")
         if not isinstance(detail, str) or not isinstance(note, str):
             raise InputError("detail and note must be text")
-        row = self._open(token, who)
+        row = self._open(token, who, "report")
         st = self.engine.state(row.task_id)
         step = st.workflow.step(str(row.body.get("step")))
         if error == Reason.NO_VERDICT:
@@ -166,7 +168,10 @@ class RemoteAgents:
             raise TaskTokenError(f"task {row.task_id}: the attempt was reported already; the report changed nothing")
         return _outcome(applied, row.command_id)
 
-    def _open(self, token: object, who: Principal) -> RemoteRow:
+    def _open(self, token: object, who: Principal, act: str) -> RemoteRow:
+        """The open attempt ``token`` names, claimed by ``who``, before its deadlines: a
+        deadline that passed has failed the attempt, whether or not a worker fired its timer
+        yet (the timer does; a report that raced it is refused by the version)."""
         if not isinstance(token, str) or not token.startswith(TASK_TOKEN_PREFIX) or len(token) > MAX_TOKEN_CHARS:
             raise InputError(f"that is not a task token ({TASK_TOKEN_PREFIX}...); a claim gives one out")
         row = self.store.remote_by_token(token_hash(token))
@@ -175,6 +180,16 @@ class RemoteAgents:
                                  "or it was never given out; nothing changed")
         if row.agent != who.name:
             raise PermissionDeniedError(f"{who.name!r} did not claim this attempt; only its agent may act on it")
+        now = self.engine.clock.now_ms()
+        timeout_id, heartbeat_id = remote_timer_ids(row.command_id)
+        reasons = {timeout_id: "timeout", heartbeat_id: "heartbeat_timeout"}
+        passed = [t for t in self.store.timers(row.task_id) if t["timer_id"] in reasons and t["due_at_ms"] <= now]
+        if passed:
+            first = min(passed, key=lambda t: int(t["due_at_ms"]))
+            raise TaskTokenError(
+                f"task {row.task_id}: the {act} came after its deadline ({when(first['due_at_ms'])}); the attempt "
+                f"fails with {reasons[first['timer_id']]}; nothing changed"
+            )
         return row
 
 

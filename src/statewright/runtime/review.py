@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from statewright._names import holds_role, scope_text
+from statewright._names import holds_role, is_agent_identity, scope_text
 from statewright._time import when
 from statewright.definition.model import StepKind
 from statewright.machine.paths import RefError
@@ -114,8 +114,9 @@ def _approvers(engine: Reader, st: TaskState) -> dict[str, Any]:
 
 def may_approve(st: TaskState, name: str, roles: tuple[str, ...]) -> bool:
     """Whether the person ``name`` holding ``roles`` may approve the step ``st`` waits at:
-    the step's role for the task's scope, and no act in a step separation of duty names."""
-    if st.status is not TaskStatus.AWAITING_APPROVAL or st.current is None:
+    the step's role for the task's scope, no act in a step separation of duty names, and no
+    agent role (an agent identity never approves)."""
+    if st.status is not TaskStatus.AWAITING_APPROVAL or st.current is None or is_agent_identity(roles):
         return False
     step = st.workflow.step(st.current.step)
     if any(a.actor == name for other in step.separate_from for a in st.attempts_of(other)):

@@ -171,6 +171,16 @@ def reject(api: Api, request: Request, body: dict[str, Any]) -> Response:
     return _acted(tid, st, who)
 
 
+def evidence(api: Api, request: Request, body: dict[str, Any]) -> Response:
+    who = api.acting(request, body)
+    tid = request.path_params["task_id"]
+    st = api.engine.add_evidence(tid, who, body["evidence"], body.get("note", ""))
+    out = {"task_id": tid, "status": st.status.value, "version": st.version, "by": who.name}
+    if st.status is TaskStatus.AWAITING_APPROVAL and st.current is not None:
+        out["proposal_hash"] = st.current.proposal_hash
+    return JSONResponse(out)
+
+
 def retry(api: Api, request: Request, body: dict[str, Any]) -> Response:
     who = api.acting(request, body)
     tid = request.path_params["task_id"]
@@ -283,6 +293,7 @@ def api_routes(api: Api) -> list[BaseRoute]:
         Route("/api/tasks/{task_id}/review", ep(review), methods=["GET"]),
         Route("/api/tasks/{task_id}/approve", ep(approve, "ApproveBody"), methods=["POST"]),
         Route("/api/tasks/{task_id}/reject", ep(reject, "RejectBody"), methods=["POST"]),
+        Route("/api/tasks/{task_id}/evidence", ep(evidence, "EvidenceBody"), methods=["POST"]),
         Route("/api/tasks/{task_id}/retry", ep(retry, "ReasonBody"), methods=["POST"]),
         Route("/api/tasks/{task_id}/cancel", ep(cancel, "ReasonBody"), methods=["POST"]),
         Route("/api/inbox", ep(inbox), methods=["GET"]),

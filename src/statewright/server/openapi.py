@@ -38,6 +38,14 @@ BODIES: dict[str, dict[str, Any]] = {
         "properties": {"reason_code": {"type": "string", "minLength": 1, "maxLength": 100}, "comment": _TEXT,
                        "as": _AS},
     },
+    "EvidenceBody": {
+        "type": "object", "additionalProperties": False, "required": ["evidence"],
+        "properties": {
+            "evidence": {"type": "object", "minProperties": 1,
+                         "description": "What is supplied (a document's id and kind, a callback's record, ...)."},
+            "note": {**_TEXT, "description": "What the evidence is, in a few words."}, "as": _AS,
+        },
+    },
     "ReasonBody": {
         "type": "object", "additionalProperties": False, "required": ["reason"],
         "properties": {"reason": {"type": "string", "minLength": 1, "maxLength": 2000}, "as": _AS},
@@ -107,7 +115,9 @@ _SCHEMAS: dict[str, Any] = {
     "Acted": {
         "type": "object", "required": ["task_id", "status", "version"],
         "properties": {"task_id": {"type": "string"}, "status": {"type": "string"}, "version": {"type": "integer"},
-                       "by": {"type": "string"}},
+                       "by": {"type": "string"},
+                       "proposal_hash": {**_HASH, "description": "After evidence, while the task waits for an "
+                                                                 "approval: the hash of the proposal built again"}},
     },
     "Submitted": {
         "type": "object", "required": ["task_id", "status", "created"],
@@ -206,6 +216,9 @@ def spec(*, metrics: bool = True) -> dict[str, Any]:
         }},
         "/api/tasks/{task_id}/approve": _act("Approve the proposal reviewed", "ApproveBody"),
         "/api/tasks/{task_id}/reject": _act("Reject the proposal with a reason code", "RejectBody"),
+        "/api/tasks/{task_id}/evidence": _act(
+            "Supply evidence (operator): an audited event; a proposal waiting for approval is built again, "
+            "so an approval quoting the old hash is refused", "EvidenceBody"),
         "/api/tasks/{task_id}/retry": _act("Re-run a halted task's halted step (operator)", "ReasonBody"),
         "/api/tasks/{task_id}/cancel": _act("Cancel a task (operator)", "ReasonBody"),
         "/api/inbox": {"get": _task_list("Tasks waiting for an approval the caller may give")},
