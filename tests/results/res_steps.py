@@ -46,6 +46,10 @@ def nan_output(ctx: ExecContext) -> dict[str, Any]:
     return {"output": {"x": float("nan")}}
 
 
+def infinite_output(ctx: ExecContext) -> dict[str, Any]:
+    return {"output": {"x": float("-inf")}}
+
+
 def huge_output(ctx: ExecContext) -> dict[str, Any]:
     return {"output": {"x": "y" * 300_000}}
 
@@ -85,3 +89,10 @@ def flaky_once(ctx: ExecContext) -> dict[str, Any]:
 
 def broken_agent(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
     raise ValueError("the bank letter has no account number")
+
+
+def conflicted(ctx: ExecContext) -> dict[str, Any]:
+    """An effect whose target answers that the record changed since the proposal."""
+    from statewright import ConflictError
+
+    raise ConflictError("record R-1 is at version 5; the change was built on version 4")

@@ -129,6 +129,7 @@ FIFO = "import os; os.mkfifo(os.environ['STATEWRIGHT_OUTPUT'])"
 TOO_LARGE = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('{\"x\": \"' + 'y' * 300000 + '\"}')"
 NOT_OBJECT = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('[1, 2]')"
 NAN = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('{\"x\": NaN}')"
+INFINITY = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('{\"x\": Infinity}')"
 LINK = "import os; os.symlink('/etc/hostname', os.environ['STATEWRIGHT_OUTPUT'])"
 
 
@@ -138,9 +139,12 @@ LINK = "import os; os.symlink('/etc/hostname', os.environ['STATEWRIGHT_OUTPUT'])
     (_command("bad", NOT_OBJECT), "invalid_output"),
     (_command("bad", NAN), "invalid_output"),
     (_command("bad", LINK), "invalid_output"),
+    (_command("bad", INFINITY), "invalid_output"),
     (_code("bad", "nan_output"), "invalid_output"),
+    (_code("bad", "infinite_output"), "invalid_output"),
     (_code("bad", "huge_output"), "output_too_large"),
-], ids=["fifo", "too-large-file", "not-an-object", "nan-file", "symlink", "nan-callable", "too-large-callable"])
+], ids=["fifo", "too-large-file", "not-an-object", "nan-file", "symlink", "infinity-file", "nan-callable",
+     "infinity-callable", "too-large-callable"])
 def test_hostile_output_fails_the_attempt_with_a_reason(
     engine: Engine, tmp_path: Path, step: dict[str, Any], reason: str,
 ) -> None:
