@@ -115,6 +115,8 @@ def test_a_callable_raising_conflict_error_is_not_retried(engine: Engine, tmp_pa
 
 
 ANALYSE = {"id": "analyse", "kind": "code", "owner": "t", "run": {"command": ["true"]}}
+APPROVE = {"id": "approve", "kind": "human", "owner": "t", "approvers": {"role": "finance"}}
+REFRESH = {"id": "refresh", "kind": "code", "owner": "t", "run": {"command": ["true"]}}
 
 
 @pytest.mark.parametrize(("step", "line"), [
@@ -130,9 +132,20 @@ ANALYSE = {"id": "analyse", "kind": "code", "owner": "t", "run": {"command": ["t
     ({"id": "w", "kind": "ai", "owner": "t", "agent": {"type": "command", "command": ["true"]},
       "on_conflict": "halt"},
      "step 'w': unknown field 'on_conflict' for a ai step"),
-], ids=["continue", "not-earlier", "callable-exit", "exit-0", "ai-step"])
+    ({"id": "w", "kind": "code", "owner": "t", "run": {"command": ["true"]},
+      "on_conflict": {"loop_back": "refresh", "max_attempts": 2}},
+     "step 'w': on_conflict loop_back target 'refresh' comes after the approval 'approve', which would still "
+     "hold for a record that changed; loop back to 'approve' or an earlier step"),
+], ids=["continue", "not-earlier", "callable-exit", "exit-0", "ai-step", "after-the-approval"])
 def test_a_conflict_route_that_cannot_hold_is_refused_at_load_time(step: dict[str, Any], line: str) -> None:
+    """Among them a loop-back that would run the effect again under the approval it had."""
     with pytest.raises(DefinitionError) as caught:
-        workflow_from_dict({"workflow": "bad", "steps": [ANALYSE, step]}, "bad.yaml")
+        workflow_from_dict({"workflow": "bad", "steps": [ANALYSE, APPROVE, REFRESH, step]}, "bad.yaml")
     assert len(caught.value.problems) == 1, caught.value.problems
     assert caught.value.problems[0].startswith(line), caught.value.problems[0]
+
+
+def test_a_conflict_may_loop_back_to_the_approval_itself() -> None:
+    wf = workflow_from_dict({"workflow": "ok", "steps": [
+        ANALYSE, APPROVE, {**REFRESH, "on_conflict": {"loop_back": "approve", "max_attempts": 2}}]}, "<ok>")
+    assert wf.steps[2].on_conflict is not None
