@@ -28,6 +28,11 @@ def consume(ctx: ExecContext) -> dict[str, Any]:
         seen["changed"] = True
     except TypeError:
         seen["changed"] = False
+    try:
+        ctx.input["supplier"] = "someone else"  # type: ignore[index]
+        seen["input_changed"] = True
+    except TypeError:
+        seen["input_changed"] = False
     (ctx.workspace / "seen.json").write_text(json.dumps(seen), encoding="utf-8")
     return {"ok": True, "output": {"saw_run": ctx.results["analyse"]["run"]}}
 

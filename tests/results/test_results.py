@@ -61,7 +61,7 @@ def test_the_next_step_sees_a_result_through_ctx_results(engine: Engine, tmp_pat
     seen = json.loads((tmp_path / "ws" / "seen.json").read_text())
     assert seen["results"] == {"analyse": st.results["analyse"]}
     assert seen["input"]["supplier"] == "S-1"
-    assert seen["changed"] is False  # read-only
+    assert seen["changed"] is False and seen["input_changed"] is False  # read-only
     reported = [e for e in engine.events(tid) if isinstance(e, AttemptReported)]
     assert reported[0].result == st.results["analyse"]
 
