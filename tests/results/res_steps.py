@@ -101,3 +101,15 @@ def conflicted(ctx: ExecContext) -> dict[str, Any]:
     from statewright import ConflictError
 
     raise ConflictError("record R-1 is at version 5; the change was built on version 4")
+
+
+def commit_fix(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    """An agent that fixes calc.py in its worktree and commits it on the branch ``work``."""
+    import subprocess
+
+    (ctx.workspace / "calc.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
+    git = ["git", "-c", "user.email=agent@example.invalid", "-c", "user.name=agent"]
+    for args in (["checkout", "-q", "-B", "work"], ["commit", "-q", "-am", "fix add"]):
+        subprocess.run([*git, *args], cwd=ctx.workspace, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ctx.workspace, check=True, capture_output=True, text=True)
+    return {"verdict": {"branch": "work", "commit": head.stdout.strip()}}
