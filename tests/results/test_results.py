@@ -108,6 +108,27 @@ def test_a_loop_back_replaces_the_result_and_verify_rebuilds_it(engine: Engine, 
     assert replayed.results == st.results
 
 
+def test_verify_flags_a_result_edited_in_the_stored_projection(tmp_path: Path) -> None:
+    """A result is state the log must explain: one edited behind statewright's back is found."""
+    import sqlite3
+
+    from statewright.runtime.clock import FakeClock
+    from statewright.store import open_store
+
+    db = tmp_path / "state.db"
+    engine = Engine(open_store(db), clock=FakeClock(), workspace_root=tmp_path / "workspaces")
+    tid = _run(engine, _workflow("edited", _code("analyse", "analyse")), tmp_path / "ws")
+    engine.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sw_tasks SET state = replace(state, 'DE89370400440532013000', "
+                     "'GB00000000000000000000') WHERE task_id = ?", (tid,))
+        [stored] = conn.execute("SELECT state FROM sw_tasks WHERE task_id = ?", (tid,)).fetchone()
+    assert json.loads(stored)["results"]["analyse"]["iban"] == "GB00000000000000000000"
+    out = CliRunner().invoke(cli, ["verify", "--db", str(db)])
+    assert out.exit_code == 1, out.output
+    assert f"{tid}: replayed state differs from the stored projection" in out.output
+
+
 def test_old_attempt_events_load_without_a_result() -> None:
     ev = event_from_dict({"type": "AttemptReported", "event_id": "e", "at_ms": 1, "step": "a"})
     assert isinstance(ev, AttemptReported) and ev.result is None
