@@ -4,6 +4,7 @@ runs end to end on the engine against the fake OpenAI-compatible server."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,3 +90,6 @@ def test_an_invalid_report_flows_on_to_the_triager(
     assert [a.step for a in st.attempts] == ["classify", "draft-reply"]
     assert st.attempts[1].verdict == {"reply": "Thanks! Which editor version and OS?"}
     assert len(server.requests) == 2
+    brief = json.loads(server.requests[1].body["messages"][1]["content"])  # the model reads the task's state
+    assert brief["input"] == REPORT
+    assert brief["results"]["classify"] == {"outcome": "invalid", "summary": "no steps to reproduce"}

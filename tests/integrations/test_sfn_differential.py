@@ -134,8 +134,10 @@ def cases(draw: st.DrawFn) -> tuple[Workflow, Script]:
                 step.update(output_schema=dict(ANALYSIS_SCHEMA), outcomes=dict(ANALYSIS_OUTCOMES))
         elif kind == "code":
             step["run"] = PYTEST
-            if i > 0 and draw(st.booleans()):
-                step["on_conflict"] = {"loop_back": steps[draw(st.integers(0, i - 1))]["id"],
+            gates = [j for j, other in enumerate(steps) if other["kind"] == "human"]
+            if i > 0 and draw(st.booleans()):  # back to the last approval before it, or earlier
+                last = gates[-1] if gates else i - 1
+                step["on_conflict"] = {"loop_back": steps[draw(st.integers(0, last))]["id"],
                                        "max_attempts": draw(st.integers(1, 3))}
         elif kind == "wait":
             step.update(check={"command": ["true"]}, every="1m", max_checks=draw(st.integers(1, 3)))

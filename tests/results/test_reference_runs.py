@@ -258,6 +258,18 @@ def test_code_output_is_held_to_its_output_schema(engine: Engine, tmp_path: Path
     assert verify_task(engine, tid) == []
 
 
+def test_a_commands_output_file_is_held_to_its_output_schema(engine: Engine, tmp_path: Path) -> None:
+    write = "import json, os; json.dump({'iban': 5}, open(os.environ['STATEWRIGHT_OUTPUT'], 'w'))"
+    step = {"id": "analyse", "kind": "code", "owner": "tests", "output_schema": IBAN_SCHEMA,
+            "run": {"command": [sys.executable, "-c", write]}}
+    tid = _run(engine, _workflow(step), tmp_path / "ws")
+    st = engine.state(tid)
+    assert st.status.value == "halted"
+    assert (st.attempts[-1].reason, st.attempts[-1].detail) == (
+        "invalid_output", "the output does not match the output_schema at iban: 5 is not of type 'string'")
+    assert st.results == {}
+
+
 def test_code_output_that_matches_its_schema_is_recorded(engine: Engine, tmp_path: Path) -> None:
     tid = _run(engine, _workflow(_code("analyse", "analyse", output_schema=IBAN_SCHEMA)), tmp_path / "ws")
     st = engine.state(tid)

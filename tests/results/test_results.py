@@ -61,7 +61,7 @@ def test_the_next_step_sees_a_result_through_ctx_results(engine: Engine, tmp_pat
     seen = json.loads((tmp_path / "ws" / "seen.json").read_text())
     assert seen["results"] == {"analyse": st.results["analyse"]}
     assert seen["input"]["supplier"] == "S-1"
-    assert seen["changed"] is False  # read-only
+    assert seen["changed"] is False and seen["input_changed"] is False  # read-only
     reported = [e for e in engine.events(tid) if isinstance(e, AttemptReported)]
     assert reported[0].result == st.results["analyse"]
 
@@ -108,6 +108,27 @@ def test_a_loop_back_replaces_the_result_and_verify_rebuilds_it(engine: Engine, 
     assert replayed.results == st.results
 
 
+def test_verify_flags_a_result_edited_in_the_stored_projection(tmp_path: Path) -> None:
+    """A result is state the log must explain: one edited behind statewright's back is found."""
+    import sqlite3
+
+    from statewright.runtime.clock import FakeClock
+    from statewright.store import open_store
+
+    db = tmp_path / "state.db"
+    engine = Engine(open_store(db), clock=FakeClock(), workspace_root=tmp_path / "workspaces")
+    tid = _run(engine, _workflow("edited", _code("analyse", "analyse")), tmp_path / "ws")
+    engine.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE sw_tasks SET state = replace(state, 'DE89370400440532013000', "
+                     "'GB00000000000000000000') WHERE task_id = ?", (tid,))
+        [stored] = conn.execute("SELECT state FROM sw_tasks WHERE task_id = ?", (tid,)).fetchone()
+    assert json.loads(stored)["results"]["analyse"]["iban"] == "GB00000000000000000000"
+    out = CliRunner().invoke(cli, ["verify", "--db", str(db)])
+    assert out.exit_code == 1, out.output
+    assert f"{tid}: replayed state differs from the stored projection" in out.output
+
+
 def test_old_attempt_events_load_without_a_result() -> None:
     ev = event_from_dict({"type": "AttemptReported", "event_id": "e", "at_ms": 1, "step": "a"})
     assert isinstance(ev, AttemptReported) and ev.result is None
@@ -129,6 +150,7 @@ FIFO = "import os; os.mkfifo(os.environ['STATEWRIGHT_OUTPUT'])"
 TOO_LARGE = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('{\"x\": \"' + 'y' * 300000 + '\"}')"
 NOT_OBJECT = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('[1, 2]')"
 NAN = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('{\"x\": NaN}')"
+INFINITY = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('{\"x\": Infinity}')"
 LINK = "import os; os.symlink('/etc/hostname', os.environ['STATEWRIGHT_OUTPUT'])"
 
 
@@ -138,9 +160,12 @@ LINK = "import os; os.symlink('/etc/hostname', os.environ['STATEWRIGHT_OUTPUT'])
     (_command("bad", NOT_OBJECT), "invalid_output"),
     (_command("bad", NAN), "invalid_output"),
     (_command("bad", LINK), "invalid_output"),
+    (_command("bad", INFINITY), "invalid_output"),
     (_code("bad", "nan_output"), "invalid_output"),
+    (_code("bad", "infinite_output"), "invalid_output"),
     (_code("bad", "huge_output"), "output_too_large"),
-], ids=["fifo", "too-large-file", "not-an-object", "nan-file", "symlink", "nan-callable", "too-large-callable"])
+], ids=["fifo", "too-large-file", "not-an-object", "nan-file", "symlink", "infinity-file", "nan-callable",
+     "infinity-callable", "too-large-callable"])
 def test_hostile_output_fails_the_attempt_with_a_reason(
     engine: Engine, tmp_path: Path, step: dict[str, Any], reason: str,
 ) -> None:

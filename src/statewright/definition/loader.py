@@ -751,12 +751,13 @@ def _check_routes(steps: list[Step], problems: _Problems) -> None:
             )
         if s.on_conflict is not None and s.on_conflict.kind is RouteKind.LOOP_BACK:
             target = s.on_conflict.target
+            gates = [g.id for g in steps[:i] if g.kind is StepKind.HUMAN]
             if target not in index or index[target] >= i:
                 problems.add(where, f"on_conflict loop_back target {target!r} is not an earlier step")
-        for ref in (*s.proposal, *s.approvers_scope.values()):
-            step = parse_ref(ref).step
-            if step is not None and (step not in index or index[step] >= i):
-                problems.add(where, f"reference {ref!r} names {step!r}, which is not an earlier step")
+            elif gates and index[target] > index[gates[-1]]:
+                problems.add(where, f"on_conflict loop_back target {target!r} comes after the approval "
+                                    f"{gates[-1]!r}, which would still hold for a record that changed; "
+                                    f"loop back to {gates[-1]!r} or an earlier step")
         for other in s.separate_from:
             if other not in index:
                 problems.add(where, f"separate_from names {other!r}, which is not a step")

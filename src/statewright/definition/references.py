@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statewright.definition.model import Step, StepKind
-from statewright.machine.paths import Ref, resolve
+from statewright.machine.paths import Ref, parse_ref, resolve
 
 ROOTS = ("input", "results")
 #: Programs that run code given on their command line (``-c``/``-e``).
@@ -146,11 +146,18 @@ def command_items(step: Step) -> Iterator[tuple[str, list[str]]]:
 
 
 def reference_problems(steps: Sequence[Step], input_schema: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """``(step id, problem)`` for every reference that can never resolve, and every one
-    written inside an interpreter's inline code (where it would be read as code)."""
+    """``(step id, problem)`` for every reference that can never resolve (in a command's
+    argv, a human step's ``proposal`` and its approvers' ``scope``), and every one written
+    inside an interpreter's inline code (where it would be read as code)."""
     index = {s.id: i for i, s in enumerate(steps)}
     out: list[tuple[str, str]] = []
     for i, step in enumerate(steps):
+        for where, text in (*(("proposal", r) for r in step.proposal),
+                            *((f"approvers scope {k}", r) for k, r in step.approvers_scope.items())):
+            dotted = parse_ref(text)
+            problem = reference_problem(Reference(dotted.root, dotted.parts, text), i, steps, index, input_schema)
+            if problem is not None:
+                out.append((step.id, f"{where} {text}: {problem}"))
         for key, items in command_items(step):
             for n, item in enumerate(items):
                 refs = [p for p in parse_item(item) if isinstance(p, Reference)] if "{" in item else []
