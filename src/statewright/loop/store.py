@@ -25,10 +25,12 @@ from typing import Any
 from statewright._errors import InputError, VersionConflictError
 from statewright.loop.errors import RunHeldError
 from statewright.machine.loop.codec import (
+    RUN_STREAM_PREFIX,
     command_to_dict,
     event_to_dict,
+    line_body,
     line_from_dict,
-    line_to_dict,
+    run_projection,
     state_from_dict,
     state_to_dict,
 )
@@ -37,7 +39,7 @@ from statewright.machine.loop.model import ItemLedger, LineKind, LoopState, Loop
 from statewright.machine.seam import StreamKind
 from statewright.store.base import EventRow, Store, StoredTask
 
-RUN_PREFIX = "loop-run-"
+RUN_PREFIX = RUN_STREAM_PREFIX
 LOOP_RUN = str(StreamKind.LOOP_RUN)
 _ALL_RUNS = 1_000_000
 
@@ -183,7 +185,7 @@ class LoopStore:
             meta = {"definition_path": definition_path, "definition_sha256": definition_sha256,
                     "assets": dict(assets), "opened_at_ms": at_ms, "owner_pid": owner_pid}
             try:
-                self.store.append(stream_id(run_id), 0, event_to_dict(opened), _projection(state, meta, 0), (),
+                self.store.append(stream_id(run_id), 0, event_to_dict(opened), run_projection(state, meta, 0), (),
                                   workflow=loop, workflow_hash=definition_sha256, kind=LOOP_RUN)
             except VersionConflictError:
                 continue
@@ -231,12 +233,7 @@ class LoopStore:
         run = self.run(run_id)
         if run.lines != expected_lines:
             raise VersionConflictError(stream_id(run_id), expected_lines + 1, run.version)
-        body = {
-            **dict(extra or {}),
-            **event_to_dict(event),
-            "line": line_to_dict(line),
-            "commands": [command_to_dict(c) for c in commands],
-        }
+        body = line_body(event, line, commands, extra)
         if not body.get("event_id"):
             body["event_id"] = new_event_id()
         meta = {
@@ -245,7 +242,7 @@ class LoopStore:
             "owner_pid": owner_pid if owner_pid is not None else run.owner_pid,
         }
         seq = expected_lines + 1
-        self.store.append(stream_id(run_id), run.version, body, _projection(state, meta, seq), (),
+        self.store.append(stream_id(run_id), run.version, body, run_projection(state, meta, seq), (),
                           terminal=state.status.is_terminal)
         return seq
 
@@ -307,11 +304,6 @@ class LoopStore:
 def record_of(command: AppendRecord) -> dict[str, Any]:
     """A pass record as kept with its RecordAppended line."""
     return command_to_dict(command)
-
-
-def _projection(state: LoopState, meta: Mapping[str, Any], lines: int) -> dict[str, Any]:
-    return {"status": str(state.status), "loop": state.config.loop, "state": state_to_dict(state),
-            "meta": dict(meta), "lines": lines}
 
 
 def _run_row(row: StoredTask) -> RunRow:
