@@ -5,14 +5,17 @@ record written with the task's last event, a pass whose task waits for a person 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from people.support import People
 from statewright._errors import ApprovalError
+from statewright.loop.cli import loop
 from statewright.loop.passes import EnginePassRunner, PassStatus, pass_key
 from statewright.loop.sources import WorkItem
 from statewright.loop.store import LoopStore
@@ -23,6 +26,7 @@ from statewright.runtime.engine import Engine
 from statewright.runtime.run import approve_and_run
 from statewright.runtime.verify import verify_all
 from statewright.store import open_store
+from store.backends import SQL_BACKENDS
 
 from .helpers import FakeClock, record, run_loop, write_loop
 
@@ -230,3 +234,27 @@ def test_a_halted_pass_is_no_result_and_its_task_cannot_be_retried_into_effect(
     assert [engine.state(t).status for t in tasks] == [TaskStatus.CANCELLED] * 2
     assert all(f"task {t} ended halted" in ln.written["cause"] for t, ln in zip(tasks, moved, strict=True))
     assert verify_all(engine)[1] == []
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)  # the loop CLI refuses an in-memory database
+def test_loop_run_says_which_task_it_waits_for(root: Path, store_url: str, engine: Engine) -> None:
+    """'loop run' on a pass whose task waits for a person: one line naming the task, exit 6;
+    after the approval, 'loop run' takes the task's outcome and exits 0 on DONE."""
+    wf = workflow(root, "gated-fix", APPROVE, FIX)
+    path = write_loop(root, [{"id": "1"}], workflow=str(wf))
+    cli = CliRunner()
+    waiting = cli.invoke(loop, ["run", str(path), "--db", store_url], catch_exceptions=False)
+    assert waiting.exit_code == 6, waiting.output
+    task = children(engine, "1")[0]
+    said = [ln for ln in waiting.stdout.splitlines() if ln.startswith("run 1:")]
+    assert said == [f"run 1: waits for task {task}'s approval; once it is decided ('statewright approve {task}"
+                    f" --hash HASH'), 'statewright loop run {path}' takes the task's outcome as the pass's result"]
+    as_json = cli.invoke(loop, ["run", str(path), "--db", store_url, "--json"], catch_exceptions=False)
+    assert as_json.exit_code == 6 and json.loads(as_json.stdout)["waiting_on_task"] == task
+    eva = People(engine).add("eva", "maintainer")
+    cur = engine.state(task).current
+    assert cur is not None
+    engine.approve(task, eva, proposal_hash=cur.proposal_hash)
+    done = cli.invoke(loop, ["run", str(path), "--db", store_url], catch_exceptions=False)
+    assert done.exit_code == 0 and "run 1: DONE (goal met)" in done.stdout, done.output
+    assert children(engine, "1") == [task]

@@ -50,6 +50,7 @@ DEFAULT_DB = ".statewright/state.db"
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_WAITING = 4  # asleep at a gate: a person decides next
 EXIT_ENDED_SHORT = 5  # ESCALATED, STUCK or OUT_OF_BUDGET: the run ended without its goal
+EXIT_PASS_WAITING = 6  # the pass's task waits for a person's approval: the run waits on it
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -134,6 +135,7 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
                     "status": str(outcome.status),
                     "paused": outcome.paused,
                     "reason": outcome.reason,
+                    "waiting_on_task": outcome.waiting_on or None,
                     "awaiting_approval": pending,
                     "lines": [line_dict(line) for line in lines],
                 },
@@ -142,7 +144,13 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
         )
     else:
         _print_lines(lines)
-        if outcome.paused:
+        if outcome.waiting_on:
+            click.echo(
+                f"run {outcome.run_id}: waits for task {outcome.waiting_on}'s approval; once it is decided"
+                f" ('statewright approve {outcome.waiting_on} --hash HASH'), 'statewright loop run {file}'"
+                " takes the task's outcome as the pass's result"
+            )
+        elif outcome.paused:
             click.echo(f"run {outcome.run_id}: paused in {outcome.status} ({outcome.paused})")
             for a in pending:
                 click.echo(
@@ -154,6 +162,8 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
         raise SystemExit(EXIT_ENDED_SHORT)
     if pending:
         raise SystemExit(EXIT_WAITING)
+    if outcome.waiting_on:
+        raise SystemExit(EXIT_PASS_WAITING)
 
 
 @loop.command("status")
