@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from people.support import People
 from statewright._errors import ApprovalError
 from statewright.loop.cli import loop
-from statewright.loop.passes import EnginePassRunner, PassStatus, pass_key
+from statewright.loop.passes import EnginePassRunner, PassResult, PassStatus, pass_key
 from statewright.loop.sources import WorkItem
 from statewright.loop.store import LoopStore
 from statewright.machine.fanout import LOOP_ACTOR
@@ -258,3 +258,38 @@ def test_loop_run_says_which_task_it_waits_for(root: Path, store_url: str, engin
     done = cli.invoke(loop, ["run", str(path), "--db", store_url], catch_exceptions=False)
     assert done.exit_code == 0 and "run 1: DONE (goal met)" in done.stdout, done.output
     assert children(engine, "1") == [task]
+
+
+class Crash(BaseException):
+    """The process dies mid-pass (nothing below the runner catches it)."""
+
+
+class DiesMidPass(EnginePassRunner):
+    """Submits the pass's task, then the process dies before working it."""
+
+    @staticmethod
+    def _work(engine: Engine, item: WorkItem, attempt: int, task_id: str) -> PassResult:
+        raise Crash(task_id)
+
+
+def test_a_restart_that_gives_up_the_pass_cancels_its_task(
+    root: Path, store_url: str, engine: Engine, clock: FakeClock
+) -> None:
+    """A process that died mid-pass left the run in RUNNING and the task alive; the restart
+    records "no result" and cancels the task (kept as a note line: the run moved on), and the
+    next pass is a new task."""
+    wf = workflow(root, "gated-fix", APPROVE, FIX)
+    path = write_loop(root, [{"id": "1"}], workflow=str(wf))
+    with pytest.raises(Crash):
+        run_loop(path, store_url, clock, pass_runner=DiesMidPass(store_url, wf))
+    [task] = children(engine, "1")
+    assert engine.state(task).status is TaskStatus.AWAITING_APPROVAL
+    before = len(record(store_url, "1"))
+    out = run_loop(path, store_url, clock)
+    assert engine.state(task).status is TaskStatus.CANCELLED
+    assert out.waiting_on and children(engine, "1") == [task, out.waiting_on]
+    lines = record(store_url, "1")[before:]
+    assert [(ln.event_type, ln.kind) for ln in lines[:3]] == [
+        ("ProcessStarted", LineKind.RESTART), ("PassEnded", LineKind.NOTE), ("RecordAppended", LineKind.MOVE)]
+    assert lines[0].written["verdict"] == "no result" and lines[1].written["status"] == "cancelled"
+    assert verify_all(engine)[1] == []
