@@ -236,8 +236,11 @@ def worker(until_idle: bool, until_done: bool, concurrency: int, lease: float, b
     if until_idle and until_done:
         raise InputError("give --until-idle or --until-done, not both")
     _setup_logging(quiet, log_format)
+    from statewright.loop.wake import handlers
+
     engine = _engine(db, create=True)
-    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch, max_deliveries=max_deliveries)
+    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch, max_deliveries=max_deliveries,
+               handlers=handlers(engine.store))
     w.install_signal_handlers()
     logging.getLogger("statewright.worker").info(
         "worker %s started on %s (concurrency %d); python steps load from its PYTHONPATH, each module "

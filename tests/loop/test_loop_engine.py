@@ -19,12 +19,14 @@ from statewright.loop.cli import loop
 from statewright.loop.passes import EnginePassRunner, PassResult, PassStatus, pass_key
 from statewright.loop.sources import WorkItem
 from statewright.loop.store import LoopStore
+from statewright.loop.wake import handlers, wake_run
 from statewright.machine.fanout import LOOP_ACTOR
 from statewright.machine.loop.model import LineKind, LoopStatus
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
 from statewright.runtime.run import approve_and_run
 from statewright.runtime.verify import verify_all
+from statewright.runtime.worker import Worker
 from statewright.store import open_store
 from store.backends import SQL_BACKENDS
 
@@ -293,3 +295,50 @@ def test_a_restart_that_gives_up_the_pass_cancels_its_task(
         ("ProcessStarted", LineKind.RESTART), ("PassEnded", LineKind.NOTE), ("RecordAppended", LineKind.MOVE)]
     assert lines[0].written["verdict"] == "no result" and lines[1].written["status"] == "cancelled"
     assert verify_all(engine)[1] == []
+
+
+def test_an_approval_wakes_the_sleeping_run_without_loop_run(
+    root: Path, store_url: str, engine: Engine, clock: FakeClock
+) -> None:
+    """The run sleeps on its pass's task; once the task is approved, a worker that ends it
+    also finds the run's WakeRun (written in the same commit as the task's end) and drives the
+    run on to DONE, with no second 'loop run'."""
+    _path, run_id, task = waiting_loop(root, store_url, clock)
+    eva = People(engine).add("eva", "maintainer")
+    cur = engine.state(task).current
+    assert cur is not None
+    engine.approve(task, eva, proposal_hash=cur.proposal_hash)
+    stats = Worker(engine, handlers=handlers(engine.store)).run(until_idle=True)
+    assert stats.commands >= 2  # the task's step and the run's wake
+    with LoopStore.open(store_url) as store:
+        run = store.run(run_id)
+    assert run.status is LoopStatus.DONE, run.state.reason
+    lines = record(store_url, run_id)
+    ended = next(i for i, ln in enumerate(lines) if ln.event_type == "PassEnded")
+    assert (lines[ended].next_state, lines[ended + 1].event_type, lines[ended + 1].kind) == (
+        LoopStatus.CHECKING, "ProcessStarted", LineKind.START)
+    assert [c["type"] for c in lines[ended].commands] == ["RunChecks", "WakeRun"]
+    assert children(engine, run_id) == [task] and (root / "fixed-1").exists()
+    assert verify_all(engine)[1] == []
+
+
+def test_a_worker_without_the_loops_handler_leaves_the_wake_to_one_that_has_it(
+    root: Path, store_url: str, engine: Engine, clock: FakeClock
+) -> None:
+    """A worker built without the loop's handlers gives a WakeRun back untouched (the task's
+    own steps it works as ever); a worker with them wakes the run later."""
+    _path, run_id, task = waiting_loop(root, store_url, clock)
+    eva = People(engine).add("eva", "maintainer")
+    cur = engine.state(task).current
+    assert cur is not None
+    engine.approve(task, eva, proposal_hash=cur.proposal_hash)
+    plain = Worker(engine, lease_seconds=0.05)
+    plain.run(until=lambda: engine.state(task).terminal)
+    assert engine.state(task).status is TaskStatus.COMPLETED
+    with LoopStore.open(store_url) as store:
+        assert store.run(run_id).status is LoopStatus.CHECKING
+    [row] = [c for c in engine.store.outbox(f"loop-run-{run_id}")]
+    assert row["type"] == "WakeRun"
+    woken = wake_run(engine.store, run_id, clock=clock)
+    assert woken is not None and woken.status is LoopStatus.DONE
+    assert wake_run(engine.store, run_id) is None  # an ended run has nothing to wake

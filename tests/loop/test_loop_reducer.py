@@ -34,6 +34,7 @@ from statewright.machine.loop.events import (
     RunChecks,
     StopWorker,
     TriggerArrived,
+    WakeRun,
     WorkerNoResult,
     WorkerReturned,
 )
@@ -589,7 +590,7 @@ def test_a_completed_pass_task_is_checked_like_a_return(status: str) -> None:
     """The pass's task completed: its cost is spent, its id is the artifact, CHECKING runs."""
     d = _waiting()
     step = d(PassEnded("a", 1, "t-1", status, d.at(), tokens=70, money_usd=0.25))
-    assert d.state.status is S.CHECKING and step.commands == (RunChecks("a", 1, ("suite",)),)
+    assert d.state.status is S.CHECKING and step.commands == (RunChecks("a", 1, ("suite",)), WakeRun("41"))
     cur = d.state.current
     assert cur is not None and cur.artifacts == ("task:t-1",) and (cur.tokens, cur.money_usd) == (70, 0.25)
     assert d.state.clean_stop  # it arrived while the process slept: the next start stays excused
@@ -622,3 +623,20 @@ def test_a_pass_task_that_ends_after_the_run_moved_on_is_a_note() -> None:
         step = transition(state, event)
         assert step.state == state and step.commands == ()
         assert step.line is not None and step.line.kind is LineKind.NOTE and step.line.next_state is state.status
+
+
+def test_only_a_run_asleep_on_its_pass_task_is_woken_by_its_end() -> None:
+    """The task's end asks a worker to wake the run (WakeRun) only while no process drives
+    it: not after a start took the run up again, not after the kill switch stopped it."""
+    asleep = _waiting()
+    step = asleep(PassEnded("a", 1, "t-1", "halted", asleep.at()))
+    assert step.commands[-1] == WakeRun("41") and asleep.state.current is not None
+    assert not asleep.state.current.asleep
+    taken_up = _waiting()
+    taken_up(ProcessStarted(taken_up.at()))
+    step = taken_up(PassEnded("a", 1, "t-1", "completed", taken_up.at()))
+    assert step.commands == (RunChecks("a", 1, ("suite",)),)
+    stopped = _waiting()
+    stopped(KillSwitch("loop stop", stopped.at()))
+    step = stopped(PassEnded("a", 1, "t-1", "cancelled", stopped.at()))
+    assert not any(isinstance(c, WakeRun) for c in step.commands) and stopped.state.status is S.RECORDING

@@ -78,6 +78,7 @@ from statewright.machine.loop.events import (
     RunChecks,
     StopWorker,
     TriggerArrived,
+    WakeRun,
     WorkerNoResult,
     WorkerReturned,
     command_from_dict,
@@ -123,6 +124,7 @@ class LoopRunner:
         crash_at: str | None = None,
         install_signal_handlers: bool = False,
         new_run: bool = False,
+        resume_run: str | None = None,
     ) -> None:
         self.definition = definition
         self.store = store
@@ -132,6 +134,7 @@ class LoopRunner:
         self.crash_at = crash_at if crash_at is not None else self.env.get(CRASH_ENV) or None
         self.install_signal_handlers = install_signal_handlers
         self.new_run = new_run
+        self.resume_run = resume_run  # drive only this run, if it is the loop's newest and unfinished
         self.pass_runner = pass_runner or default_pass_runner(definition, store, self.env)
         self.redactor = loop_redactor(definition, self.env, [store.url])
         self._signal: str | None = None
@@ -143,6 +146,13 @@ class LoopRunner:
     def run(self) -> RunOutcome:
         require_secrets(self.definition, self.env)
         with _loop_lock(self.store, self.definition.name), self._signals():
+            if self.resume_run is not None:
+                run = self.store.run(self.resume_run)
+                newest = self.store.latest_run(self.definition.name)
+                if run.status.is_terminal or newest is None or newest.run_id != run.run_id:
+                    return RunOutcome(run.run_id, run.status, None, run.state.reason)  # nothing to carry on
+                refuse_changed_file(run, self.definition)
+                return self._drive(run, ProcessStarted(self.clock()))
             run, first = self._open_or_resume()
             return self._drive(run, first)
 
@@ -293,7 +303,7 @@ class LoopRunner:
         ended and its end is in the run's record already."""
         self._perform_stops(state, commands)
         for command in commands:
-            if isinstance(command, StopWorker):
+            if isinstance(command, StopWorker | WakeRun):  # a wake is a worker's (the outbox's), not ours
                 continue
             return self._perform_one(run, state, command)
         msg = f"run {run.run_id}: {state.status} produced no command to perform; nothing to wait on"

@@ -60,6 +60,7 @@ class RunRow:
     updated_at_ms: int
     assets: Mapping[str, str]
     owner_pid: int | None
+    definition_file: str = ""  # the loop file's absolute path (a worker that wakes the run reads it)
 
     @property
     def held(self) -> bool:
@@ -183,6 +184,7 @@ class LoopStore:
             opened = RunOpened(state_to_dict(state), definition_path, definition_sha256, dict(assets), at_ms,
                                event_id=new_event_id())
             meta = {"definition_path": definition_path, "definition_sha256": definition_sha256,
+                    "definition_file": str(Path(definition_path).resolve()) if definition_path else "",
                     "assets": dict(assets), "opened_at_ms": at_ms, "owner_pid": owner_pid}
             try:
                 self.store.append(stream_id(run_id), 0, event_to_dict(opened), run_projection(state, meta, 0), (),
@@ -238,7 +240,7 @@ class LoopStore:
             body["event_id"] = new_event_id()
         meta = {
             "definition_path": run.definition_path, "definition_sha256": run.definition_sha256,
-            "assets": dict(run.assets), "opened_at_ms": run.opened_at_ms,
+            "definition_file": run.definition_file, "assets": dict(run.assets), "opened_at_ms": run.opened_at_ms,
             "owner_pid": owner_pid if owner_pid is not None else run.owner_pid,
         }
         seq = expected_lines + 1
@@ -324,6 +326,7 @@ def _run_row(row: StoredTask) -> RunRow:
         updated_at_ms=row.updated_at_ms,
         assets=dict(meta.get("assets") or {}),
         owner_pid=pid if isinstance(pid, int) else None,
+        definition_file=str(meta.get("definition_file") or ""),
     )
 
 

@@ -22,13 +22,13 @@ from statewright.definition.model import Workflow
 from statewright.machine.children import INLINE_COMMANDS, ParentRef, child_ended
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
 from statewright.machine.events import Event, TaskCancelled, TaskSubmitted
-from statewright.machine.loop.codec import line_body, run_projection, state_from_dict
-from statewright.machine.loop.events import PassEnded
+from statewright.machine.loop.codec import command_to_dict, line_body, run_projection, state_from_dict
+from statewright.machine.loop.events import PassEnded, WakeRun
 from statewright.machine.loop.reducer import transition as loop_transition
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime.outbox import remote_closed, to_new_commands
-from statewright.store.base import AppendRequest, StoredTask
+from statewright.store.base import AppendRequest, NewCommand, StoredTask
 
 
 class Tasks(Protocol):
@@ -122,7 +122,8 @@ class Unit:
 def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms: int) -> AppendRequest:
     """The loop run's line for the end of the child task that runs one of its passes: the run's
     ``PassEnded`` (the pass's item and attempt are the child's parent reference) moved through
-    the loop's reducer, appended at the run's stored version, as ``LoopStore.append`` does."""
+    the loop's reducer, appended at the run's stored version, as ``LoopStore.append`` does. A
+    run that slept on the task gets a ``WakeRun`` row in the outbox, in the same commit."""
     ref = ParentRef.from_dict(tell.parent)
     cost = child.cost if child is not None else {}
     ev = PassEnded(
@@ -135,7 +136,9 @@ def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms
     if step.line is None:
         raise LoopInvariantError(f"loop run {run.task_id}: {ev.type} wrote no line")
     lines = int(stored.get("lines", run.version - 1)) + 1
+    wake = [NewCommand(f"{run.task_id}:wake:{ev.event_id}", c.type, command_to_dict(c), at_ms)
+            for c in step.commands if isinstance(c, WakeRun)]  # a worker claims it and drives the run on
     return AppendRequest(
         run.task_id, run.version, line_body(ev, step.line, step.commands), run_projection(step.state,
-        stored.get("meta") or {}, lines), (), terminal=step.state.status.is_terminal,
+        stored.get("meta") or {}, lines), wake, terminal=step.state.status.is_terminal,
     )

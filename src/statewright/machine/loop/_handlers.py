@@ -38,6 +38,7 @@ from statewright.machine.loop.events import (
     PassWaiting,
     RecordAppended,
     TriggerArrived,
+    WakeRun,
     WorkerNoResult,
     WorkerReturned,
 )
@@ -223,7 +224,7 @@ def on_pass_waiting(state: LoopState, event: PassWaiting) -> Transition:
         msg = (f"run {state.run_id}: the pass of {cur.item!r} attempt {cur.attempt} runs as task {cur.task_id},"
                f" not {event.task_id}")
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
-    new = replace(state, current=replace(cur, task_id=event.task_id), clean_stop=True)
+    new = replace(state, current=replace(cur, task_id=event.task_id, asleep=True), clean_stop=True)
     at = f" at {event.step!r}" if event.step else ""
     role = f" (role {event.role})" if event.role else ""
     written: dict[str, object] = {"waits_for": event.task_id, "step": event.step, "role": event.role,
@@ -246,15 +247,18 @@ def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
         text = f"task {event.task_id} (item {event.item}, attempt {event.attempt}) ended {event.status}"
         return Transition(state, (), line(state, event, state.status, text, written,
                                           "kept as a note; the run had moved on", LineKind.NOTE))
-    spent = replace(cur, task_id=event.task_id, tokens=cur.tokens + event.tokens,
+    spent = replace(cur, task_id=event.task_id, asleep=False, tokens=cur.tokens + event.tokens,
                     money_usd=cur.money_usd + event.money_usd)
+    # A run asleep on the task (no process drives it) is woken by a worker; a driver that
+    # waits on the task carries on by itself.
+    wake: tuple[WakeRun, ...] = (WakeRun(state.run_id),) if cur.asleep else ()
     if event.succeeded:
         back = replace(spent, note=f"task {event.task_id} {event.status}", artifacts=(f"task:{event.task_id}",))
         new = replace(state, status=S.CHECKING, current=back)
         written = {"task": event.task_id, "status": event.status, "artifacts": list(back.artifacts),
                    "cost": {"tokens": event.tokens, "money_usd": event.money_usd}}
         step = move(state, new, event, f"task {event.task_id} {event.status}", written, "artifact, cost",
-                    entry_commands(new))
+                    (*entry_commands(new), *wake))
     else:
         why = f": {event.reason}" if event.reason else ""
         cause = f"task {event.task_id} ended {event.status}{why}"
@@ -262,7 +266,7 @@ def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
         new = replace(state, status=S.RECORDING, current=rec)
         written = {"verdict": str(Verdict.NO_RESULT), "cause": cause, "task": event.task_id}
         step = move(state, new, event, f"no result: {cause}", written, f'verdict "no result", {cause}',
-                    (append_command(new),))
+                    (append_command(new), *wake))
     return _keep_asleep(state, step)
 
 

@@ -78,6 +78,8 @@ def clean_stop(state: LoopState, event: KillSwitch | GateSleep, text: str) -> Tr
     if state.status is S.RUNNING and state.current is not None:
         commands = (StopWorker(state.current.item, state.current.attempt),)
     new = replace(state, clean_stop=True)
+    if state.current is not None and state.current.asleep:  # a stopped run is not woken by its task's end
+        new = replace(new, current=replace(state.current, asleep=False))
     written: dict[str, object] = {"clean_stop": text, "resume_in": str(state.status)}
     return Transition(
         new,

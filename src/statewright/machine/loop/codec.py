@@ -118,6 +118,7 @@ def _pass(d: Mapping[str, Any]) -> Pass:
         cause=d.get("cause", ""),
         decided_by=d.get("decided_by", ""),
         task_id=d.get("task_id", ""),
+        asleep=d.get("asleep", False),
     )
 
 

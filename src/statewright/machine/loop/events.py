@@ -324,6 +324,16 @@ class AwaitPass(LoopCommand):
 
 
 @dataclass(frozen=True)
+class WakeRun(LoopCommand):
+    """The run slept on its pass's task, which just ended: a worker that claims this (from
+    the outbox, by its type) drives the run on, as 'loop run' would. Never performed by the
+    driver that asked for it."""
+
+    type: ClassVar[str] = "WakeRun"
+    run_id: str
+
+
+@dataclass(frozen=True)
 class StopWorker(LoopCommand):
     """Stop any worker left alive from this attempt. Never followed by a relaunch."""
 
@@ -381,8 +391,8 @@ class EvaluateGoal(LoopCommand):
 
 
 Command = (
-    FindItems | BuildBrief | LaunchWorker | AwaitPass | StopWorker | RunChecks | RequestApproval | AppendRecord
-    | EvaluateGoal
+    FindItems | BuildBrief | LaunchWorker | AwaitPass | WakeRun | StopWorker | RunChecks | RequestApproval
+    | AppendRecord | EvaluateGoal
 )
 
 
@@ -396,8 +406,8 @@ EVENT_TYPES: Mapping[str, type[LoopEvent]] = {
 }
 COMMAND_TYPES: Mapping[str, type[LoopCommand]] = {
     cls.type: cls
-    for cls in (FindItems, BuildBrief, LaunchWorker, AwaitPass, StopWorker, RunChecks, RequestApproval, AppendRecord,
-                EvaluateGoal)
+    for cls in (FindItems, BuildBrief, LaunchWorker, AwaitPass, WakeRun, StopWorker, RunChecks, RequestApproval,
+                AppendRecord, EvaluateGoal)
 }
 
 

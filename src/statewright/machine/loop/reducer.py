@@ -234,7 +234,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
         }
         return move(state, new, event, text, written, f'STUCK, reason "restarts", {here}', commands, kind)
     if here is S.RUNNING and current(state).task_id:
-        new = replace(state, restarts_here=count, clean_stop=False)
+        new = replace(state, restarts_here=count, clean_stop=False, current=replace(current(state), asleep=False))
         written = {"restarts": count, "waits_for": current(state).task_id}
         return Transition(new, entry_commands(new),
                           line(state, event, here, text, written, f"wait on task {current(state).task_id}", kind))
