@@ -342,3 +342,14 @@ def test_a_worker_without_the_loops_handler_leaves_the_wake_to_one_that_has_it(
     woken = wake_run(engine.store, run_id, clock=clock)
     assert woken is not None and woken.status is LoopStatus.DONE
     assert wake_run(engine.store, run_id) is None  # an ended run has nothing to wake
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_loop_show_and_status_name_the_task_a_run_sleeps_on(root: Path, store_url: str, clock: FakeClock) -> None:
+    """'loop show' says which task the run waits for; 'loop status --json' gives its id."""
+    _path, run_id, task = waiting_loop(root, store_url, clock)
+    cli = CliRunner()
+    shown = cli.invoke(loop, ["show", run_id, "--db", store_url], catch_exceptions=False)
+    assert f"waits for task {task}'s approval; its end carries the run on" in shown.stdout.splitlines()
+    status = json.loads(cli.invoke(loop, ["status", "--json", "--db", store_url], catch_exceptions=False).stdout)
+    assert [(r["run"], r["waiting_on_task"]) for r in status] == [(run_id, task)]

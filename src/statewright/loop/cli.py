@@ -40,7 +40,7 @@ from statewright.loop.runner import (
     unpark_item,
 )
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
-from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict
+from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict, waiting_on
 from statewright.machine.loop.model import ItemStatus, LineKind, LoopState, LoopStatus
 
 if TYPE_CHECKING:
@@ -240,6 +240,9 @@ def show_cmd(run_id: str, db: str, as_json: bool) -> None:
     _print_lines(lines)
     if run.cleared_by:
         click.echo(f"cleared by {run.cleared_by}: {run.cleared_reason}")
+    task = waiting_on(run)
+    if task is not None:
+        click.echo(f"waits for task {task}'s approval; its end carries the run on")
     for p in parked:
         why = " ".join(str(p["reason"]).split()) or "no reason recorded"
         click.echo(f"parked: {p['item']} after {p['attempts']} attempts: {why[:200]}")

@@ -348,8 +348,17 @@ def run_dict(run: RunRow, *, running: bool) -> dict[str, Any]:
         "cleared_reason": run.cleared_reason,
         "running": running,
         "owner_pid": run.owner_pid,
+        "waiting_on_task": waiting_on(run),
         "items": {i.id: {"status": str(i.status), "attempts": i.attempts} for i in s.items},
     }
+
+
+def waiting_on(run: RunRow) -> str | None:
+    """The pass's task a run sleeps on in RUNNING (it waits for a person), if any."""
+    cur = run.state.current
+    if run.status is LoopStatus.RUNNING and cur is not None and cur.asleep and cur.task_id:
+        return cur.task_id
+    return None
 
 
 def line_dict(line: StoredLine) -> dict[str, Any]:
