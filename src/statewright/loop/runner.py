@@ -254,6 +254,10 @@ class LoopRunner:
             moved = self._moved_on(run.run_id)
             if isinstance(moved, RunOutcome):
                 return moved
+            if moved.status is LoopStatus.RUNNING:  # a task's end always moves the pass it runs
+                msg = (f"run {run.run_id}: the pass's task ended but the run still waits in RUNNING (its end is"
+                       " not in the run's record); stop the run and start a new one")
+                raise LoopInvariantError(msg)
             here = (moved.state, moved.lines, entry_commands(moved.state))
 
     def _noted_only(self, run_id: str, lines: int) -> RunRow | None:
