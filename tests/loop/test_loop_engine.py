@@ -353,3 +353,30 @@ def test_loop_show_and_status_name_the_task_a_run_sleeps_on(root: Path, store_ur
     assert f"waits for task {task}'s approval; its end carries the run on" in shown.stdout.splitlines()
     status = json.loads(cli.invoke(loop, ["status", "--json", "--db", store_url], catch_exceptions=False).stdout)
     assert [(r["run"], r["waiting_on_task"]) for r in status] == [(run_id, task)]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_loop_stop_of_a_sleeping_run_cancels_its_pass_task(
+    root: Path, store_url: str, engine: Engine, clock: FakeClock
+) -> None:
+    """'loop stop RUN' of a run that sleeps on its pass's task writes the clean-stop line and
+    cancels the task (no approval can bring it into effect); the next 'loop run' records the
+    pass as "no result", its start excused, and goes on with a new pass."""
+    path, run_id, task = waiting_loop(root, store_url, clock)
+    cli = CliRunner()
+    stopped = cli.invoke(loop, ["stop", run_id, "--db", store_url], catch_exceptions=False)
+    assert stopped.exit_code == 0, stopped.output
+    assert stopped.stdout.splitlines() == [f"run {run_id}: stopped; task {task} of its pass is cancelled (the next"
+                                           " 'loop run' records the pass as no result)"]
+    assert engine.state(task).status is TaskStatus.CANCELLED
+    tail = record(store_url, run_id)[-2:]
+    assert [(ln.event_type, ln.kind, ln.next_state) for ln in tail] == [
+        ("KillSwitch", LineKind.CLEAN_STOP, LoopStatus.RUNNING), ("PassEnded", LineKind.MOVE, LoopStatus.RECORDING)]
+    assert not engine.store.outbox(f"loop-run-{run_id}")  # a stopped run is not woken
+    again = cli.invoke(loop, ["stop", run_id, "--db", store_url], catch_exceptions=False)
+    assert again.exit_code == 1 and f"run {run_id} is not running; nothing to stop" in again.stderr
+    before = len(record(store_url, run_id))
+    resumed = run_loop(path, store_url, clock)
+    assert resumed.waiting_on and resumed.waiting_on != task
+    first = record(store_url, run_id)[before]
+    assert (first.event_type, first.kind, first.state) == ("ProcessStarted", LineKind.START, LoopStatus.RECORDING)

@@ -31,6 +31,7 @@ from statewright._cli_guard import OneLineGroup, guard
 from statewright._errors import InputError
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
+from statewright.loop.passes import cancel_pass_task
 from statewright.loop.runner import (
     LoopRunner,
     clear_hold,
@@ -40,6 +41,7 @@ from statewright.loop.runner import (
     unpark_item,
 )
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
+from statewright.loop.sources import WorkItem
 from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict, waiting_on
 from statewright.machine.loop.model import ItemStatus, LineKind, LoopState, LoopStatus
 
@@ -256,16 +258,27 @@ def show_cmd(run_id: str, db: str, as_json: bool) -> None:
 @click.option("--reason", default="requested", show_default=True)
 @guard
 def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
-    """The kill switch: stop running loops cleanly (they resume on the next start)."""
+    """The kill switch: stop running loops cleanly (they resume on the next start). A run
+    that sleeps on its pass's task (it waits for a person) is stopped too: the task is
+    cancelled, and the next start records the pass as "no result"."""
     with _open(db, create=False) as store:
         if run_id is not None:
             targets = [store.run(run_id)]
         else:
             targets = [r for r in store.runs(limit=1000) if not r.status.is_terminal]
         running = [r for r in targets if loop_is_running(store, r.loop)]
-        if not running:
-            which = f"run {run_id} is" if run_id else "no loop run is"
+        sleeping = [r for r in targets if r not in running and waiting_on(r) is not None]
+        if not running and not sleeping:
+            which = f"run {run_id} is not" if run_id else "no loop run is"
             raise InputError(f"{which} running; nothing to stop")
+        for r in sleeping:
+            cur, task = r.state.current, waiting_on(r)
+            if cur is None:
+                continue
+            request_stop(store, r.run_id, reason=reason, at_ms=_now_ms())
+            cancel_pass_task(store.store, WorkItem(cur.item, run_id=r.run_id), cur.attempt)
+            click.echo(f"run {r.run_id}: stopped; task {task} of its pass is cancelled (the next 'loop run'"
+                       " records the pass as no result)")
         for r in running:
             request_stop(store, r.run_id, reason=reason, at_ms=_now_ms())
             if r.owner_pid:

@@ -280,6 +280,15 @@ class EnginePassRunner:
         return PassResult(PassStatus.WAITING, note, cause=cause, task_id=task_id, step=step, role=role)
 
 
+def cancel_pass_task(store: Any, item: WorkItem, attempt: int) -> bool:
+    """Cancel the live task of a pass of a run no process drives (``loop stop`` of a run that
+    sleeps on it), through ``store`` (the caller's: not closed here). True when one was."""
+    from statewright.runtime.engine import Engine  # lazy: the engine is optional here
+
+    task_id = store.task_by_key(pass_key(item, attempt))
+    return task_id is not None and _cancel(Engine(store), item, attempt, task_id)
+
+
 def run_stream(run_id: str) -> str:
     """The stream id of loop run ``run_id`` (its child tasks name it as their parent)."""
     from statewright.machine.loop.codec import RUN_STREAM_PREFIX
