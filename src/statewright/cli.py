@@ -63,7 +63,8 @@ def _shown_db(db: str) -> str:
 
 
 def _all_done(engine: Any) -> Callable[[], bool]:
-    """True once no task is running or waiting on a timer (checked at most every half second).
+    """True once no task is running or waiting on a timer, and no loop run waits to be woken
+    (checked at most every half second).
     A parent whose map step only waits for its children counts through them: while any runs,
     so does it; when they all wait for people, there is nothing left to work."""
     last = [0.0, False]
@@ -78,6 +79,8 @@ def _all_done(engine: Any) -> Callable[[], bool]:
             last[0] = now
             busy = (t for s in ("running", "waiting") for t in engine.store.list_tasks(status=s))
             last[1] = all(on_children(t) for t in busy)
+            if last[1]:  # a loop run woken by its pass's task's end is work too, until it is driven on
+                last[1] = not any(r["type"] == "WakeRun" for r in engine.store.outbox())
         return bool(last[1])
 
     return done

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from people.support import People
 from statewright._errors import ApprovalError
+from statewright.cli import cli as main_cli
 from statewright.loop.cli import loop
 from statewright.loop.passes import EnginePassRunner, PassResult, PassStatus, pass_key
 from statewright.loop.sources import WorkItem
@@ -380,3 +381,22 @@ def test_loop_stop_of_a_sleeping_run_cancels_its_pass_task(
     assert resumed.waiting_on and resumed.waiting_on != task
     first = record(store_url, run_id)[before]
     assert (first.event_type, first.kind, first.state) == ("ProcessStarted", LineKind.START, LoopStatus.RECORDING)
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_statewright_worker_until_done_wakes_the_run_after_the_approval(
+    root: Path, store_url: str, engine: Engine, clock: FakeClock
+) -> None:
+    """'loop run' leaves the run asleep on its pass's task; after the approval, 'statewright
+    worker --until-done' works the task and drives the woken run to DONE before it exits."""
+    _path, run_id, task = waiting_loop(root, store_url, clock)
+    eva = People(engine).add("eva", "maintainer")
+    cur = engine.state(task).current
+    assert cur is not None
+    engine.approve(task, eva, proposal_hash=cur.proposal_hash)
+    worked = CliRunner().invoke(main_cli, ["worker", "--until-done", "--quiet", "--db", store_url],
+                                catch_exceptions=False)
+    assert worked.exit_code == 0, worked.output
+    with LoopStore.open(store_url) as store:
+        assert store.run(run_id).status is LoopStatus.DONE
+    assert not engine.store.outbox(f"loop-run-{run_id}")
