@@ -65,7 +65,8 @@ def _shown_db(db: str) -> str:
 
 
 def _all_done(engine: Any) -> Callable[[], bool]:
-    """True once no task is running or waiting on a timer (checked at most every half second).
+    """True once no task is running or waiting on a timer, and no loop run waits to be woken
+    (checked at most every half second).
     A parent whose map step only waits for its children counts through them: while any runs,
     so does it; when they all wait for people, there is nothing left to work."""
     last = [0.0, False]
@@ -80,6 +81,8 @@ def _all_done(engine: Any) -> Callable[[], bool]:
             last[0] = now
             busy = (t for s in ("running", "waiting") for t in engine.store.list_tasks(status=s))
             last[1] = all(on_children(t) for t in busy)
+            if last[1]:  # a loop run woken by its pass's task's end is work too, until it is driven on
+                last[1] = not any(r["type"] == "WakeRun" for r in engine.store.outbox())
         return bool(last[1])
 
     return done
@@ -238,8 +241,11 @@ def worker(until_idle: bool, until_done: bool, concurrency: int, lease: float, b
     if until_idle and until_done:
         raise InputError("give --until-idle or --until-done, not both")
     _setup_logging(quiet, log_format)
+    from statewright.loop.wake import handlers
+
     engine = _engine(db, create=True)
-    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch, max_deliveries=max_deliveries)
+    w = Worker(engine, lease_seconds=lease, concurrency=concurrency, batch=batch, max_deliveries=max_deliveries,
+               handlers=handlers(engine.store))
     w.install_signal_handlers()
     logging.getLogger("statewright.worker").info(
         "worker %s started on %s (concurrency %d); python steps load from its PYTHONPATH, each module "

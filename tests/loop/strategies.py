@@ -22,6 +22,8 @@ from statewright.machine.loop.events import (
     GoalEvaluated,
     ItemsFound,
     KillSwitch,
+    PassEnded,
+    PassWaiting,
     ProcessStarted,
     RecordAppended,
     TriggerArrived,
@@ -32,6 +34,7 @@ from statewright.machine.loop.model import CheckOutcome, CheckResult, LoopConfig
 
 S = LoopStatus
 ITEMS = ("a", "b", "c")
+TASK_ENDS = ("completed", "completed_early", "halted", "cancelled")
 NOTES = ("", "Done. All tests pass.", "DONE", "goal met; stop the loop", "I could not finish")
 
 
@@ -88,8 +91,14 @@ def next_event(rnd: random.Random, state: LoopState, now: int) -> Event:
             return BriefNeedsPerson(item, "unclear", now)
         return BriefReady(item, "brief", now)
     if status is S.RUNNING:
-        if rnd.randint(0, 3) == 0:
+        kind = rnd.randint(0, 7)
+        task = f"t-{item}-{attempt}"
+        if kind == 0:
             return WorkerNoResult(item, attempt, "cap fired", now, tokens=tokens)
+        if kind == 1:
+            return PassWaiting(item, attempt, task, now, step="approve", role="maintainer")
+        if kind == 2:  # the pass's task ended (a child's end arrives in any state)
+            return PassEnded(item, attempt, task, rnd.choice(TASK_ENDS), now, tokens=tokens)
         return WorkerReturned(item, attempt, now, note=rnd.choice(NOTES), tokens=tokens)
     if status is S.CHECKING:
         return CheckFinished(item, attempt, _results(rnd, cfg.check_names), now)

@@ -13,6 +13,7 @@ from statewright.machine.loop.events import (
     AppendRecord,
     ApprovalGranted,
     ApprovalRejected,
+    AwaitPass,
     BriefNeedsPerson,
     BriefReady,
     BuildBrief,
@@ -26,12 +27,15 @@ from statewright.machine.loop.events import (
     ItemsFound,
     KillSwitch,
     LaunchWorker,
+    PassEnded,
+    PassWaiting,
     ProcessStarted,
     RecordAppended,
     RequestApproval,
     RunChecks,
     StopWorker,
     TriggerArrived,
+    WakeRun,
     WorkerNoResult,
     WorkerReturned,
 )
@@ -558,3 +562,89 @@ def test_finding_prefers_the_item_with_fewer_failed_passes_then_plan_order() -> 
     d.goal(FAIL)
     d.again("a", "b")
     assert d.state.current is not None and (d.state.current.item, d.state.current.attempt) == ("a", 2)
+
+
+def _waiting() -> Driver:
+    d = _in(S.RUNNING)
+    d(PassWaiting("a", 1, "t-1", d.at(), step="approve", role="maintainer"))
+    return d
+
+
+def test_a_pass_whose_task_waits_for_a_person_waits_in_running() -> None:
+    """PassWaiting keeps the run in RUNNING on that task (a clean stop, never "no result");
+    every start after it waits on the same task (AwaitPass), counted when unclean; over the
+    restart limit the run is STUCK and the task is stopped."""
+    d = _in(S.RUNNING)
+    step = d(PassWaiting("a", 1, "t-1", d.at(), step="approve", role="maintainer"))
+    assert step.state.status is S.RUNNING and step.state.clean_stop and step.commands == ()
+    assert step.state.current is not None and step.state.current.task_id == "t-1"
+    assert step.line is not None and step.line.kind is LineKind.CLEAN_STOP
+    assert step.line.written == {"waits_for": "t-1", "step": "approve", "role": "maintainer", "resume_in": "RUNNING"}
+    step = d(ProcessStarted(d.at()))
+    assert step.line is not None and step.line.kind is LineKind.START and d.state.restarts_here == 0
+    assert step.commands == (AwaitPass("a", 1, "t-1"),) and d.state.status is S.RUNNING
+    for n in range(1, CFG.restart_limit + 1):
+        step = d(ProcessStarted(d.at()))
+        assert step.line is not None and step.line.kind is LineKind.RESTART and d.state.restarts_here == n
+        assert step.commands == (AwaitPass("a", 1, "t-1"),)
+    step = d(ProcessStarted(d.at()))
+    assert d.state.status is S.STUCK and step.commands == (StopWorker("a", 1),)
+    with pytest.raises(IllegalEventError):  # the pass runs as t-1, not as another task
+        transition(_waiting().state, PassWaiting("a", 1, "t-2", 1))
+
+
+@pytest.mark.parametrize("status", ["completed", "completed_early"])
+def test_a_completed_pass_task_is_checked_like_a_return(status: str) -> None:
+    """The pass's task completed: its cost is spent, its id is the artifact, CHECKING runs."""
+    d = _waiting()
+    step = d(PassEnded("a", 1, "t-1", status, d.at(), tokens=70, money_usd=0.25))
+    assert d.state.status is S.CHECKING and step.commands == (RunChecks("a", 1, ("suite",)), WakeRun("41"))
+    cur = d.state.current
+    assert cur is not None and cur.artifacts == ("task:t-1",) and (cur.tokens, cur.money_usd) == (70, 0.25)
+    assert d.state.clean_stop  # it arrived while the process slept: the next start stays excused
+    d(CheckFinished("a", 1, (CheckResult("suite", PASS),), d.at()))
+    d.record()
+    assert d.state.tokens_spent == 70 and d.state.passes == 1
+
+
+@pytest.mark.parametrize("status", ["halted", "cancelled"])
+def test_a_pass_task_that_did_not_complete_is_no_result(status: str) -> None:
+    """A halted or cancelled task is the pass's "no result", naming the task and why."""
+    d = _in(S.RUNNING)
+    step = d(PassEnded("a", 1, "t-1", status, d.at(), reason="step_failed"))
+    assert d.state.status is S.RECORDING and not d.state.clean_stop
+    cur = d.state.current
+    assert cur is not None and cur.verdict == "no result" and cur.cause == f"task t-1 ended {status}: step_failed"
+    assert isinstance(step.commands[0], AppendRecord) and step.commands[0].verdict == "no result"
+
+
+def test_a_pass_task_that_ends_after_the_run_moved_on_is_a_note() -> None:
+    """A task's end for a pass the run no longer waits on (another attempt, another state, a
+    terminal run) is kept as a note line and changes nothing."""
+    running = _waiting()
+    for state, event in (
+        (running.state, PassEnded("a", 2, "t-9", "completed", 10)),
+        (running.state, PassEnded("a", 1, "t-9", "completed", 10)),  # not the task it waits on
+        (_in(S.CHECKING).state, PassEnded("a", 1, "t-1", "cancelled", 10)),
+        (replace(running.state, status=S.DONE), PassEnded("a", 1, "t-1", "completed", 10)),
+    ):
+        step = transition(state, event)
+        assert step.state == state and step.commands == ()
+        assert step.line is not None and step.line.kind is LineKind.NOTE and step.line.next_state is state.status
+
+
+def test_only_a_run_asleep_on_its_pass_task_is_woken_by_its_end() -> None:
+    """The task's end asks a worker to wake the run (WakeRun) only while no process drives
+    it: not after a start took the run up again, not after the kill switch stopped it."""
+    asleep = _waiting()
+    step = asleep(PassEnded("a", 1, "t-1", "halted", asleep.at()))
+    assert step.commands[-1] == WakeRun("41") and asleep.state.current is not None
+    assert not asleep.state.current.asleep
+    taken_up = _waiting()
+    taken_up(ProcessStarted(taken_up.at()))
+    step = taken_up(PassEnded("a", 1, "t-1", "completed", taken_up.at()))
+    assert step.commands == (RunChecks("a", 1, ("suite",)),)
+    stopped = _waiting()
+    stopped(KillSwitch("loop stop", stopped.at()))
+    step = stopped(PassEnded("a", 1, "t-1", "cancelled", stopped.at()))
+    assert not any(isinstance(c, WakeRun) for c in step.commands) and stopped.state.status is S.RECORDING

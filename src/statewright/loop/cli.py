@@ -31,6 +31,7 @@ from statewright._cli_guard import OneLineGroup, guard
 from statewright._errors import InputError
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
+from statewright.loop.passes import cancel_pass_task
 from statewright.loop.runner import (
     LoopRunner,
     clear_hold,
@@ -40,7 +41,8 @@ from statewright.loop.runner import (
     unpark_item,
 )
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
-from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict
+from statewright.loop.sources import WorkItem
+from statewright.loop.store import LoopStore, StoredLine, line_dict, run_dict, waiting_on
 from statewright.machine.loop.model import ItemStatus, LineKind, LoopState, LoopStatus
 
 if TYPE_CHECKING:
@@ -50,6 +52,7 @@ DEFAULT_DB = ".statewright/state.db"
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_WAITING = 4  # asleep at a gate: a person decides next
 EXIT_ENDED_SHORT = 5  # ESCALATED, STUCK or OUT_OF_BUDGET: the run ended without its goal
+EXIT_PASS_WAITING = 6  # the pass's task waits for a person's approval: the run waits on it
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -134,6 +137,7 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
                     "status": str(outcome.status),
                     "paused": outcome.paused,
                     "reason": outcome.reason,
+                    "waiting_on_task": outcome.waiting_on or None,
                     "awaiting_approval": pending,
                     "lines": [line_dict(line) for line in lines],
                 },
@@ -142,7 +146,13 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
         )
     else:
         _print_lines(lines)
-        if outcome.paused:
+        if outcome.waiting_on:
+            click.echo(
+                f"run {outcome.run_id}: waits for task {outcome.waiting_on}'s approval; once it is decided"
+                f" ('statewright approve {outcome.waiting_on} --hash HASH'), 'statewright loop run {file}'"
+                " takes the task's outcome as the pass's result"
+            )
+        elif outcome.paused:
             click.echo(f"run {outcome.run_id}: paused in {outcome.status} ({outcome.paused})")
             for a in pending:
                 click.echo(
@@ -154,6 +164,8 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> N
         raise SystemExit(EXIT_ENDED_SHORT)
     if pending:
         raise SystemExit(EXIT_WAITING)
+    if outcome.waiting_on:
+        raise SystemExit(EXIT_PASS_WAITING)
 
 
 @loop.command("status")
@@ -230,6 +242,9 @@ def show_cmd(run_id: str, db: str, as_json: bool) -> None:
     _print_lines(lines)
     if run.cleared_by:
         click.echo(f"cleared by {run.cleared_by}: {run.cleared_reason}")
+    task = waiting_on(run)
+    if task is not None:
+        click.echo(f"waits for task {task}'s approval; its end carries the run on")
     for p in parked:
         why = " ".join(str(p["reason"]).split()) or "no reason recorded"
         click.echo(f"parked: {p['item']} after {p['attempts']} attempts: {why[:200]}")
@@ -243,16 +258,27 @@ def show_cmd(run_id: str, db: str, as_json: bool) -> None:
 @click.option("--reason", default="requested", show_default=True)
 @guard
 def stop_cmd(run_id: str | None, db: str, reason: str) -> None:
-    """The kill switch: stop running loops cleanly (they resume on the next start)."""
+    """The kill switch: stop running loops cleanly (they resume on the next start). A run
+    that sleeps on its pass's task (it waits for a person) is stopped too: the task is
+    cancelled, and the next start records the pass as "no result"."""
     with _open(db, create=False) as store:
         if run_id is not None:
             targets = [store.run(run_id)]
         else:
             targets = [r for r in store.runs(limit=1000) if not r.status.is_terminal]
         running = [r for r in targets if loop_is_running(store, r.loop)]
-        if not running:
-            which = f"run {run_id} is" if run_id else "no loop run is"
+        sleeping = [r for r in targets if r not in running and waiting_on(r) is not None]
+        if not running and not sleeping:
+            which = f"run {run_id} is not" if run_id else "no loop run is"
             raise InputError(f"{which} running; nothing to stop")
+        for r in sleeping:
+            cur, task = r.state.current, waiting_on(r)
+            if cur is None:
+                continue
+            request_stop(store, r.run_id, reason=reason, at_ms=_now_ms())
+            cancel_pass_task(store.store, WorkItem(cur.item, run_id=r.run_id), cur.attempt)
+            click.echo(f"run {r.run_id}: stopped; task {task} of its pass is cancelled (the next 'loop run'"
+                       " records the pass as no result)")
         for r in running:
             request_stop(store, r.run_id, reason=reason, at_ms=_now_ms())
             if r.owner_pid:

@@ -1,24 +1,27 @@
 """How one pass is worked: the PassRunner seam and two implementations.
 
     PassRunner.run_pass(item, brief, attempt) -> PassResult
-    PassRunner.stop_pass(item, attempt) -> bool      # stop a worker left from a crash
+    PassRunner.await_pass(item, attempt, task) -> PassResult  # take up a pass that waited
+    PassRunner.stop_pass(item, attempt) -> bool      # stop a worker left from a crash or given up
     PassRunner.interrupt() -> None                   # the kill switch, mid-pass
 
 ``CommandPassRunner`` runs a command per item (tests, examples, plain scripts).
-``EnginePassRunner`` submits the loop's workflow to the task engine, one task per pass.
+``EnginePassRunner`` submits the loop's workflow to the task engine: each pass is a child
+task of the loop run, whose end is written to the run's record with it.
 
 The worker's words come back as ``note``; nothing reads them as a verdict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -33,15 +36,20 @@ from statewright.loop.sources import WorkItem
 
 
 class PassStatus(StrEnum):
-    """Whether the worker came back with something to check."""
+    """Whether the worker came back with something to check (RETURNED), with nothing (NO
+    RESULT), or, for a pass that is a child task of the run: the task ended and its end is in
+    the run's record already (RECORDED), or it waits for a person (WAITING)."""
 
     RETURNED = "returned"
     NO_RESULT = "no result"
+    RECORDED = "recorded"
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True)
 class PassResult:
-    """What a pass produced. ``cause`` says why there is no result."""
+    """What a pass produced. ``cause`` says why there is no result. ``task_id`` names the
+    pass's task (an engine pass); ``step`` and ``role``: where it waits for a person."""
 
     status: PassStatus
     note: str = ""
@@ -50,12 +58,17 @@ class PassResult:
     artifacts: tuple[str, ...] = ()
     receipts: tuple[str, ...] = ()
     cause: str = ""
+    task_id: str = ""
+    step: str = ""
+    role: str = ""
 
 
 class PassRunner(Protocol):
     """Works one item for one attempt. ``item.run_id`` names the run."""
 
     def run_pass(self, item: WorkItem, brief: str, attempt: int) -> PassResult: ...
+
+    def await_pass(self, item: WorkItem, attempt: int, task_id: str) -> PassResult: ...
 
     def stop_pass(self, item: WorkItem, attempt: int) -> bool: ...
 
@@ -162,6 +175,10 @@ class CommandPassRunner:
             receipts=tuple(str(r) for r in extra.get("receipts", []) or []),
         )
 
+    def await_pass(self, item: WorkItem, attempt: int, task_id: str) -> PassResult:
+        """A command's pass never waits on a task: nothing to take up again."""
+        return PassResult(PassStatus.NO_RESULT, cause=f"a command's pass has no task {task_id} to wait on")
+
     def stop_pass(self, item: WorkItem, attempt: int) -> bool:
         """Kill a worker of this attempt left alive by a crashed runner, if any."""
         pid_file = self._file(item, attempt, "pid")
@@ -181,12 +198,18 @@ class CommandPassRunner:
 
 
 class EnginePassRunner:
-    """Run the loop's workflow in the task engine: one task per pass.
+    """Run the loop's workflow in the task engine: each pass is a child task of the loop run.
 
-    The engine is imported lazily, so the loop layer works without it. The task's
-    idempotency key is the pass key, so a repeated submit finds the same task.
-    A task that ends ``halted``, ``cancelled`` or ``awaiting_approval`` is "no result"
-    for this pass (gates of the loop live in AWAITING_HUMAN, not inside the pass).
+    The task records the run's stream as its parent (the pass's item and attempt in that
+    reference) and the pass key as its idempotency key, so a repeated submit finds the same
+    task. When the task ends, however it ends, the run's ``PassEnded`` is written in the same
+    commit as the task's last event (``runtime.children``): the pass's result is in the run's
+    record already, and ``run_pass`` says so (RECORDED). A task that waits for a person is
+    WAITING: the run waits in RUNNING on its end (``await_pass`` takes it up again), never
+    "no result". A halted task is the pass's "no result" and is cancelled at once: no retry of
+    it can take effect after the loop moved on. ``stop_pass`` cancels the pass's live task
+    (the run stopped or gave the pass up), so nobody can approve it into effect after the loop
+    moved on. The engine is imported lazily, so the loop layer works without it.
     """
 
     def __init__(self, db_path: str | Path, workflow_path: str | Path) -> None:
@@ -194,36 +217,103 @@ class EnginePassRunner:
         self.workflow_path = str(workflow_path)
 
     def run_pass(self, item: WorkItem, brief: str, attempt: int) -> PassResult:
-        from statewright.runtime.engine import Engine  # lazy: the engine is optional here
-        from statewright.runtime.run import run_task
+        from statewright.machine.children import ParentRef
 
-        engine: Any = Engine.open(self.db_path)
-        try:
+        with self._engine() as engine:
             task_id = engine.submit(
                 self.workflow_path,
                 {"item": dict(item.data), "brief": brief, "attempt": attempt},
                 key=pass_key(item, attempt),
+                parent=ParentRef(run_stream(item.run_id), item.id, attempt),
             )
-            view = run_task(engine, task_id)
-        finally:
-            close = getattr(engine, "close", None)
-            if callable(close):
-                close()
-        cost = getattr(view, "cost", None)
-        tokens = _int(_field(cost, "tokens_in")) + _int(_field(cost, "tokens_out"))
-        money = _float(_field(cost, "money_usd"))
-        status = str(getattr(view, "status", ""))
-        note = f"task {task_id} {status}"
-        if status in ("completed", "completed_early"):
-            return PassResult(PassStatus.RETURNED, note, tokens, money, artifacts=(f"task:{task_id}",))
-        return PassResult(PassStatus.NO_RESULT, note, tokens, money, cause=f"task {task_id} ended {status}")
+            return self._work(engine, item, attempt, task_id)
+
+    def await_pass(self, item: WorkItem, attempt: int, task_id: str) -> PassResult:
+        with self._engine() as engine:
+            return self._work(engine, item, attempt, task_id)
 
     def stop_pass(self, item: WorkItem, attempt: int) -> bool:
-        # A task is durable in the engine; the engine's own recovery owns it.
-        return False
+        """Cancel the live task of this pass, if any (a halted one too: a retry must not
+        bring it back). True when one was cancelled."""
+        with self._engine() as engine:
+            task_id = engine.store.task_by_key(pass_key(item, attempt))
+            return task_id is not None and _cancel(engine, item, attempt, task_id)
 
     def interrupt(self) -> None:
         return None
+
+    @contextlib.contextmanager
+    def _engine(self) -> Iterator[Any]:
+        from statewright.runtime.engine import Engine  # lazy: the engine is optional here
+
+        engine = Engine.open(self.db_path)
+        try:
+            yield engine
+        finally:
+            engine.close()
+
+    @staticmethod
+    def _work(engine: Any, item: WorkItem, attempt: int, task_id: str) -> PassResult:
+        """Work the task here until it ends or waits for a person; a failure on the way
+        cancels it (its end, with the pass's "no result", is then in the run's record)."""
+        from statewright.machine.state import TaskStatus
+        from statewright.runtime.run import run_task
+
+        state = engine.state(task_id)
+        if not state.terminal and state.status is not TaskStatus.AWAITING_APPROVAL:
+            try:
+                state = run_task(engine, task_id)
+            except Exception:
+                _cancel(engine, item, attempt, task_id)
+                raise
+        status = str(state.status)
+        note = f"task {task_id} {status}"
+        if state.status is TaskStatus.HALTED:  # the pass is "no result": a retry is a new pass, not this task
+            _cancel(engine, item, attempt, task_id)
+        if state.terminal:
+            return PassResult(PassStatus.RECORDED, note, task_id=task_id)
+        step = state.current.step if state.current is not None else ""
+        role = ""
+        if step:
+            role = state.workflow.step(step).approvers_role or ""
+        cause = f"task {task_id} waits for approval at {step!r}" if step else f"task {task_id} is {status}"
+        return PassResult(PassStatus.WAITING, note, cause=cause, task_id=task_id, step=step, role=role)
+
+
+def cancel_pass_task(store: Any, item: WorkItem, attempt: int) -> bool:
+    """Cancel the live task of a pass of a run no process drives (``loop stop`` of a run that
+    sleeps on it), through ``store`` (the caller's: not closed here). True when one was."""
+    from statewright.runtime.engine import Engine  # lazy: the engine is optional here
+
+    task_id = store.task_by_key(pass_key(item, attempt))
+    return task_id is not None and _cancel(Engine(store), item, attempt, task_id)
+
+
+def run_stream(run_id: str) -> str:
+    """The stream id of loop run ``run_id`` (its child tasks name it as their parent)."""
+    from statewright.machine.loop.codec import RUN_STREAM_PREFIX
+
+    return f"{RUN_STREAM_PREFIX}{run_id}"
+
+
+def _cancel(engine: Any, item: WorkItem, attempt: int, task_id: str) -> bool:
+    """Cancel the pass's task for its loop run, unless it has ended (completed or cancelled)."""
+    from statewright._errors import IllegalEventError
+    from statewright.machine.events import TaskCancelled
+    from statewright.machine.fanout import LOOP_ACTOR
+    from statewright.machine.state import TaskStatus
+
+    state = engine.state(task_id)
+    if state.status in (TaskStatus.COMPLETED, TaskStatus.COMPLETED_EARLY, TaskStatus.CANCELLED):
+        return False
+    reason = f"loop run {item.run_id} stopped the pass of item {item.id} attempt {attempt}"
+    event = TaskCancelled(event_id=f"{task_id}:cancel:loop", at_ms=engine.clock.now_ms(), actor=LOOP_ACTOR,
+                          reason=reason, by_parent=run_stream(item.run_id))
+    try:
+        applied = engine.apply(task_id, event, state=state)
+    except IllegalEventError:
+        return False  # not the run's child (a task an earlier release started): left to its operator
+    return not applied.duplicate
 
 
 def _kill_group(pid: int) -> bool:
@@ -233,13 +323,6 @@ def _kill_group(pid: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def _field(cost: object, name: str) -> object:
-    """A cost figure from a mapping (``view.cost["tokens_in"]``) or an object attribute."""
-    if isinstance(cost, Mapping):
-        return cost.get(name, 0)
-    return getattr(cost, name, 0)
 
 
 def _read_result(path: Path) -> tuple[Mapping[str, Any], str]:

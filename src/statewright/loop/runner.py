@@ -45,7 +45,7 @@ from statewright.loop._isolation import loop_redactor, require_secrets
 from statewright.loop.definition import LoopDefinition
 from statewright.loop.errors import LoopInvariantError, RunHeldError, SourceError
 from statewright.loop.oracles import fingerprint_assets, run_check
-from statewright.loop.passes import CommandPassRunner, EnginePassRunner, PassRunner, PassStatus
+from statewright.loop.passes import CommandPassRunner, EnginePassRunner, PassResult, PassRunner, PassStatus
 from statewright.loop.sources import WorkItem, find_items
 from statewright.loop.store import LoopStore, RunRow, new_event_id, record_of
 from statewright.machine.loop._moves import entry_commands
@@ -53,6 +53,7 @@ from statewright.machine.loop.events import (
     AppendRecord,
     ApprovalGranted,
     ApprovalRejected,
+    AwaitPass,
     BriefNeedsPerson,
     BriefReady,
     BuildBrief,
@@ -69,12 +70,15 @@ from statewright.machine.loop.events import (
     ItemUnparked,
     KillSwitch,
     LaunchWorker,
+    PassEnded,
+    PassWaiting,
     ProcessStarted,
     RecordAppended,
     RequestApproval,
     RunChecks,
     StopWorker,
     TriggerArrived,
+    WakeRun,
     WorkerNoResult,
     WorkerReturned,
     command_from_dict,
@@ -91,12 +95,14 @@ def system_clock_ms() -> int:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """Where a process left the run: a terminal, or paused at a clean stop."""
+    """Where a process left the run: a terminal, or paused at a clean stop. ``waiting_on``
+    names the pass's task the run waits on in RUNNING (it waits for a person's approval)."""
 
     run_id: str
     status: LoopStatus
     paused: str | None
     reason: str
+    waiting_on: str = ""
 
     @property
     def finished(self) -> bool:
@@ -118,6 +124,7 @@ class LoopRunner:
         crash_at: str | None = None,
         install_signal_handlers: bool = False,
         new_run: bool = False,
+        resume_run: str | None = None,
     ) -> None:
         self.definition = definition
         self.store = store
@@ -127,6 +134,7 @@ class LoopRunner:
         self.crash_at = crash_at if crash_at is not None else self.env.get(CRASH_ENV) or None
         self.install_signal_handlers = install_signal_handlers
         self.new_run = new_run
+        self.resume_run = resume_run  # drive only this run, if it is the loop's newest and unfinished
         self.pass_runner = pass_runner or default_pass_runner(definition, store, self.env)
         self.redactor = loop_redactor(definition, self.env, [store.url])
         self._signal: str | None = None
@@ -138,6 +146,13 @@ class LoopRunner:
     def run(self) -> RunOutcome:
         require_secrets(self.definition, self.env)
         with _loop_lock(self.store, self.definition.name), self._signals():
+            if self.resume_run is not None:
+                run = self.store.run(self.resume_run)
+                newest = self.store.latest_run(self.definition.name)
+                if run.status.is_terminal or newest is None or newest.run_id != run.run_id:
+                    return RunOutcome(run.run_id, run.status, None, run.state.reason)  # nothing to carry on
+                refuse_changed_file(run, self.definition)
+                return self._drive(run, ProcessStarted(self.clock()))
             run, first = self._open_or_resume()
             return self._drive(run, first)
 
@@ -190,11 +205,14 @@ class LoopRunner:
                         owner_pid=os.getpid(),
                     )
                 except VersionConflictError:
-                    moved = self._moved_on(run.run_id)
-                    if isinstance(moved, RunOutcome):
-                        return moved
-                    state, lines = moved.state, moved.lines
-                    event = self._perform(run, state, entry_commands(state))
+                    noted = self._noted_only(run.run_id, lines)
+                    if noted is not None:  # only note lines came between: the event still applies
+                        state, lines = noted.state, noted.lines
+                        continue
+                    carried = self._carry_on(run, None)
+                    if isinstance(carried, RunOutcome):
+                        return carried
+                    state, lines, event = carried
                     continue
                 self._extra = None
                 lines += 1
@@ -205,16 +223,56 @@ class LoopRunner:
                 paused = None
                 if not state.status.is_terminal and step.line is not None:
                     paused = step.line.event
-                return RunOutcome(run.run_id, state.status, paused, state.reason)
+                waiting = ""
+                if isinstance(event, PassWaiting) and state.current is not None:
+                    waiting = state.current.task_id
+                return RunOutcome(run.run_id, state.status, paused, state.reason, waiting)
             if state.status is LoopStatus.IDLE:
                 event = TriggerArrived(self.trigger, self.clock())
                 continue
-            event = self._perform(run, state, step.commands)
+            carried = self._carry_on(run, (state, lines, step.commands))
+            if isinstance(carried, RunOutcome):
+                return carried
+            state, lines, event = carried
+
+    def _carry_on(
+        self, run: RunRow, here: tuple[LoopState, int, tuple[Command, ...]] | None,
+    ) -> tuple[LoopState, int, Event] | RunOutcome:
+        """Perform the commands of ``here`` (else of the stored run, which moved on in the
+        store) and return the next event with the state it applies to. A pass whose task ended
+        wrote its end to the run's record itself: the run carries on from there."""
+        if here is None:
+            moved = self._moved_on(run.run_id)
+            if isinstance(moved, RunOutcome):
+                return moved
+            here = (moved.state, moved.lines, entry_commands(moved.state))
+        while True:
+            state, lines, commands = here
+            event = self._perform(run, state, commands)
+            if event is not None:
+                return state, lines, event
+            moved = self._moved_on(run.run_id)
+            if isinstance(moved, RunOutcome):
+                return moved
+            if moved.status is LoopStatus.RUNNING:  # a task's end always moves the pass it runs
+                msg = (f"run {run.run_id}: the pass's task ended but the run still waits in RUNNING (its end is"
+                       " not in the run's record); stop the run and start a new one")
+                raise LoopInvariantError(msg)
+            here = (moved.state, moved.lines, entry_commands(moved.state))
+
+    def _noted_only(self, run_id: str, lines: int) -> RunRow | None:
+        """The stored run when every line written since line ``lines`` is a note (a pass's
+        task of an earlier attempt ended): the run did not move, so an event still applies."""
+        since = self.store.lines(run_id)[lines:]
+        if since and all(x.kind is LineKind.NOTE for x in since):
+            return self.store.run(run_id)
+        return None
 
     def _moved_on(self, run_id: str) -> RunOutcome | RunRow:
         """Someone else appended to the run while this process worked: a person's act (a stop,
-        a gate's decision). A stop ends this process's work (its line is written); after a
-        decision the run carries on from the stored state. Any other writer is another
+        a gate's decision), or the end of the pass's task (written with the task's last event).
+        A stop ends this process's work (its line is written); after a decision or a pass's end
+        the run carries on from the stored state. Any other writer is another
         driver: refused."""
         stored = self.store.run(run_id)
         lines = self.store.lines(run_id)
@@ -225,7 +283,7 @@ class LoopRunner:
             stops = tuple(command_from_dict(c) for c in last.commands if c.get("type") == StopWorker.type)
             self._perform_stops(stored.state, stops)
             return RunOutcome(run_id, stored.status, last.event, stored.state.reason)
-        if last is not None and last.event_type in (ApprovalGranted.type, ApprovalRejected.type):
+        if last is not None and last.event_type in (ApprovalGranted.type, ApprovalRejected.type, PassEnded.type):
             return stored
         msg = (
             f"run {run_id} moved on in another process (line {stored.lines}: {last.event if last else ''});"
@@ -244,10 +302,12 @@ class LoopRunner:
 
     # ---------------------------------------------------------------- commands
 
-    def _perform(self, run: RunRow, state: LoopState, commands: tuple[Command, ...]) -> Event:
+    def _perform(self, run: RunRow, state: LoopState, commands: tuple[Command, ...]) -> Event | None:
+        """The event the first command (past the stops) leads to; None when the pass's task
+        ended and its end is in the run's record already."""
         self._perform_stops(state, commands)
         for command in commands:
-            if isinstance(command, StopWorker):
+            if isinstance(command, StopWorker | WakeRun):  # a wake is a worker's (the outbox's), not ours
                 continue
             return self._perform_one(run, state, command)
         msg = f"run {run.run_id}: {state.status} produced no command to perform; nothing to wait on"
@@ -259,7 +319,7 @@ class LoopRunner:
                 item = WorkItem(command.item, run_id=state.run_id)
                 self.pass_runner.stop_pass(item, command.attempt)
 
-    def _perform_one(self, run: RunRow, state: LoopState, command: Command) -> Event:
+    def _perform_one(self, run: RunRow, state: LoopState, command: Command) -> Event | None:
         d = self.definition
         if isinstance(command, FindItems):
             try:
@@ -277,7 +337,7 @@ class LoopRunner:
                 return BriefNeedsPerson(command.item, needs.strip(), self.clock())
             brief = compose_brief(command, data, state.config.attempts_per_item)
             return BriefReady(command.item, brief, self.clock())
-        if isinstance(command, LaunchWorker):
+        if isinstance(command, LaunchWorker | AwaitPass):
             return self._launch(run, state, command)
         if isinstance(command, RunChecks):
             results = tuple(self._check(run, state, name, command.item, command.attempt) for name in command.checks)
@@ -300,18 +360,29 @@ class LoopRunner:
             found = self.store.item_payload(run.run_id, item_id)
         return found if found is not None else {"id": item_id}
 
-    def _launch(self, run: RunRow, state: LoopState, command: LaunchWorker) -> Event:
+    def _launch(self, run: RunRow, state: LoopState, command: LaunchWorker | AwaitPass) -> Event | None:
+        """Launch the pass's worker, or take up the pass's task the run waits on."""
         data = self._payload(run, command.item)
         item = WorkItem(command.item, data, run_id=state.run_id)
         try:
-            result = self.pass_runner.run_pass(item, command.brief, command.attempt)
+            if isinstance(command, AwaitPass):
+                result = self.pass_runner.await_pass(item, command.attempt, command.task_id)
+            else:
+                result = self.pass_runner.run_pass(item, command.brief, command.attempt)
         except Exception as exc:  # a failed launch is a "no result" pass, never a crash
             cause = f"launch failed: {type(exc).__name__}: {exc}"
             return WorkerNoResult(command.item, command.attempt, cause, self.clock())
+        return self._pass_event(command.item, command.attempt, result)
+
+    def _pass_event(self, item: str, attempt: int, result: PassResult) -> Event | None:
+        if result.status is PassStatus.RECORDED:
+            return None
+        if result.status is PassStatus.WAITING:
+            return PassWaiting(item, attempt, result.task_id, self.clock(), step=result.step, role=result.role)
         if result.status is PassStatus.RETURNED:
             return WorkerReturned(
-                command.item,
-                command.attempt,
+                item,
+                attempt,
                 self.clock(),
                 note=result.note,
                 artifacts=result.artifacts,
@@ -320,8 +391,8 @@ class LoopRunner:
                 money_usd=result.cost_usd,
             )
         return WorkerNoResult(
-            command.item,
-            command.attempt,
+            item,
+            attempt,
             result.cause or "no result",
             self.clock(),
             tokens=result.cost_tokens,

@@ -25,10 +25,12 @@ from typing import Any
 from statewright._errors import InputError, VersionConflictError
 from statewright.loop.errors import RunHeldError
 from statewright.machine.loop.codec import (
+    RUN_STREAM_PREFIX,
     command_to_dict,
     event_to_dict,
+    line_body,
     line_from_dict,
-    line_to_dict,
+    run_projection,
     state_from_dict,
     state_to_dict,
 )
@@ -37,7 +39,7 @@ from statewright.machine.loop.model import ItemLedger, LineKind, LoopState, Loop
 from statewright.machine.seam import StreamKind
 from statewright.store.base import EventRow, Store, StoredTask
 
-RUN_PREFIX = "loop-run-"
+RUN_PREFIX = RUN_STREAM_PREFIX
 LOOP_RUN = str(StreamKind.LOOP_RUN)
 _ALL_RUNS = 1_000_000
 
@@ -58,6 +60,7 @@ class RunRow:
     updated_at_ms: int
     assets: Mapping[str, str]
     owner_pid: int | None
+    definition_file: str = ""  # the loop file's absolute path (a worker that wakes the run reads it)
 
     @property
     def held(self) -> bool:
@@ -181,9 +184,10 @@ class LoopStore:
             opened = RunOpened(state_to_dict(state), definition_path, definition_sha256, dict(assets), at_ms,
                                event_id=new_event_id())
             meta = {"definition_path": definition_path, "definition_sha256": definition_sha256,
+                    "definition_file": str(Path(definition_path).resolve()) if definition_path else "",
                     "assets": dict(assets), "opened_at_ms": at_ms, "owner_pid": owner_pid}
             try:
-                self.store.append(stream_id(run_id), 0, event_to_dict(opened), _projection(state, meta, 0), (),
+                self.store.append(stream_id(run_id), 0, event_to_dict(opened), run_projection(state, meta, 0), (),
                                   workflow=loop, workflow_hash=definition_sha256, kind=LOOP_RUN)
             except VersionConflictError:
                 continue
@@ -231,21 +235,16 @@ class LoopStore:
         run = self.run(run_id)
         if run.lines != expected_lines:
             raise VersionConflictError(stream_id(run_id), expected_lines + 1, run.version)
-        body = {
-            **dict(extra or {}),
-            **event_to_dict(event),
-            "line": line_to_dict(line),
-            "commands": [command_to_dict(c) for c in commands],
-        }
+        body = line_body(event, line, commands, extra)
         if not body.get("event_id"):
             body["event_id"] = new_event_id()
         meta = {
             "definition_path": run.definition_path, "definition_sha256": run.definition_sha256,
-            "assets": dict(run.assets), "opened_at_ms": run.opened_at_ms,
+            "definition_file": run.definition_file, "assets": dict(run.assets), "opened_at_ms": run.opened_at_ms,
             "owner_pid": owner_pid if owner_pid is not None else run.owner_pid,
         }
         seq = expected_lines + 1
-        self.store.append(stream_id(run_id), run.version, body, _projection(state, meta, seq), (),
+        self.store.append(stream_id(run_id), run.version, body, run_projection(state, meta, seq), (),
                           terminal=state.status.is_terminal)
         return seq
 
@@ -309,11 +308,6 @@ def record_of(command: AppendRecord) -> dict[str, Any]:
     return command_to_dict(command)
 
 
-def _projection(state: LoopState, meta: Mapping[str, Any], lines: int) -> dict[str, Any]:
-    return {"status": str(state.status), "loop": state.config.loop, "state": state_to_dict(state),
-            "meta": dict(meta), "lines": lines}
-
-
 def _run_row(row: StoredTask) -> RunRow:
     projection = row.state
     meta = projection.get("meta") or {}
@@ -332,6 +326,7 @@ def _run_row(row: StoredTask) -> RunRow:
         updated_at_ms=row.updated_at_ms,
         assets=dict(meta.get("assets") or {}),
         owner_pid=pid if isinstance(pid, int) else None,
+        definition_file=str(meta.get("definition_file") or ""),
     )
 
 
@@ -353,8 +348,17 @@ def run_dict(run: RunRow, *, running: bool) -> dict[str, Any]:
         "cleared_reason": run.cleared_reason,
         "running": running,
         "owner_pid": run.owner_pid,
+        "waiting_on_task": waiting_on(run),
         "items": {i.id: {"status": str(i.status), "attempts": i.attempts} for i in s.items},
     }
+
+
+def waiting_on(run: RunRow) -> str | None:
+    """The pass's task a run sleeps on in RUNNING (it waits for a person), if any."""
+    cur = run.state.current
+    if run.status is LoopStatus.RUNNING and cur is not None and cur.asleep and cur.task_id:
+        return cur.task_id
+    return None
 
 
 def line_dict(line: StoredLine) -> dict[str, Any]:

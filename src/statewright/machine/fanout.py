@@ -20,6 +20,8 @@ from statewright.machine.paths import RefError, parse_ref, resolve
 from statewright.machine.state import TERMINAL, TaskState, TaskStatus
 
 MAP_ACTOR = "statewright:map"
+LOOP_ACTOR = "statewright:loop"  # a loop run that stopped or gave up the pass its child task runs
+SYSTEM_ACTORS = frozenset({MAP_ACTOR, LOOP_ACTOR})  # who may cancel a child for its parent
 ITEMS_NOT_A_LIST = "items_not_a_list"  # a map step's items reference found something else
 MAP_FAILURES = "map_failures"  # more children failed than the step tolerates
 _STILL_OR_WELL = frozenset({ChildStatus.RUNNING, *ChildStatus.SUCCEEDED})  # not (yet) a failure

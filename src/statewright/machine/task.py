@@ -57,6 +57,7 @@ from statewright.machine.events import (
 )
 from statewright.machine.fanout import (
     MAP_ACTOR,
+    SYSTEM_ACTORS,
     ItemsError,
     MapEnd,
     cascade,
@@ -784,7 +785,7 @@ def _operator(state: TaskState, ev: TaskRetried | TaskCancelled, action: str) ->
         if parent_of(state, ev) is None:
             msg = f"task {state.task_id}: {ev.by_parent!r} is not its parent"
             raise IllegalEventError(msg, status=state.status.value, event_type=ev.type)
-        problem = None if ev.actor == MAP_ACTOR else person_name_problem(ev.actor)
+        problem = None if ev.actor in SYSTEM_ACTORS else person_name_problem(ev.actor)
     else:
         problem = person_name_problem(ev.actor)
     if problem is not None:

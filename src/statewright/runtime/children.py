@@ -4,8 +4,10 @@ the parent it tells of its end, written in ONE store transaction (``Store.append
 The reducers say what they need as commands (``machine.children``); a ``Unit`` performs
 them before anything is written: ``StartChild`` becomes the child's ``TaskSubmitted`` (its
 parent recorded), ``CancelChild`` the child's ``TaskCancelled``, ``TellParent`` the parent's
-``ChildEnded``. Each of those transitions may ask for more (a child that halts at once tells
-its parent, whose map step starts the next child), so the unit works until nothing is left.
+``ChildEnded`` (or, when the parent is a loop run whose pass the child runs, the run's
+``PassEnded``, moved through the loop's reducer and written as a line of its record). Each of
+those transitions may ask for more (a child that halts at once tells its parent, whose map
+step starts the next child), so the unit works until nothing is left.
 Either all of it commits or none of it: a parent never misses a child's end, and a child
 never outlives the cancel of its parent."""
 
@@ -15,14 +17,18 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from statewright._errors import LoopInvariantError
 from statewright.definition.model import Workflow
 from statewright.machine.children import INLINE_COMMANDS, ParentRef, child_ended
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
 from statewright.machine.events import Event, TaskCancelled, TaskSubmitted
+from statewright.machine.loop.codec import command_to_dict, line_body, run_projection, state_from_dict
+from statewright.machine.loop.events import PassEnded, WakeRun
+from statewright.machine.loop.reducer import transition as loop_transition
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime.outbox import remote_closed, to_new_commands
-from statewright.store.base import AppendRequest
+from statewright.store.base import AppendRequest, NewCommand, StoredTask
 
 
 class Tasks(Protocol):
@@ -33,6 +39,10 @@ class Tasks(Protocol):
     def unit_state(self, task_id: str) -> TaskState: ...
 
     def child_workflow(self, content_hash: str, name: str) -> Workflow: ...
+
+    def loop_parent(self, parent_id: str) -> StoredTask | None:
+        """The stored loop run ``parent_id`` names, or None when the parent is a task."""
+        ...
 
 
 def spans_tasks(commands: Sequence[Command]) -> bool:
@@ -99,7 +109,36 @@ class Unit:
         self.add(child, ev, new, cmds)
 
     def _tell(self, c: TellParent, at_ms: int) -> None:
+        run = self.engine.loop_parent(str(c.parent["task_id"]))
+        if run is not None:
+            self.requests.append(pass_ended(run, c, self.states.get(c.task_id), at_ms))
+            return
         parent = self.state(str(c.parent["task_id"]))
         ev = child_ended(c, at_ms)
         new, cmds = transition(parent, ev)
         self.add(parent, ev, new, cmds)
+
+
+def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms: int) -> AppendRequest:
+    """The loop run's line for the end of the child task that runs one of its passes: the run's
+    ``PassEnded`` (the pass's item and attempt are the child's parent reference) moved through
+    the loop's reducer, appended at the run's stored version, as ``LoopStore.append`` does. A
+    run that slept on the task gets a ``WakeRun`` row in the outbox, in the same commit."""
+    ref = ParentRef.from_dict(tell.parent)
+    cost = child.cost if child is not None else {}
+    ev = PassEnded(
+        ref.step, ref.attempt, tell.task_id, tell.status, at_ms, reason=tell.reason, detail=tell.detail,
+        tokens=int(cost.get("tokens_in", 0) + cost.get("tokens_out", 0)), money_usd=float(cost.get("money_usd", 0.0)),
+        event_id=f"{tell.task_id}:ended:{tell.version}",
+    )
+    stored = run.state
+    step = loop_transition(state_from_dict(stored["state"]), ev)
+    if step.line is None:
+        raise LoopInvariantError(f"loop run {run.task_id}: {ev.type} wrote no line")
+    lines = int(stored.get("lines", run.version - 1)) + 1
+    wake = [NewCommand(f"{run.task_id}:wake:{ev.event_id}", c.type, command_to_dict(c), at_ms)
+            for c in step.commands if isinstance(c, WakeRun)]  # a worker claims it and drives the run on
+    return AppendRequest(
+        run.task_id, run.version, line_body(ev, step.line, step.commands), run_projection(step.state,
+        stored.get("meta") or {}, lines), wake, terminal=step.state.status.is_terminal,
+    )

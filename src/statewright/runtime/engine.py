@@ -29,6 +29,7 @@ from statewright.definition.fleet import check_priority, check_tenant, is_tenant
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
 from statewright.machine._records import replace
+from statewright.machine.children import ParentRef
 from statewright.machine.commands import Command, RequestApproval
 from statewright.machine.events import (
     ApprovalGranted,
@@ -40,7 +41,9 @@ from statewright.machine.events import (
     TaskSubmitted,
     event_from_dict,
 )
+from statewright.machine.loop.codec import RUN_STREAM_PREFIX
 from statewright.machine.paths import RefError, parse_ref, resolve
+from statewright.machine.seam import StreamKind
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime import inputs, workspaces
@@ -49,7 +52,7 @@ from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.outbox import remote_closed, to_new_commands
 from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, Store, open_store
-from statewright.store.base import Claim
+from statewright.store.base import Claim, StoredTask
 
 log = logging.getLogger("statewright.worker")
 _CONFLICT_RETRIES = 8
@@ -226,13 +229,15 @@ class Engine:
         priority: int = 0,
         tenant: str | None = None,
         hold_for: Holder | None = None,
+        parent: ParentRef | None = None,
     ) -> str:
         """Start a task; with ``key``, submitting the same again returns the same task id, and
         the key given with other input or another workflow is refused (KeyReusedError).
         ``priority`` (higher first, -1000..1000) and ``tenant`` (else the one the workflow's
         ``tenant:`` reference finds in the input) hold for all its steps; a child task takes
         its parent's. With ``hold_for``, the first step is claimed for that worker in the same
-        commit."""
+        commit. With ``parent`` (a loop run's pass), the task is that stream's child: its end
+        is written to the parent in the same commit as the task's last event."""
         wf = workflow if isinstance(workflow, Workflow) else load_workflow(workflow)
         if input is not None and not isinstance(input, Mapping):
             raise InputError(f"input must be a mapping (a JSON object), got {type(input).__name__}")
@@ -249,12 +254,14 @@ class Engine:
         now = self.clock.now_ms()
         for attempt in range(_CONFLICT_RETRIES):
             tid = task_id or new_task_id(now)
-            ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data, priority=priority, tenant=tenant)
+            ev = TaskSubmitted(event_id=f"{tid}:submitted", at_ms=now, input=data, priority=priority, tenant=tenant,
+                               parent=parent.as_dict() if parent is not None else None)
             new, cmds = transition(new_task(tid, wf), ev)
             try:
-                if spans_tasks(cmds):  # a first step that starts children: one commit with them
+                if spans_tasks(cmds) or parent is not None:  # children started, a parent recorded: one commit
                     unit = Unit(self, now)
-                    unit.add(None, ev, new, cmds, workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key)
+                    unit.add(None, ev, new, cmds, workflow=wf.name, workflow_hash=wf.content_hash, idem_key=key,
+                             parent_id=parent.task_id if parent is not None else None)
                     res = self.store.append_all(unit.run().requests)[0]
                     self._announce(unit)
                 else:
@@ -287,6 +294,14 @@ class Engine:
     def _announce(unit: Unit) -> None:
         for tid, cmds in unit.commands[1:]:
             announce(tid, cmds)
+
+    def loop_parent(self, parent_id: str) -> StoredTask | None:
+        """The stored loop run ``parent_id`` names (a child task runs one of its passes), or
+        None when the parent is a task."""
+        if not parent_id.startswith(RUN_STREAM_PREFIX) or parent_id in self._unit_states:
+            return None
+        row = self.store.load(parent_id)
+        return row if row is not None and row.kind == str(StreamKind.LOOP_RUN) else None
 
     def unit_state(self, task_id: str) -> TaskState:
         """A task's state for a multi-task commit: the one a committed unit left, else read."""

@@ -50,6 +50,7 @@ from statewright.machine.events import (
     NotificationSent,
     TimerFired,
 )
+from statewright.machine.loop.events import WakeRun
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
 from statewright.runtime import artifacts, workspaces
@@ -69,6 +70,7 @@ SETTLED = frozenset({
     TaskStatus.AWAITING_APPROVAL,
 })  # where run_one hands a task back: ended, or waiting for a person
 
+_NOT_A_TASKS = frozenset({WakeRun.type})  # commands of other streams (a loop run's), for their handlers
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0
@@ -112,8 +114,12 @@ class Worker:
         max_deliveries: int = MAX_DELIVERIES,
         rng: random.Random | None = None,
         notifier: Notifier | None = None,
+        handlers: Mapping[str, Callable[[Mapping[str, Any]], None]] | None = None,
     ) -> None:
         self.engine = engine
+        # Handlers of commands that are not a task's, by command type (the loop's WakeRun:
+        # ``statewright.loop.wake.handlers``); each is given the command's body.
+        self.handlers = dict(handlers or {})
         self.store = engine.store
         self.clock = engine.clock
         self.worker_id = worker_id or _default_worker_id(self)
@@ -592,6 +598,9 @@ class Worker:
         if claim.type == "SyncLabels":  # the task's labels on GitHub: a projection, never its state
             self._sync_labels(claim)
             return None
+        if claim.type in self.handlers or claim.type in _NOT_A_TASKS:
+            self._handle(claim)
+            return None
         if claim.type == "RequestApproval":
             log.info(
                 "task %s waits for approval at %s (role %s, proposal %s)",
@@ -635,6 +644,30 @@ class Worker:
         report = self._reduce(claim, state, step, event)
         _log_outcome(claim, _outcome_of(report.event), time.monotonic() - started)
         return report
+
+    def _handle(self, claim: Claim) -> None:
+        """Perform a command that is not a task's with its handler, then ack it; a failure of
+        the handler is logged (the command is done: a loop run left unfinished resumes on its
+        next start). Without a handler the command waits for a worker that has one."""
+        handler = self.handlers.get(claim.type)
+        if handler is None:
+            log.warning("command %s (%s) of %s needs a worker started by 'statewright worker'; given back",
+                        claim.command_id, claim.type, claim.task_id)
+            self.store.release(claim.command_id, claim.token, self.clock.now_ms() + self.lease_ms, failed=False,
+                               started=False)
+            return
+        log.info("%s: %s started", claim.task_id, claim.type, extra={"command": claim.type, "event": "started"})
+        started = time.monotonic()
+        try:
+            handler(claim.body)
+        except Exception as exc:
+            log.warning("command %s (%s) of %s failed: %s: %s", claim.command_id, claim.type, claim.task_id,
+                        type(exc).__name__, exc)
+        self.store.ack(claim.command_id, claim.token)
+        log.info("%s: %s ended in %.2f s", claim.task_id, claim.type, time.monotonic() - started,
+                 extra={"command": claim.type, "event": "ended"})
+        with self._cv:
+            self.stats.commands += 1
 
     def _notify(self, claim: Claim, result_id: str) -> None:
         """Send one notification and record how it ended. A failure worth another try gives

@@ -35,8 +35,11 @@ from statewright.machine.loop.events import (
     ItemsFound,
     ItemUnparked,
     LaunchWorker,
+    PassEnded,
+    PassWaiting,
     RecordAppended,
     TriggerArrived,
+    WakeRun,
     WorkerNoResult,
     WorkerReturned,
 )
@@ -210,6 +213,62 @@ def on_worker_no_result(state: LoopState, event: WorkerNoResult) -> Transition:
         f'verdict "no result", {event.cause}',
         (append_command(new),),
     )
+
+
+def on_pass_waiting(state: LoopState, event: PassWaiting) -> Transition:
+    """The pass's task waits for a person: the run stays in RUNNING, waiting on the task's
+    end (never "no result", never a new launch), and the process sleeps there (a clean stop
+    that excuses the next start, which waits on the same task: ``AwaitPass``)."""
+    cur = current(state)
+    expect_item(state, event, event.item, event.attempt)
+    if cur.task_id and cur.task_id != event.task_id:
+        msg = (f"run {state.run_id}: the pass of {cur.item!r} attempt {cur.attempt} runs as task {cur.task_id},"
+               f" not {event.task_id}")
+        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+    new = replace(state, current=replace(cur, task_id=event.task_id, asleep=True), clean_stop=True)
+    at = f" at {event.step!r}" if event.step else ""
+    role = f" (role {event.role})" if event.role else ""
+    written: dict[str, object] = {"waits_for": event.task_id, "step": event.step, "role": event.role,
+                                  "resume_in": str(state.status)}
+    return Transition(new, (), line(state, event, state.status, f"task {event.task_id} waits for approval{at}{role}",
+                                    written, f"waits for task {event.task_id}; clean stop", LineKind.CLEAN_STOP))
+
+
+def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
+    """The pass's task ended (its end written with it). In RUNNING, for the pass in flight, it
+    is the pass's result: a completed task is checked like a worker's return, any other end is
+    "no result". Anywhere else (the run gave the pass up, or ended) it is kept as a note line
+    and moves nothing."""
+    cur = state.current
+    ours = (state.status is S.RUNNING and cur is not None and cur.item == event.item
+            and cur.attempt == event.attempt and cur.task_id in ("", event.task_id))
+    if not ours or cur is None:
+        written: dict[str, object] = {"task": event.task_id, "item": event.item, "attempt": event.attempt,
+                                      "status": event.status}
+        text = f"task {event.task_id} (item {event.item}, attempt {event.attempt}) ended {event.status}"
+        return Transition(state, (), line(state, event, state.status, text, written,
+                                          "kept as a note; the run had moved on", LineKind.NOTE))
+    spent = replace(cur, task_id=event.task_id, asleep=False, tokens=cur.tokens + event.tokens,
+                    money_usd=cur.money_usd + event.money_usd)
+    # A run asleep on the task (no process drives it) is woken by a worker; a driver that
+    # waits on the task carries on by itself.
+    wake: tuple[WakeRun, ...] = (WakeRun(state.run_id),) if cur.asleep else ()
+    if event.succeeded:
+        back = replace(spent, note=f"task {event.task_id} {event.status}", artifacts=(f"task:{event.task_id}",))
+        new = replace(state, status=S.CHECKING, current=back)
+        written = {"task": event.task_id, "status": event.status, "artifacts": list(back.artifacts),
+                   "cost": {"tokens": event.tokens, "money_usd": event.money_usd}}
+        step = move(state, new, event, f"task {event.task_id} {event.status}", written, "artifact, cost",
+                    (*entry_commands(new), *wake))
+    else:
+        why = f": {event.reason}" if event.reason else ""
+        cause = f"task {event.task_id} ended {event.status}{why}"
+        rec = replace(spent, verdict=Verdict.NO_RESULT, cause=cause)
+        new = replace(state, status=S.RECORDING, current=rec)
+        written = {"verdict": str(Verdict.NO_RESULT), "cause": cause, "task": event.task_id}
+        step = move(state, new, event, f"no result: {cause}", written, f'verdict "no result", {cause}',
+                    (append_command(new), *wake))
+    return _keep_asleep(state, step)
 
 
 def on_checks(state: LoopState, event: CheckFinished) -> Transition:

@@ -8,6 +8,7 @@ from statewright._errors import IllegalEventError, LoopInvariantError
 from statewright.machine import seam
 from statewright.machine.loop.events import (
     AppendRecord,
+    AwaitPass,
     BuildBrief,
     Command,
     EvaluateGoal,
@@ -40,7 +41,8 @@ Transition = seam.Transition[LoopState, Command, RecordLine | None]
 
 
 def entry_commands(state: LoopState) -> tuple[Command, ...]:
-    """The commands that (re)do the work of ``state.status``. Never a launch."""
+    """The commands that (re)do the work of ``state.status``. Never a launch: a pass in
+    RUNNING is waited on only when its task is known (it waits for a person)."""
     here = state.status
     if here is S.FINDING:
         return (FindItems(),)
@@ -57,6 +59,9 @@ def entry_commands(state: LoopState) -> tuple[Command, ...]:
         return (append_command(state),)
     if here is S.DECIDING:
         return (goal_command(state),)
+    if here is S.RUNNING and state.current is not None and state.current.task_id:
+        cur = state.current
+        return (AwaitPass(cur.item, cur.attempt, cur.task_id),)
     if here is S.RUNNING:
         msg = f"run {state.run_id}: RUNNING is never run again; resume() records 'no result'"
         raise LoopInvariantError(msg)
@@ -73,6 +78,8 @@ def clean_stop(state: LoopState, event: KillSwitch | GateSleep, text: str) -> Tr
     if state.status is S.RUNNING and state.current is not None:
         commands = (StopWorker(state.current.item, state.current.attempt),)
     new = replace(state, clean_stop=True)
+    if state.current is not None and state.current.asleep:  # a stopped run is not woken by its task's end
+        new = replace(new, current=replace(state.current, asleep=False))
     written: dict[str, object] = {"clean_stop": text, "resume_in": str(state.status)}
     return Transition(
         new,

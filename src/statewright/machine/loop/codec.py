@@ -7,7 +7,7 @@ with the machine's one record codec (``machine._records.record_dict``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from statewright.machine._records import record_dict
@@ -25,6 +25,23 @@ from statewright.machine.loop.model import (
     RecordLine,
     Verdict,
 )
+
+#: A loop run's stream id is this and its number: ``loop-run-1``.
+RUN_STREAM_PREFIX = "loop-run-"
+
+
+def line_body(event: Event, line: RecordLine, commands: Sequence[Command],
+              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The stored body of one line of a run's record: the event, the line, the commands it
+    asked for, and what the line wrote down (``extra``: an ItemsFound's payloads, a pass record)."""
+    return {**dict(extra or {}), **event_to_dict(event), "line": line_to_dict(line),
+            "commands": [command_to_dict(c) for c in commands]}
+
+
+def run_projection(state: LoopState, meta: Mapping[str, Any], lines: int) -> dict[str, Any]:
+    """A run's projection in the store: its state, its bookkeeping (``meta``) and its line count."""
+    return {"status": str(state.status), "loop": state.config.loop, "state": state_to_dict(state),
+            "meta": dict(meta), "lines": lines}
 
 
 def dumps(value: object) -> str:
@@ -100,6 +117,8 @@ def _pass(d: Mapping[str, Any]) -> Pass:
         verdict=None if verdict is None else Verdict(verdict),
         cause=d.get("cause", ""),
         decided_by=d.get("decided_by", ""),
+        task_id=d.get("task_id", ""),
+        asleep=d.get("asleep", False),
     )
 
 

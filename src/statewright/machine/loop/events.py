@@ -102,6 +102,43 @@ class WorkerNoResult(LoopEvent):
 
 
 @dataclass(frozen=True)
+class PassWaiting(LoopEvent):
+    """The pass's task ``task_id`` waits for a person (an approval at ``step``): the run waits
+    in RUNNING on the task's end, and the process goes to sleep there (a clean stop)."""
+
+    type: ClassVar[str] = "PassWaiting"
+    item: str
+    attempt: int
+    task_id: str
+    at_ms: int
+    step: str = ""
+    role: str = ""
+
+
+@dataclass(frozen=True)
+class PassEnded(LoopEvent):
+    """The pass's task ``task_id`` (a child task of the run) ended with ``status`` (a task
+    status: completed, completed_early, halted, cancelled). Written in the same transaction as
+    the task's terminal event; its ``event_id`` is ``TASK:ended:VERSION``. A run that has moved
+    on since keeps it as a note."""
+
+    type: ClassVar[str] = "PassEnded"
+    item: str
+    attempt: int
+    task_id: str
+    status: str
+    at_ms: int
+    reason: str = ""
+    detail: str = ""
+    tokens: int = 0
+    money_usd: float = 0.0
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status in ("completed", "completed_early")
+
+
+@dataclass(frozen=True)
 class CheckFinished(LoopEvent):
     """The checks of one pass ran; each result is pass, fail, error or timeout."""
 
@@ -229,6 +266,8 @@ Event = (
     | BriefNeedsPerson
     | WorkerReturned
     | WorkerNoResult
+    | PassWaiting
+    | PassEnded
     | CheckFinished
     | ApprovalGranted
     | ApprovalRejected
@@ -271,6 +310,27 @@ class LaunchWorker(LoopCommand):
     item: str
     attempt: int
     brief: str
+
+
+@dataclass(frozen=True)
+class AwaitPass(LoopCommand):
+    """Wait for the end of the pass's task ``task_id`` (work it here while it can run; sleep
+    while it waits for a person). Never a new launch."""
+
+    type: ClassVar[str] = "AwaitPass"
+    item: str
+    attempt: int
+    task_id: str
+
+
+@dataclass(frozen=True)
+class WakeRun(LoopCommand):
+    """The run slept on its pass's task, which just ended: a worker that claims this (from
+    the outbox, by its type) drives the run on, as 'loop run' would. Never performed by the
+    driver that asked for it."""
+
+    type: ClassVar[str] = "WakeRun"
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -330,21 +390,24 @@ class EvaluateGoal(LoopCommand):
     oracles: tuple[str, ...]
 
 
-Command = FindItems | BuildBrief | LaunchWorker | StopWorker | RunChecks | RequestApproval | AppendRecord | EvaluateGoal
+Command = (
+    FindItems | BuildBrief | LaunchWorker | AwaitPass | WakeRun | StopWorker | RunChecks | RequestApproval
+    | AppendRecord | EvaluateGoal
+)
 
 
 EVENT_TYPES: Mapping[str, type[LoopEvent]] = {
     cls.type: cls
     for cls in (
-        TriggerArrived, ItemsFound, BriefReady, BriefNeedsPerson, WorkerReturned, WorkerNoResult,
-        CheckFinished, ApprovalGranted, ApprovalRejected, GateTimedOut, GateSleep, RecordAppended,
+        TriggerArrived, ItemsFound, BriefReady, BriefNeedsPerson, WorkerReturned, WorkerNoResult, PassWaiting,
+        PassEnded, CheckFinished, ApprovalGranted, ApprovalRejected, GateTimedOut, GateSleep, RecordAppended,
         GoalEvaluated, ProcessStarted, KillSwitch, ItemUnparked, HoldCleared, RunOpened,
     )
 }
 COMMAND_TYPES: Mapping[str, type[LoopCommand]] = {
     cls.type: cls
-    for cls in (FindItems, BuildBrief, LaunchWorker, StopWorker, RunChecks, RequestApproval, AppendRecord,
-                EvaluateGoal)
+    for cls in (FindItems, BuildBrief, LaunchWorker, AwaitPass, WakeRun, StopWorker, RunChecks, RequestApproval,
+                AppendRecord, EvaluateGoal)
 }
 
 

@@ -77,6 +77,7 @@ class LineKind(StrEnum):
     RESTART = "restart"  # an unclean process start, counted against the state
     CLEAN_STOP = "clean stop"  # kill switch, signal, or asleep at a gate
     OPERATOR = "operator"  # an audited act of a person (unpark); the state does not move
+    NOTE = "note"  # a fact kept that does not move the run (a pass's task ended after the run moved on)
 
 
 class BudgetCap(StrEnum):
@@ -239,6 +240,8 @@ class Pass:
     verdict: Verdict | None = None
     cause: str = ""
     decided_by: str = ""
+    task_id: str = ""  # the pass's task the run waits on in RUNNING (it waits for a person)
+    asleep: bool = False  # no process drives the run: it sleeps on that task (its end wakes the run)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from statewright.machine.loop._handlers import (
     on_gate_timeout,
     on_hold_cleared,
     on_items_found,
+    on_pass_ended,
+    on_pass_waiting,
     on_record_appended,
     on_trigger,
     on_unpark,
@@ -66,6 +68,8 @@ from statewright.machine.loop.events import (
     ItemsFound,
     ItemUnparked,
     KillSwitch,
+    PassEnded,
+    PassWaiting,
     ProcessStarted,
     RecordAppended,
     StopWorker,
@@ -111,6 +115,8 @@ def transition(state: LoopState, event: Event) -> Transition:
         return on_unpark(state, event)
     if isinstance(event, HoldCleared):
         return on_hold_cleared(state, event)
+    if isinstance(event, PassEnded):  # a child's end is recorded whatever the run has done since
+        return on_pass_ended(state, event)
     here = state.status
     if here.is_terminal:
         msg = (
@@ -133,6 +139,8 @@ def transition(state: LoopState, event: Event) -> Transition:
             return on_worker_returned(state, event)
         case S.RUNNING, WorkerNoResult():
             return on_worker_no_result(state, event)
+        case S.RUNNING, PassWaiting():
+            return on_pass_waiting(state, event)
         case S.CHECKING, CheckFinished():
             return on_checks(state, event)
         case S.AWAITING_HUMAN, ApprovalGranted():
@@ -155,7 +163,7 @@ _ACCEPTS: Mapping[LoopStatus, tuple[str, ...]] = {
     S.IDLE: ("TriggerArrived", "KillSwitch", "ProcessStarted"),
     S.FINDING: ("ItemsFound", "KillSwitch", "ProcessStarted"),
     S.ASSIGNING: ("BriefReady", "BriefNeedsPerson", "KillSwitch", "ProcessStarted"),
-    S.RUNNING: ("WorkerReturned", "WorkerNoResult", "KillSwitch", "ProcessStarted"),
+    S.RUNNING: ("WorkerReturned", "WorkerNoResult", "PassWaiting", "PassEnded", "KillSwitch", "ProcessStarted"),
     S.CHECKING: ("CheckFinished", "KillSwitch", "ProcessStarted"),
     S.AWAITING_HUMAN: (
         "ApprovalGranted",
@@ -225,6 +233,11 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
             "stop_worker": bool(commands),
         }
         return move(state, new, event, text, written, f'STUCK, reason "restarts", {here}', commands, kind)
+    if here is S.RUNNING and current(state).task_id:
+        new = replace(state, restarts_here=count, clean_stop=False, current=replace(current(state), asleep=False))
+        written = {"restarts": count, "waits_for": current(state).task_id}
+        return Transition(new, entry_commands(new),
+                          line(state, event, here, text, written, f"wait on task {current(state).task_id}", kind))
     if here is S.RUNNING:
         cur = current(state)
         cause = "the process restarted while RUNNING; worker stopped, never relaunched"
