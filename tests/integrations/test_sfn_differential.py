@@ -151,6 +151,19 @@ def test_a_result_the_latest_attempt_did_not_record_is_gone_on_both(
     assert sfn_results(aws, wf, execution) == results
 
 
+@pytest.mark.parametrize("ref", ["results.a", "results.a.exit"])
+def test_a_proposal_reference_to_a_cleared_result_is_missing_on_both(aws: StepFunctions, ref: str) -> None:
+    """A human step's proposal names a result that the latest attempt did not record (null
+    on Step Functions): on both engines the step fails with ``missing_reference``."""
+    wf = load_cached({"workflow": "again", "steps": [
+        {"id": "a", "kind": "code", "owner": "team", "run": PYTEST, "on_failure": "continue"}, GATE,
+        {"id": "approve", "kind": "human", "owner": "team", "approvers": {"role": "maintainer"}, "proposal": [ref]},
+    ]}, "<again>")
+    script = {"a": ("pass", "fail-bare"), "gate": ("fail", "pass"), "approve": ("approve",)}
+    trace, end, _ = run_sfn(aws, wf, script, {})
+    assert (trace, end) == run_reducer(wf, script, {}) == (trace, ("halted", "missing_reference", "approve"))
+
+
 # --- generated workflows ----------------------------------------------------------------
 
 
