@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,13 +115,30 @@ def test_python_agent_transient_errors_reach_the_retry_policy(
         run_agent({"type": "python", "callable": f"{mod}:review"}, BRIEF, SCHEMA, ctx)
 
 
-def test_python_agent_without_schema_has_no_verdict_to_give(
+def test_python_agent_without_schema_may_give_no_verdict(
     ctx: ExecContext, make_module: Callable[[str], str]
 ) -> None:
-    """A step without an output schema succeeds with verdict None."""
+    """A step without an output schema that gives no verdict succeeds with verdict None."""
     mod = make_module("def draft(brief, ctx):\n    return {'verdict': None, 'note': 'drafted'}\n")
     result = run_agent({"type": "python", "callable": f"{mod}:draft"}, BRIEF, None, ctx)
     assert (result.verdict, result.error, result.note) == (None, None, "drafted")
+
+
+@pytest.mark.parametrize(("given", "verdict", "error", "detail"), [
+    ("{'found': [1, 2], 'why': 'two'}", {"found": [1, 2], "why": "two"}, None, ""),
+    ("['not', 'an', 'object']", None, Reason.NO_VERDICT, "the verdict must be a JSON object; got array"),
+    ("{'x': float('nan')}", None, Reason.NO_VERDICT, "the verdict is "),
+], ids=["object-kept", "not-an-object", "nan"])
+def test_python_agent_without_schema_keeps_the_verdict_it_gives(
+    ctx: ExecContext, make_module: Callable[[str], str], given: str, verdict: Any, error: Reason | None,
+    detail: str,
+) -> None:
+    """Without an output schema a verdict is optional, but one given is kept, and it must be
+    a plain JSON object."""
+    mod = make_module(f"def draft(brief, ctx):\n    return {{'verdict': {given}}}\n")
+    result = run_agent({"type": "python", "callable": f"{mod}:draft"}, BRIEF, None, ctx)
+    assert (result.verdict, result.error) == (verdict, error)
+    assert detail in result.detail
 
 
 def test_unresolvable_callables_and_bad_specs_are_permanent(ctx: ExecContext) -> None:
@@ -272,11 +290,25 @@ def test_command_agent_missing_program_is_permanent(ctx: ExecContext) -> None:
 def test_command_agent_without_schema_succeeds_on_exit_zero(
     ctx: ExecContext, cli_agent: list[str]
 ) -> None:
-    """With no output schema there is no verdict to read: exit 0 is success."""
+    """With no output schema and no verdict file written, exit 0 is success."""
     spec = {"type": "command", "command": [*cli_agent, "stdout-only", "draft written"]}
     result = run_agent(spec, BRIEF, None, ctx)
     assert (result.verdict, result.error) == (None, None)
     assert result.note.strip() == "draft written"
+
+
+@pytest.mark.parametrize(("mode", "text", "verdict", "error"), [
+    ("verdict", '{"found": 2}', {"found": 2}, None),
+    ("raw", "[1, 2]", None, Reason.NO_VERDICT),
+    ("raw", "not json", None, Reason.NO_VERDICT),
+], ids=["object-kept", "not-an-object", "not-json"])
+def test_command_agent_without_schema_keeps_the_verdict_file_it_writes(
+    ctx: ExecContext, cli_agent: list[str], mode: str, text: str, verdict: Any, error: Reason | None,
+) -> None:
+    """Without an output schema a verdict file is optional; one written is read as a verdict
+    (a JSON object) and kept."""
+    result = run_agent({"type": "command", "command": [*cli_agent, mode, text]}, BRIEF, None, ctx)
+    assert (result.verdict, result.error) == (verdict, error), result.detail
 
 
 def test_command_agent_command_may_be_a_string(ctx: ExecContext, cli_agent: list[str]) -> None:

@@ -53,8 +53,11 @@ def test_every_outcome_route_is_kept() -> None:
     states = asl["States"]
     route = states["analyse: failure route"]["Choices"]
     assert {"Variable": "$.error.Error", "StringEquals": "outcome:suspected_fraud", "Next": "analyse: halt"} in route
-    catches = {tuple(c["ErrorEquals"]): c["Next"] for c in states["execute: run"]["Catch"]}
-    assert catches[("conflict",)] == "execute: conflict"
+    assert states["execute: run"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "execute: no result"}]
+    assert states["execute: no result"]["Next"] == "execute: caught"
+    caught = {c.get("StringEquals"): c["Next"] for c in states["execute: caught"]["Choices"]}
+    assert caught["conflict"] == "execute: conflict"
     assert states["execute: conflict budget"]["Choices"] == [
         {"Variable": "$.sw['execute'].fails", "NumericLessThan": 3, "Next": "prepare"}]
     assert "States.MathAdd($.sw['execute'].fails, 1)" in json.dumps(states["execute: conflict"])

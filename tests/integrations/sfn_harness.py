@@ -8,7 +8,9 @@ A script maps a step to its answers, one per attempt (the last one repeats):
 
     ai, code   pass | fail | reject (an ai step's ``approved: false``) | outcome-fail |
                outcome-halt (a verdict outcome mapped to fail or halt) | conflict |
-               void (an approval before the step no longer holds)
+               void (an approval before the step no longer holds) | fail-bare (a
+               failure that leaves no verdict or result) | bare (a pass with no result:
+               a code step, an ai step without an output_schema)
     wait       "K" (K failing checks, then one that passes) | exhaust | error | void
     human      approve | reject
 
@@ -24,7 +26,7 @@ from typing import Any
 
 from statewright.definition.model import OutcomeRoute, Step, StepKind, Workflow
 from statewright.export.asl import Queues, to_asl
-from statewright.integrations.aws_sfn import decision, judge, judge_check
+from statewright.integrations.aws_sfn import decision, judge, judge_check, present_results
 from statewright.machine.commands import (
     CancelChild,
     CaptureArtifacts,
@@ -71,11 +73,17 @@ def report_fields(step: Step, answer: str) -> dict[str, Any]:
         kept = sample(step.output_schema)
         out = {"result": {"exit": 1}} if step.kind is StepKind.CODE else {"verdict": kept} if kept else {}
         return {"actor": actor, "ok": False, "error": "exit_status", "detail": "scripted failure", **out}
+    if answer == "fail-bare":
+        return {"actor": actor, "ok": False, "error": "exit_status", "detail": "scripted failure"}
+    if answer == "bare":
+        return {"actor": actor, "ok": True}
     if answer == "void":
         return {"actor": actor, "ok": False, "error": "approval_revoked", "detail": "the approver lost the role"}
     if answer == "conflict":
         return {"actor": actor, "ok": False, "error": "conflict", "detail": "the record changed"}
     value = sample(step.output_schema)
+    if value is None and step.kind is StepKind.AI:  # without a schema a verdict is optional, and kept
+        value = {"summary": "scripted"}
     if isinstance(value, dict) and answer == "reject":
         value["approved"] = False
     if isinstance(value, dict) and step.outcomes:
@@ -116,6 +124,23 @@ def child_script(script: Script, map_step: str, index: int, child: Workflow) -> 
 
 def passing_answer(step: Step) -> str:
     return {StepKind.HUMAN: "approve", StepKind.WAIT: "0"}.get(step.kind, "pass")
+
+
+def reducer_results(wf: Workflow, script: Script, task_input: Mapping[str, Any]) -> dict[str, Any]:
+    """The steps' results at the end of the reducer's run, but a map step's (Step Functions
+    gathers only its children's results)."""
+    _, state = _reduce(wf, script, task_input)
+    return {k: dict(v) for k, v in state.results.items() if wf.step(k).kind is not StepKind.MAP}
+
+
+def sfn_results(aws: StepFunctions, wf: Workflow, execution: str) -> dict[str, Any] | None:
+    """The steps' results a succeeded execution ends with (null: none), as the sfn worker
+    reads them, but a map step's; None when it did not succeed."""
+    end = aws.status(execution)
+    if end["status"] != "SUCCEEDED":
+        return None
+    found = present_results(wf, json.loads(end["output"])["results"])
+    return {k: v for k, v in found.items() if wf.step(k).kind is not StepKind.MAP}
 
 
 def run_reducer(wf: Workflow, script: Script, task_input: Mapping[str, Any]) -> tuple[Trace, Terminal]:

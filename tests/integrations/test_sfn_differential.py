@@ -1,7 +1,8 @@
 """The exported state machine, run by moto's Step Functions interpreter, against
-statewright's own reducer, on the same scripted outcomes: the steps executed, in order, and
-the terminal outcome (completed, completed early, halted with its reason and step) match,
-for every route of every example and for generated workflows."""
+statewright's own reducer, on the same scripted outcomes: the steps executed, in order, the
+terminal outcome (completed, completed early, halted with its reason and step) and a
+completed run's results match, for every route of every example and for generated
+workflows."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from statewright.definition import load_workflow
 from statewright.definition.model import OutcomeRoute, Step, StepKind, Workflow
 from strategies import ANALYSIS_OUTCOMES, ANALYSIS_SCHEMA, FIXER, PYTEST, load_cached
 
-from .sfn_harness import Script, StepFunctions, definition, run_reducer, run_sfn
+from .sfn_harness import Script, StepFunctions, definition, reducer_results, run_reducer, run_sfn, sfn_results
 
 _ROOT = Path(__file__).resolve().parents[2] / "examples"
 # every workflow file among the examples (a loop's or a schedule's file is not one), map steps
@@ -47,6 +48,13 @@ def test_inputs_cover_every_example_workflow() -> None:
 # outcome of the try before) and an answer statewright refuses (a rejection without a reason
 # code, test_sfn_worker.py).
 NOT_SCRIPTED = (": retries spent", ": worker lost", ": expired", ": expiry", ": not approved")
+
+
+def unanswered(wf: Workflow) -> set[str]:
+    """States no answer of the sfn worker reaches: a step with an output_schema passes only
+    with a verdict or result (and a failure that keeps none is answered as an error)."""
+    key = {StepKind.AI: "verdict", StepKind.CODE: "result"}
+    return {f"{s.id}: without {key[s.kind]}" for s in wf.steps if s.kind in key and s.output_schema is not None}
 GENERATED = 25
 
 
@@ -60,7 +68,9 @@ def answers(wf: Workflow, step: Step) -> list[str]:
     gated = any(s.kind is StepKind.HUMAN for s in wf.steps[: wf.index_of(step.id)])
     if step.kind is StepKind.WAIT:
         return ["1", "exhaust", "error"] + (["void"] if gated else [])
-    out = ["fail"] + (["void"] if gated else [])
+    out = ["fail", "fail-bare"] + (["void"] if gated else [])
+    if step.kind is StepKind.CODE or step.output_schema is None:
+        out.append("bare")
     props = (step.output_schema or {}).get("properties", {})
     if step.kind is StepKind.AI and "approved" in props:
         out.append("reject")
@@ -104,13 +114,54 @@ def test_every_route_of_an_example_runs_alike_on_step_functions(aws: StepFunctio
     for script, task_input in runs:
         trace, end, execution = run_sfn(aws, wf, script, task_input, asl)
         assert (trace, end) == run_reducer(wf, script, task_input), script
+        assert sfn_results(aws, wf, execution) in (None, reducer_results(wf, script, task_input)), script
         entered |= aws.entered(execution)
     maps = tuple(f"{s.id}: " for s in wf.steps if s.kind is StepKind.MAP)  # their routes: test_sfn_map.py
     missed = {name for name in asl["States"] if name not in entered and not name.endswith(NOT_SCRIPTED)
-              and not name.startswith(maps)}
+              and not name.startswith(maps)} - unanswered(wf)
     if wf.name != "fix-bug":  # every reference there is to a field a schema requires
         missed = {name for name in missed if not name.endswith(": missing reference")}
     assert missed == set()
+
+
+AGAIN = {"loop_back": "a", "max_attempts": 2}
+GATE = {"id": "gate", "kind": "code", "owner": "team", "run": PYTEST, "on_failure": AGAIN}
+
+
+@pytest.mark.parametrize(("a", "answers_of_a"), [
+    ({"kind": "code", "run": PYTEST}, ("pass", "fail-bare")),
+    ({"kind": "code", "run": PYTEST}, ("pass", "bare")),
+    ({"kind": "ai", "agent": FIXER}, ("pass", "fail-bare")),
+    ({"kind": "ai", "agent": FIXER}, ("pass", "bare")),
+    ({"kind": "wait", "check": {"command": ["true"]}, "every": "1m", "max_checks": 2}, ("0", "error")),
+], ids=["code-fails", "code-passes", "ai-fails", "ai-passes", "wait-errs"])
+def test_a_result_the_latest_attempt_did_not_record_is_gone_on_both(
+    aws: StepFunctions, a: dict[str, Any], answers_of_a: tuple[str, ...],
+) -> None:
+    """Attempt 1 of ``a`` records a result; after a loop-back, attempt 2 records none (and
+    the task goes on): neither engine keeps the earlier result."""
+    wf = load_cached({"workflow": "again", "steps": [
+        {"id": "a", "owner": "team", "on_failure": "continue", **a}, GATE]}, "<again>")
+    script = {"a": answers_of_a, "gate": ("fail", "pass")}
+    trace, end, execution = run_sfn(aws, wf, script, {})
+    assert (trace, end) == run_reducer(wf, script, {}) == (trace, ("completed",))
+    assert [t[:3] for t in trace if t[0] == "a"][-1][2] == 2
+    results = reducer_results(wf, script, {})
+    assert "a" not in results and "gate" in results
+    assert sfn_results(aws, wf, execution) == results
+
+
+@pytest.mark.parametrize("ref", ["results.a", "results.a.exit"])
+def test_a_proposal_reference_to_a_cleared_result_is_missing_on_both(aws: StepFunctions, ref: str) -> None:
+    """A human step's proposal names a result that the latest attempt did not record (null
+    on Step Functions): on both engines the step fails with ``missing_reference``."""
+    wf = load_cached({"workflow": "again", "steps": [
+        {"id": "a", "kind": "code", "owner": "team", "run": PYTEST, "on_failure": "continue"}, GATE,
+        {"id": "approve", "kind": "human", "owner": "team", "approvers": {"role": "maintainer"}, "proposal": [ref]},
+    ]}, "<again>")
+    script = {"a": ("pass", "fail-bare"), "gate": ("fail", "pass"), "approve": ("approve",)}
+    trace, end, _ = run_sfn(aws, wf, script, {})
+    assert (trace, end) == run_reducer(wf, script, {}) == (trace, ("halted", "missing_reference", "approve"))
 
 
 # --- generated workflows ----------------------------------------------------------------
@@ -173,8 +224,9 @@ def test_generated_workflows_run_alike_on_step_functions(aws: StepFunctions) -> 
     @given(cases())
     def compare(case: tuple[Workflow, Script]) -> None:
         wf, script = case
-        trace, end, _ = run_sfn(aws, wf, script, {})
+        trace, end, execution = run_sfn(aws, wf, script, {})
         assert (trace, end) == run_reducer(wf, script, {})
+        assert sfn_results(aws, wf, execution) in (None, reducer_results(wf, script, {}))
         compared.append(len(trace))
 
     compare()

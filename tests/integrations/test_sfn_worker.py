@@ -12,6 +12,7 @@ Retry clauses a step's policy becomes, and here the retries are run until they a
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from click.testing import CliRunner
 from statewright.cli import cli
 from statewright.definition import workflow_from_dict
 from statewright.definition.model import Workflow
-from statewright.integrations.aws_sfn import SfnWorker
+from statewright.integrations.aws_sfn import SfnWorker, present_results, state_at
 
 from .sfn_harness import StepFunctions, definition
 
@@ -71,6 +72,20 @@ def slow(ctx):
     import time
     time.sleep(0.4)
     return {"ok": True, "output": {"done": True}}
+
+
+def analyse_once(ctx):
+    if _count(ctx, "analyse") == 1:
+        return {"ok": True, "output": {"run": 1}}
+    return {"ok": False, "output": "the second look failed"}
+
+
+def gate_once(ctx):
+    return _count(ctx, "gate") > 1
+
+
+def free_verdict(brief, ctx):
+    return {"verdict": {"found": brief["input"]["topic"]}}
 '''
 
 
@@ -151,6 +166,51 @@ def test_the_worker_runs_an_exported_workflow_to_completion(aws: StepFunctions, 
     publish_dir = next((steps / "ws").iterdir())
     assert (publish_dir / "publish").read_text() == "1"
     assert (publish_dir / "draft").read_text() == "2"  # the turn and its repair
+
+
+ARGV = "import json, os, sys; json.dump({'argv': sys.argv[1:]}, open(os.environ['STATEWRIGHT_OUTPUT'], 'w'))"
+
+
+def test_a_result_the_latest_attempt_did_not_record_is_not_referenced(aws: StepFunctions, steps: Path) -> None:
+    """``analyse`` records ``{"run": 1}``, a gate sends the task back, and its second attempt
+    fails (advisory) with no result: the next step's reference to it finds nothing on Step
+    Functions too, and the task halts there with ``missing_reference``."""
+    wf = workflow_from_dict({"workflow": "again", "steps": [
+        {"id": "analyse", "kind": "code", "owner": "team", "run": {"callable": "sfn_steps:analyse_once"},
+         "on_failure": "continue"},
+        {"id": "gate", "kind": "code", "owner": "team", "run": {"callable": "sfn_steps:gate_once"},
+         "on_failure": {"loop_back": "analyse", "max_attempts": 2}},
+        {"id": "use", "kind": "code", "owner": "team",
+         "run": {"command": [sys.executable, "-c", ARGV, "{results.analyse.run}"]}},
+    ]})
+    lines: list[str] = []
+    worker = SfnWorker([wf], aws.tasks, sqs=aws.sqs, sfn=aws.sfn, workspace_root=steps / "ws",
+                       wait_seconds=0, echo=lines.append)
+    execution = aws.start(definition(wf, aws.tasks), {})
+    end = drive(aws, wf, worker, execution, lines)
+    assert (end["status"], end.get("error")) == ("FAILED", "missing_reference")
+    assert "analyse: no result" in aws.entered(execution)
+    [dead] = [json.loads(line) for line in lines if json.loads(line).get("kind") == "halted"]
+    assert dead["step"] == "use"
+
+
+def test_an_ai_steps_verdict_without_a_schema_is_its_result_on_step_functions(
+        aws: StepFunctions, steps: Path) -> None:
+    """A verdict given on an ai step without an output_schema is kept in the execution's
+    results, and a later step's reference reads it."""
+    wf = workflow_from_dict({"workflow": "free", "steps": [
+        {"id": "judge", "kind": "ai", "owner": "team",
+         "agent": {"type": "python", "callable": "sfn_steps:free_verdict"}},
+        {"id": "use", "kind": "code", "owner": "team",
+         "run": {"command": [sys.executable, "-c", ARGV, "{results.judge.found}"]}},
+    ]})
+    worker = SfnWorker([wf], aws.tasks, sqs=aws.sqs, sfn=aws.sfn, workspace_root=steps / "ws",
+                       wait_seconds=0, echo=lambda line: None)
+    execution = aws.start(definition(wf, aws.tasks), {"topic": "sfn"})
+    end = drive(aws, wf, worker, execution, [])
+    assert end["status"] == "SUCCEEDED", end
+    results = json.loads(end["output"])["results"]
+    assert results == {"judge": {"found": "sfn"}, "use": {"argv": ["sfn"]}}
 
 
 def test_a_failed_step_halts_with_its_reason_and_a_dead_letter(aws: StepFunctions, steps: Path) -> None:
@@ -282,3 +342,28 @@ def test_what_leaves_for_step_functions_is_screened_and_redacted(
     assert "s3cr3t-t0ken-value" not in sent
     reason = kwargs.get("error") or json.loads(kwargs["output"])["failure"]["reason"]
     assert reason == error, sent[:300]
+
+
+def test_a_null_result_in_a_message_is_no_result(steps: Path) -> None:
+    """The state machine clears a result to null: the worker reads it as none (a reference to
+    it fails with ``missing_reference``), in a map step's children's results too."""
+    wf = workflow_from_dict({"workflow": "w", "steps": [
+        {"id": "analyse", "kind": "code", "owner": "team", "run": {"callable": "sfn_steps:publish"}},
+        {"id": "use", "kind": "code", "owner": "team",
+         "run": {"command": [sys.executable, "-c", ARGV, "{results.analyse.run}"]}}]})
+    sqs, sfn = Recorder(), Recorder()
+    worker = SfnWorker([wf], "q", sqs=sqs, sfn=sfn, workspace_root=steps / "ws", echo=lambda line: None)
+    body = {"task_token": "tok", "task": "t1", "workflow_hash": wf.content_hash, "step": "use", "kind": "code",
+            "attempt": 1, "input": {}, "results": {"analyse": None}}
+    worker.handle({"Body": json.dumps(body), "ReceiptHandle": "r"})
+    [(_, kwargs)] = [c for c in sfn.calls if c[0] != "send_task_heartbeat"]
+    assert kwargs["error"] == "missing_reference"
+    assert state_at(wf, body).results == {}
+    child = {"look": None, "judge": {"ok": True}}
+    mapped = {"id": "each", "kind": "map", "owner": "team", "workflow": "one.yaml", "items": "input.files"}
+    (steps / "one.yaml").write_text("workflow: one\nsteps:\n  - {id: look, kind: code, owner: team, "
+                                    "run: {command: [\"true\"]}}\n  - {id: judge, kind: code, owner: team, "
+                                    "run: {command: [\"true\"]}}\n", encoding="utf-8")
+    parent = workflow_from_dict({"workflow": "p", "steps": [mapped]}, str(steps / "p.yaml"))
+    assert present_results(parent, {"each": {"results": [child, None]}, "gone": None}) == {
+        "each": {"results": [{"judge": {"ok": True}}, None]}}

@@ -113,3 +113,13 @@ def commit_fix(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
         subprocess.run([*git, *args], cwd=ctx.workspace, check=True, capture_output=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ctx.workspace, check=True, capture_output=True, text=True)
     return {"verdict": {"branch": "work", "commit": head.stdout.strip()}}
+
+
+def free_verdict(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    """An agent of a step without an output_schema that still gives a verdict."""
+    return {"verdict": {"found": brief["input"]["supplier"], "risk": ["new account"]}}
+
+
+def verdict_once(brief: dict[str, Any], ctx: ExecContext) -> dict[str, Any]:
+    """A verdict the first time; after a loop-back, a turn that gives none."""
+    return {"verdict": {"run": 1}} if _calls(ctx) == 1 else {"note": "nothing to add"}

@@ -290,3 +290,41 @@ def test_show_prints_the_proposal_and_the_artifact_text_the_hash_covers(
     review = json.loads(as_json.output)["review"]
     assert review["proposal_hash"] == shown
     assert review["artifact_texts"] == {"draft.txt": "Release 1.4 ships on Friday."}
+
+
+def test_a_verdict_without_a_schema_is_proposed_and_reviewed(engine: Engine, tmp_path: Path) -> None:
+    """An ai step's verdict given without an output_schema is its result: a proposal names
+    it, and the review shows it among the verdicts and the results."""
+    wf = workflow_from_dict({"workflow": "free", "steps": [
+        {"id": "judge", "kind": "ai", "owner": "risk",
+         "agent": {"type": "python", "callable": f"{STEPS}:free_verdict"}},
+        {"id": "approve", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"},
+         "proposal": ["results.judge.found", "results.judge.risk"]},
+    ]}, "<free>")
+    tid = _start(engine, wf, tmp_path / "ws", supplier="S-7")
+    st = engine.state(tid)
+    assert st.status is TaskStatus.AWAITING_APPROVAL, st.halt
+    review = engine.review(tid)
+    assert review["proposal"]["fields"] == {"results.judge.found": "S-7", "results.judge.risk": ["new account"]}
+    assert [v["verdict"] for v in review["verdicts"]] == [{"found": "S-7", "risk": ["new account"]}]
+    assert review["results"] == {"judge": {"found": "S-7", "risk": ["new account"]}}
+
+
+def test_the_default_proposal_shows_no_result_the_latest_attempt_did_not_record(
+    engine: Engine, tmp_path: Path,
+) -> None:
+    """After a loop-back whose attempt gave no verdict, the proposal shows that attempt and
+    no result of the step: never the earlier attempt's."""
+    wf = workflow_from_dict({"workflow": "again", "steps": [
+        {"id": "judge", "kind": "ai", "owner": "risk",
+         "agent": {"type": "python", "callable": f"{STEPS}:verdict_once"}},
+        {"id": "gate", "kind": "code", "owner": "risk", "run": {"callable": f"{STEPS}:gate"},
+         "on_failure": {"loop_back": "judge", "max_attempts": 2}},
+        {"id": "approve", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"}},
+    ]}, "<again>")
+    tid = _start(engine, wf, tmp_path / "ws")
+    st = engine.state(tid)
+    assert st.status is TaskStatus.AWAITING_APPROVAL, st.halt
+    [judged] = [s for s in engine.review(tid)["proposal"]["steps"] if s["step"] == "judge"]
+    assert (judged["attempt"], judged["verdict"]) == (2, None)
+    assert "result" not in judged

@@ -79,7 +79,7 @@ def test_shell_injection_in_the_input_stays_one_literal_argument(engine: Engine,
 
 
 @pytest.mark.parametrize(("writes", "item", "why"), [
-    (None, "{results.maybe.x}", "{results.maybe.x}: step 'maybe' has no result yet"),
+    (None, "{results.maybe.x}", "{results.maybe.x}: step 'maybe' has no result (not run yet"),
     ({"y": 1}, "{results.maybe.x}", "{results.maybe.x}: results.maybe has no field 'x'"),
     ({"x": "text"}, "{results.maybe.x.deeper}", "results.maybe.x is a string, which has no field 'deeper'"),
     ({"x": [1, 2]}, "{results.maybe.x.2}", "results.maybe.x is a list of 2; it has no item '2'"),
@@ -121,6 +121,40 @@ def test_after_a_loop_back_the_latest_result_is_the_one_referenced(engine: Engin
     st = engine.state(tid)
     assert st.status.value == "completed", st.halt
     assert st.results["use"] == {"argv": ["2"]}
+
+
+FIRST_ONLY = """
+import json, os, pathlib, sys
+runs = pathlib.Path("analyse.runs")
+n = int(runs.read_text()) + 1 if runs.exists() else 1
+runs.write_text(str(n))
+if n > 1:
+    sys.exit(1)
+json.dump({"run": n}, open(os.environ["STATEWRIGHT_OUTPUT"], "w"))
+"""
+
+
+@pytest.mark.parametrize("analyse", [
+    {"id": "analyse", "kind": "code", "owner": "tests", "run": {"command": [sys.executable, "-c", FIRST_ONLY]},
+     "on_failure": "continue"},
+    {"id": "analyse", "kind": "ai", "owner": "tests", "agent": {"type": "python", "callable": f"{STEPS}:verdict_once"}},
+], ids=["command-fails-without-output", "agent-passes-without-verdict"])
+def test_a_latest_attempt_without_a_result_leaves_the_step_without_one(
+    engine: Engine, tmp_path: Path, analyse: dict[str, Any],
+) -> None:
+    """Attempt 1 records ``{"run": 1}``; after a loop-back, attempt 2 records nothing: the
+    earlier result is gone from the state, and a reference to it fails the attempt."""
+    wf = _workflow(analyse, _code("gate", "gate", on_failure={"loop_back": "analyse", "max_attempts": 2}),
+                   _argv_step("use", "{results.analyse.run}"))
+    tid = _run(engine, wf, tmp_path / "ws")
+    st = engine.state(tid)
+    assert st.status.value == "halted"
+    assert [(a.step, a.number) for a in st.attempts if a.step == "analyse"] == [("analyse", 1), ("analyse", 2)]
+    last = st.attempts[-1]
+    assert (last.step, last.reason) == ("use", "missing_reference")
+    assert "{results.analyse.run}: step 'analyse' has no result" in last.detail, last.detail
+    assert "analyse" not in st.results
+    assert verify_task(engine, tid) == []
 
 
 CHECK = """
@@ -240,6 +274,31 @@ def test_a_model_agent_reads_input_and_results_in_its_brief(engine: Engine, tmp_
     assert st.results["judge"] == {"supplier": "S-3", "iban": "DE89370400440532013000"}
 
 
+def test_an_ai_steps_verdict_is_its_result_without_an_output_schema(engine: Engine, tmp_path: Path) -> None:
+    """A verdict given on a step without an output_schema is kept as the step's result, and
+    later steps reference it."""
+    agent = {"id": "judge", "kind": "ai", "owner": "tests",
+             "agent": {"type": "python", "callable": f"{STEPS}:free_verdict"}}
+    tid = _run(engine, _workflow(agent, _argv_step("use", "{results.judge.found}", "{results.judge.risk.0}")),
+               tmp_path / "ws", supplier="S-4")
+    st = engine.state(tid)
+    assert st.status.value == "completed", st.halt
+    assert st.results["judge"] == {"found": "S-4", "risk": ["new account"]}
+    assert st.attempts[0].verdict == st.results["judge"]
+    assert st.results["use"] == {"argv": ["S-4", "new account"]}
+    assert verify_task(engine, tid) == []
+
+
+def test_a_command_agents_verdict_file_is_its_result_without_an_output_schema(engine: Engine, tmp_path: Path) -> None:
+    write = "import json, os; json.dump({'seen': 3}, open(os.environ['STATEWRIGHT_VERDICT'], 'w'))"
+    agent = {"id": "judge", "kind": "ai", "owner": "tests",
+             "agent": {"type": "command", "command": [sys.executable, "-c", write]}}
+    tid = _run(engine, _workflow(agent), tmp_path / "ws")
+    st = engine.state(tid)
+    assert st.status.value == "completed", st.halt
+    assert st.results == {"judge": {"seen": 3}}
+
+
 IBAN_SCHEMA = {"type": "object", "properties": {"iban": {"type": "string"}, "run": {"type": "integer"},
                                                 "who": {"type": ["string", "null"]}},
                "required": ["iban"]}
@@ -285,7 +344,8 @@ BIG = "import os; open(os.environ['STATEWRIGHT_OUTPUT'], 'w').write('{\"x\": \"'
     _code("s", "huge_output"),
     {"id": "s", "kind": "ai", "owner": "tests", "output_schema": {"type": "object", "properties": {"text": {}}},
      "agent": {"type": "python", "callable": f"{STEPS}:big_verdict"}},
-], ids=["command", "callable", "verdict"])
+    {"id": "s", "kind": "ai", "owner": "tests", "agent": {"type": "python", "callable": f"{STEPS}:big_verdict"}},
+], ids=["command", "callable", "verdict", "verdict-without-schema"])
 def test_a_result_over_the_step_limit_fails_with_output_too_large(
     engine: Engine, tmp_path: Path, step: dict[str, Any],
 ) -> None:

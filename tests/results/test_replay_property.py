@@ -32,6 +32,8 @@ WORKFLOW = workflow_from_dict({"workflow": "replay", "steps": [
      "output_schema": {"type": "object", "properties": {"approved": {"type": "boolean"}, "notes": {}},
                        "required": ["approved"]},
      "on_failure": LOOP},
+    {"id": "triage", "kind": "ai", "owner": "t", "agent": {"type": "command", "command": ["true"]},
+     "on_failure": LOOP},
     {"id": "publish", "kind": "code", "owner": "t", "run": {"command": ["true"]}, "result_limit": 300,
      "output_schema": {"type": "object", "properties": {"id": {"type": "integer"}}}},
 ]})
@@ -57,6 +59,8 @@ def _answer(draw: st.DrawFn, state: TaskState, n: int) -> Event:
         fields["error"] = "exit_status"
     if cur.step == "review":
         fields["verdict"] = {"approved": draw(st.booleans()), "notes": draw(HOSTILE_JSON)}
+    elif cur.step == "triage":  # no output_schema: a verdict, or none at all
+        fields["verdict"] = draw(st.none() | OBJECTS)
     else:
         fields["result"] = draw(st.none() | OBJECTS | st.fixed_dictionaries({"id": st.integers(0, 9)}))
     return AttemptReported(**common, **fields)
@@ -66,10 +70,10 @@ def _answer(draw: st.DrawFn, state: TaskState, n: int) -> Event:
 @given(data=st.data())
 def test_replaying_the_log_rebuilds_every_result(engine: Engine, data: st.DataObject) -> None:
     """Whatever the steps hand back (hostile JSON screened as the worker screens it, loop-backs,
-    retries, failed checks), the results the engine keeps are the results a fresh replay of
-    the stored events gives, exactly (1 is not 1.0)."""
+    attempts that record no result, retries, failed checks), the results the engine keeps are
+    the results a fresh replay of the stored events gives, exactly (1 is not 1.0)."""
     tid = engine.submit(WORKFLOW, {"n": 1})
-    for n in range(data.draw(st.integers(1, 14), label="events")):
+    for n in range(data.draw(st.integers(1, 18), label="events")):
         state = engine.state(tid)
         if state.terminal and state.status is not TaskStatus.HALTED:
             break

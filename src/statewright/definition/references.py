@@ -204,8 +204,6 @@ def reference_problem(
     source = steps[index[name]]
     if source.kind is StepKind.HUMAN:
         return f"step {name!r} is a human step, which records no result"
-    if source.kind is StepKind.AI and source.output_schema is None:
-        return f"step {name!r} has no output_schema, so it records no verdict to refer to"
     if source.kind is StepKind.WAIT:
         return _schema_refutes(WAIT_RESULT_SCHEMA, rest, f"results.{name}", "a wait step's result")
     if source.kind is StepKind.MAP:

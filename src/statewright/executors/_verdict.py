@@ -11,7 +11,7 @@ surrogates); a verdict over the size limit is ``output_too_large``, any other pr
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,20 +88,11 @@ class VerdictSchema:
 
     def check(self, verdict: object) -> Checked:
         """The verdict as plain JSON if it is one and valid against the schema, else why not."""
-        plain, unsafe = plain_json(verdict)
-        if unsafe is not None:
-            return _refused(unsafe)
-        problem = self._schema_problem(plain)
-        if problem is not None:
-            return Checked(None, problem, Reason.NO_VERDICT)
-        return Checked(plain)
+        return _checked(verdict, self._schema_problem)
 
     def check_text(self, text: str) -> Checked:
         """``check`` for JSON text (strict: ``NaN`` and ``Infinity`` are not JSON)."""
-        value, unsafe = loads_plain(text)
-        if unsafe is not None:
-            return _refused(unsafe)
-        return self.check(value)
+        return _checked_text(text, self.check)
 
     def problem(self, verdict: object) -> str | None:
         """None when ``verdict`` is a JSON object valid against the schema, else why not."""
@@ -114,7 +105,7 @@ class VerdictSchema:
 
     def _schema_problem(self, verdict: object) -> str | None:
         if not isinstance(verdict, dict):
-            return f"the verdict must be a JSON object; got {_json_type(verdict)}"
+            return _object_problem(verdict)
         errors = sorted(self._validator.iter_errors(verdict), key=lambda e: list(e.path))
         if not errors:
             return None
@@ -125,6 +116,40 @@ class VerdictSchema:
         if len(errors) > 5:
             parts.append(f"and {len(errors) - 5} more")
         return _cut("verdict does not match the schema: " + "; ".join(parts))
+
+
+class AnyVerdict:
+    """The verdict of a step without an output_schema: optional, but when given, any JSON
+    object within the limits every verdict is held to (it becomes the step's result)."""
+
+    schema = None
+
+    def check(self, verdict: object) -> Checked:
+        return _checked(verdict, _object_problem)
+
+    def check_text(self, text: str) -> Checked:
+        return _checked_text(text, self.check)
+
+
+def _object_problem(verdict: object) -> str | None:
+    return None if isinstance(verdict, dict) else f"the verdict must be a JSON object; got {_json_type(verdict)}"
+
+
+def _checked(verdict: object, problem_of: Callable[[object], str | None]) -> Checked:
+    plain, unsafe = plain_json(verdict)
+    if unsafe is not None:
+        return _refused(unsafe)
+    problem = problem_of(plain)
+    if problem is not None:
+        return Checked(None, problem, Reason.NO_VERDICT)
+    return Checked(plain)
+
+
+def _checked_text(text: str, check: Callable[[object], Checked]) -> Checked:
+    value, unsafe = loads_plain(text)
+    if unsafe is not None:
+        return _refused(unsafe)
+    return check(value)
 
 
 def _refused(unsafe: JsonProblem) -> Checked:

@@ -12,8 +12,9 @@
 
 A verdict is checked against the step's schema, closed so that unknown fields fail. A
 turn without a schema-valid verdict is ``error="no_verdict"`` with the reason in
-``detail``. When the step has no schema (``schema=None``) there is no verdict to
-produce and a turn that ran cleanly succeeds with ``verdict=None``.
+``detail``. When the step has no schema (``schema=None``) the verdict is optional: a turn
+that ran cleanly and gave none succeeds with ``verdict=None``; one it gave must be a JSON
+object (else ``no_verdict``) and is the step's result as a checked verdict is.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from ._spec import (
     validate_agent_spec,
 )
 from ._state import resolved_argv, state_exchange
-from ._verdict import VerdictSchema
+from ._verdict import AnyVerdict, VerdictSchema
 from .base import AgentResult, Cost, ExecContext, Reason
 
 _RESULT_KEYS = frozenset({"verdict", "artifacts", "note", "cost"})
@@ -133,16 +134,16 @@ def _python_result(
     cost = _cost_from(returned.get("cost", {}), seconds)
     if cost is None:
         return bad(f"'cost' may hold only {', '.join(sorted(_COST_KEYS))}, as numbers")
-    verdict: dict[str, Any] | None = None
-    if verdicts is not None:
-        checked = verdicts.check(returned.get("verdict"))
-        if checked.verdict is None:
-            return AgentResult(
-                verdict=None, artifacts=artifacts, cost=cost, note=note,
-                error=checked.reason, detail=str(checked.problem),
-            )
-        verdict = checked.verdict
-    return AgentResult(verdict=verdict, artifacts=artifacts, cost=cost, note=note)
+    given = returned.get("verdict")
+    if verdicts is None and given is None:  # without a schema a verdict is optional
+        return AgentResult(verdict=None, artifacts=artifacts, cost=cost, note=note)
+    checked = (verdicts or AnyVerdict()).check(given)
+    if checked.verdict is None:
+        return AgentResult(
+            verdict=None, artifacts=artifacts, cost=cost, note=note,
+            error=checked.reason, detail=str(checked.problem),
+        )
+    return AgentResult(verdict=checked.verdict, artifacts=artifacts, cost=cost, note=note)
 
 
 def _cost_from(raw: object, seconds: float) -> Cost | None:
@@ -203,6 +204,7 @@ def run_command_agent(
             argv, cwd=ctx.workspace, env=env, timeout_seconds=timeout, stdin_text=brief_text,
         )
         verdict_text, unreadable = _read_verdict_file(verdict_path)
+        written = os.path.lexists(verdict_path)
 
     artifacts = {"stdout": outcome.stdout, "stderr": outcome.stderr}
     base = AgentResult(
@@ -214,11 +216,11 @@ def run_command_agent(
     if outcome.returncode != 0:
         detail = f"the agent exited with status {outcome.returncode}; see the stderr artifact"
         return dataclasses.replace(base, error=Reason.EXIT_STATUS, detail=detail)
-    if verdicts is None:
+    if verdicts is None and not written:  # without a schema a verdict is optional
         return base
     if verdict_text is None:
         return dataclasses.replace(base, error=unreadable[0], detail=unreadable[1])
-    checked = verdicts.check_text(verdict_text)
+    checked = (verdicts or AnyVerdict()).check_text(verdict_text)
     if checked.verdict is None:
         return dataclasses.replace(base, error=checked.reason, detail=str(checked.problem))
     return dataclasses.replace(base, verdict=checked.verdict)

@@ -15,7 +15,9 @@ approvers) takes it from the queue and answers with the token:
     human     SendTaskSuccess {"approved": bool, "actor": NAME, "reason_code": CODE}
 
 The execution's state is ``{"input", "results", "sw", ...}``: ``results.STEP`` is a step's
-latest verdict, result or last check, as in statewright's own task state; ``sw.STEP`` holds
+latest verdict, result or last check, as in statewright's own task state, and null when its
+latest attempt recorded none (every way out of such an attempt clears it; a worker reads
+null as no result); ``sw.STEP`` holds
 the step's counters (attempts, failed attempts, checks), kept with ``States.MathAdd``.
 Reason codes route as the reducer routes them: a transient error (``transient``) is retried
 by the state's Retry (the step's retry policy) and then fails as ``retries_exhausted``; an
@@ -142,6 +144,20 @@ def jsonpath(ref: str) -> str:
     return f"$.{r.root}" + "".join(f"[{p}]" if p.isdigit() else f"['{p}']" for p in r.parts)
 
 
+def _missing(refs: Iterable[str], nxt: str) -> list[dict[str, Any]]:
+    """Choice rules that go to ``nxt`` when a reference finds nothing: its path is not there,
+    or it names a step's whole result and that is null (no result: ``_Builder._no_result``).
+    The null test is a rule of its own, after every path was found present."""
+    refs = list(refs)
+    gone: list[dict[str, Any]] = [{"Not": {"Variable": jsonpath(r), "IsPresent": True}} for r in refs]
+    rules: list[dict[str, Any]] = [{"Or": gone, "Next": nxt} if len(gone) > 1 else {**gone[0], "Next": nxt}]
+    for r in refs:
+        ref = parse_ref(r)
+        if ref.root == "results" and len(ref.parts) == 1:
+            rules.append({"Variable": jsonpath(r), "IsNull": True, "Next": nxt})
+    return rules
+
+
 def _targets(state: Mapping[str, Any]) -> set[str]:
     """The states ``state`` may go to next."""
     found = {state.get("Next"), state.get("Default")}
@@ -255,27 +271,49 @@ class _Builder:
         self.states[name] = {"Type": "Pass", "Parameters": {**field("Error", reason), **field("Cause", cause)},
                              "ResultPath": "$.error", "Next": nxt}
 
-    def _catches(self, i: int, s: Step) -> list[dict[str, Any]]:
-        catches = []
+    def _no_result(self, s: Step, nxt: str, name: str = "") -> str:
+        """A state that clears the step's result (null stands for none: a JSON path cannot
+        remove a key) and goes on to ``nxt``; its name."""
+        name = name or f"{s.id}: no result"
+        self.states[name] = {
+            "Type": "Pass", "Comment": f"this attempt records no result: results.{s.id} holds no earlier one",
+            "Result": None, "ResultPath": f"$.results['{s.id}']", "Next": nxt,
+        }
+        return name
+
+    def _catches(self, i: int, s: Step, *, clear: bool = True) -> list[dict[str, Any]]:
+        """How the step's task routes an error (at $.error) as the reducer routes the reason
+        code. ``clear``: an attempt that ends in an error records no result, so one Catch
+        clears the step's result, then a Choice routes the error by name; else the task's
+        Catches route it."""
+        routes: list[tuple[list[str], str]] = []
         gates = [g.id for g in self.wf.steps[:i] if g.kind is StepKind.HUMAN]
         if gates:  # an approval before it no longer holds: the task halts at the first one
-            catches.append({"ErrorEquals": list(HALT_AT_ONCE), "ResultPath": "$.error", "Next": f"{s.id}: void"})
+            routes.append((list(HALT_AT_ONCE), f"{s.id}: void"))
             self._halt(s.id, f"{s.id}: void", gates[0])
         halts = [f"outcome:{k}" for k, v in s.outcomes.items() if v is OutcomeRoute.HALT]
         if halts:
-            catches.append({"ErrorEquals": halts, "ResultPath": "$.error", "Next": self._halt(s.id)})
-        catches += [
-            {"ErrorEquals": [TRANSIENT], "ResultPath": "$.error", "Next": f"{s.id}: retries spent"},
-            {"ErrorEquals": list(SILENT), "ResultPath": "$.error", "Next": f"{s.id}: worker lost"},
-        ]
+            routes.append((halts, self._halt(s.id)))
+        routes += [([TRANSIENT], f"{s.id}: retries spent"), (list(SILENT), f"{s.id}: worker lost")]
         self._error(f"{s.id}: retries spent", "retries_exhausted", f"{s.id}: failed")
         self._error(f"{s.id}: worker lost", "worker_died", f"{s.id}: failed",
                     "no heartbeat from the worker; it was delivered again until its deliveries ran out")
         if s.on_conflict is not None:
-            catches.append({"ErrorEquals": ["conflict"], "ResultPath": "$.error", "Next": f"{s.id}: conflict"})
+            routes.append((["conflict"], f"{s.id}: conflict"))
             self._failure(i, s, f"{s.id}: conflict", s.on_conflict, "conflict budget")
-        catches.append({"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"{s.id}: failed"})
-        return catches
+        if not clear:
+            return [*({"ErrorEquals": errors, "ResultPath": "$.error", "Next": nxt} for errors, nxt in routes),
+                    {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": f"{s.id}: failed"}]
+
+        def named(errors: list[str], nxt: str) -> dict[str, Any]:
+            rules = [{"Variable": "$.error.Error", "StringEquals": e} for e in errors]
+            return {**rules[0], "Next": nxt} if len(rules) == 1 else {"Or": rules, "Next": nxt}
+
+        caught = f"{s.id}: caught"
+        self.states[caught] = {"Type": "Choice", "Comment": "the error routes as its reason code does",
+                               "Choices": [named(errors, nxt) for errors, nxt in routes],
+                               "Default": f"{s.id}: failed"}
+        return [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": self._no_result(s, caught)}]
 
     def _retry(self, s: Step) -> list[dict[str, Any]]:
         p = s.retry
@@ -362,7 +400,7 @@ class _Builder:
         self.states[keep] = {
             "Type": "Choice",
             "Choices": [{"Variable": f"$.answer.{key}", "IsPresent": True, "Next": f"{s.id}: keep {key}"}],
-            "Default": judged,
+            "Default": self._no_result(s, judged, f"{s.id}: without {key}"),
         }
         self.states[f"{s.id}: keep {key}"] = {
             "Type": "Pass", "Comment": f"results.{s.id} is the step's {key}, kept whether it passed or not",
@@ -408,11 +446,11 @@ class _Builder:
         items = jsonpath(spec.items)
         self.states[f"{s.id}: items"] = {
             "Type": "Choice", "Comment": "the items the map step works on must be there",
-            "Choices": [{"Not": {"Variable": items, "IsPresent": True}, "Next": f"{s.id}: missing reference"}],
+            "Choices": _missing([spec.items], f"{s.id}: missing reference"),
             "Default": f"{s.id}: run",
         }
-        self._error(f"{s.id}: missing reference", "missing_reference", f"{s.id}: failed",
-                    f"{spec.items} finds nothing")
+        failed = self._no_result(s, f"{s.id}: failed")
+        self._error(f"{s.id}: missing reference", "missing_reference", failed, f"{spec.items} finds nothing")
         state: dict[str, Any] = {
             "Type": "Map", "Comment": f"one child task of {child.name} per item",
             "ItemsPath": items,
@@ -442,8 +480,8 @@ class _Builder:
             else:
                 state["ToleratedFailureCount"] = spec.tolerated_failures
         self.states[f"{s.id}: run"] = state
-        self._error(f"{s.id}: not a list", "items_not_a_list", f"{s.id}: failed", f"{spec.items} is not a list")
-        self._error(f"{s.id}: too many failed", "map_failures", f"{s.id}: failed")
+        self._error(f"{s.id}: not a list", "items_not_a_list", failed, f"{spec.items} is not a list")
+        self._error(f"{s.id}: too many failed", "map_failures", failed)
 
     def _wait(self, i: int, s: Step) -> None:
         if s.every_seconds != int(s.every_seconds):
@@ -477,13 +515,11 @@ class _Builder:
 
     def _human(self, i: int, s: Step) -> None:
         refs = list(s.proposal)
-        present = [{"Not": {"Variable": jsonpath(r), "IsPresent": True}} for r in refs]
         after_refs = f"{s.id}: propose"
-        if present:
+        if refs:
             self.states[f"{s.id}: references"] = {
                 "Type": "Choice", "Comment": "every reference the proposal declares must find a value",
-                "Choices": [{"Or": present, "Next": f"{s.id}: missing reference"}] if len(present) > 1
-                else [{**present[0], "Next": f"{s.id}: missing reference"}],
+                "Choices": _missing(refs, f"{s.id}: missing reference"),
                 "Default": after_refs,
             }
             self._error(f"{s.id}: missing reference", "missing_reference", f"{s.id}: failed",
@@ -491,7 +527,7 @@ class _Builder:
         else:
             self.states[f"{s.id}: references"] = {"Type": "Pass", "Next": after_refs}
         if s.artifacts:
-            catches = self._catches(i, s)
+            catches = self._catches(i, s, clear=False)  # a human step records no result
             self.states[f"{s.id}: capture"] = {
                 **self._task(s, "capture", {"artifacts": list(s.artifacts)}),
                 "ResultSelector": {"artifacts.$": "$.artifacts"},

@@ -87,14 +87,32 @@ def state_at(wf: Workflow, body: Mapping[str, Any], *, repair_used: bool = False
                             number=1, outcome=Outcome.PASSED,
                             artifacts={"workspace": str(space["path"]),
                                        "base_commit": str(space.get("base_commit", ""))}),)
-    results = body.get("results") if isinstance(body.get("results"), Mapping) else {}
     return TaskState(
         task_id=task, workflow=wf, status=TaskStatus.RUNNING, version=1,
-        input=dict(body.get("input") or {}), results=dict(results or {}),
+        input=dict(body.get("input") or {}), results=present_results(wf, body.get("results")),
         step_index=wf.index_of(step.id), attempts=attempts,
         current=Current(step=step.id, attempt=attempt, started_at_ms=0, command_id=cid,
                         repair_used=repair_used, key=cid),
     )
+
+
+def present_results(wf: Workflow, results: object) -> dict[str, Any]:
+    """The steps' results a message carries, without the nulls that stand for none (a JSON
+    path cannot remove a key, so the state machine clears a result to null): a step's own,
+    and, inside a map step's result, a child's step's."""
+    if not isinstance(results, Mapping):
+        return {}
+    kinds = {s.id: s.kind for s in wf.steps}
+    out: dict[str, Any] = {}
+    for name, value in results.items():
+        if not isinstance(value, Mapping):
+            continue
+        if kinds.get(name) is StepKind.MAP and isinstance(value.get("results"), list):
+            children = [{k: v for k, v in c.items() if v is not None} if isinstance(c, Mapping) else c
+                        for c in value["results"]]
+            value = {**value, "results": children}
+        out[str(name)] = dict(value)
+    return out
 
 
 def judge(wf: Workflow, body: Mapping[str, Any], report: AttemptReported, *,
@@ -111,8 +129,8 @@ def judge(wf: Workflow, body: Mapping[str, Any], report: AttemptReported, *,
         return Repair(brief=dict(repairs[0].brief), problem=str(repairs[0].repair_error))
     done = new.attempts[len(state.attempts)]  # its own: a later step may have been entered and ended too
     key = "verdict" if step.kind is StepKind.AI else "result"
-    kept = new.results.get(step.id)
-    output: dict[str, Any] = {} if kept is None or kept is state.results.get(step.id) else {key: dict(kept)}
+    kept = new.results.get(step.id)  # the attempt's own: none when it recorded none
+    output: dict[str, Any] = {} if kept is None else {key: dict(kept)}
     if done.outcome is not Outcome.PASSED:
         reason, detail = done.reason or "failed", (done.detail or done.reason)[:MAX_CAUSE]
         if output:  # the state keeps its verdict or result: answered as a success that says it failed
@@ -335,7 +353,8 @@ class SfnWorker:
             workspace=workspace, timeout_seconds=step.timeout_seconds,
             env=step_env(step.env, step.secrets, os.environ, step=step.id),
             input=MappingProxyType(dict(state.input)),
-            results=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in state.results.items()}),
+            results=MappingProxyType({k: MappingProxyType(dict(v)) for k, v in state.results.items()
+                                      if isinstance(v, Mapping)}),
         )
 
     def _redactor_for(self, step: Step) -> Any:

@@ -57,7 +57,8 @@ def resolve(ref: Ref, task_input: Mapping[str, Any], results: Mapping[str, Any])
     else:
         step = ref.parts[0]
         if step not in results:
-            raise RefError(f"{ref.text}: step {step!r} has no result yet")
+            raise RefError(f"{ref.text}: step {step!r} has no result (not run yet, or its latest attempt "
+                           "recorded none)")
         value, walked, parts = results[step], f"results.{step}", ref.parts[1:]
     for part in parts:
         if isinstance(value, Mapping):

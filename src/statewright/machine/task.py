@@ -334,10 +334,13 @@ def _finish(
         checks=cur.checks, key=cur.key, deliveries=deliveries, retries=retries,
     )
 
-    # The step's result: a code step's output, an ai step's verdict. The latest attempt's
-    # replaces an earlier one (a loop-back); the attempts keep the history.
+    # The step's result: a code step's output, an ai step's verdict, a wait step's last check.
+    # The latest attempt's replaces an earlier one (a loop-back), and an attempt that records
+    # none leaves the step without one; the attempts keep the history.
     value = result if result is not None else (verdict if step.kind is StepKind.AI else None)
-    results = state.results if not isinstance(value, Mapping) else {**state.results, step.id: dict(value)}
+    results = {k: v for k, v in state.results.items() if k != step.id}
+    if isinstance(value, Mapping):
+        results[step.id] = dict(value)
 
     def record(route: str) -> TaskState:
         return replace(state, attempts=(*state.attempts, replace(attempt, route=route)), current=None,
