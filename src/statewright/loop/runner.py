@@ -149,8 +149,9 @@ class LoopRunner:
             if self.resume_run is not None:
                 run = self.store.run(self.resume_run)
                 newest = self.store.latest_run(self.definition.name)
-                if run.status.is_terminal or newest is None or newest.run_id != run.run_id:
-                    return RunOutcome(run.run_id, run.status, None, run.state.reason)  # nothing to carry on
+                if not run_sleeps(run) or newest is None or newest.run_id != run.run_id:
+                    # nothing to carry on: it ended, was replaced, stopped, or a process drives it
+                    return RunOutcome(run.run_id, run.status, None, run.state.reason)
                 refuse_changed_file(run, self.definition)
                 return self._drive(run, ProcessStarted(self.clock()))
             run, first = self._open_or_resume()
@@ -462,6 +463,13 @@ class LoopRunner:
         finally:
             for s, old in previous.items():
                 signal.signal(s, old)
+
+
+def run_sleeps(run: RunRow) -> bool:
+    """Whether no process drives the unfinished run: it sleeps on its pass's task or at the
+    gate, and no kill switch stopped it since (what a worker may wake)."""
+    cur = run.state.current
+    return not run.status.is_terminal and cur is not None and cur.asleep
 
 
 def refuse_changed_file(run: RunRow, definition: LoopDefinition) -> None:

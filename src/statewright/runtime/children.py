@@ -23,7 +23,7 @@ from statewright.machine.children import INLINE_COMMANDS, ParentRef, child_ended
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
 from statewright.machine.events import Event, TaskCancelled, TaskSubmitted
 from statewright.machine.loop.codec import command_to_dict, line_body, run_projection, state_from_dict
-from statewright.machine.loop.events import PassEnded, WakeRun
+from statewright.machine.loop.events import LoopCommand, PassEnded, WakeRun
 from statewright.machine.loop.reducer import transition as loop_transition
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
@@ -136,9 +136,17 @@ def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms
     if step.line is None:
         raise LoopInvariantError(f"loop run {run.task_id}: {ev.type} wrote no line")
     lines = int(stored.get("lines", run.version - 1)) + 1
-    wake = [NewCommand(f"{run.task_id}:wake:{ev.event_id}", c.type, command_to_dict(c), at_ms)
-            for c in step.commands if isinstance(c, WakeRun)]  # a worker claims it and drives the run on
+    wake = wake_rows(run.task_id, ev.event_id, step.commands, at_ms)  # a worker claims it and drives the run on
     return AppendRequest(
         run.task_id, run.version, line_body(ev, step.line, step.commands), run_projection(step.state,
         stored.get("meta") or {}, lines), wake, terminal=step.state.status.is_terminal,
     )
+
+
+def wake_rows(stream: str, event_id: str, commands: Sequence[Command | LoopCommand], at_ms: int) -> list[NewCommand]:
+    """The outbox rows of the ``WakeRun`` commands a loop run's line asks for (the line's
+    event is ``event_id``, at ``at_ms``): claimable at once, or a gate's timer not before its
+    ``due_at_ms``."""
+    return [NewCommand(f"{stream}:wake:{event_id}", c.type, command_to_dict(c),
+                       c.due_at_ms if c.due_at_ms is not None else at_ms)
+            for c in commands if isinstance(c, WakeRun)]

@@ -248,11 +248,12 @@ def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
         text = f"task {event.task_id} (item {event.item}, attempt {event.attempt}) ended {event.status}"
         return Transition(state, (), line(state, event, state.status, text, written,
                                           "kept as a note; the run had moved on", LineKind.NOTE))
-    spent = replace(cur, task_id=event.task_id, asleep=False, tokens=cur.tokens + event.tokens,
+    spent = replace(cur, task_id=event.task_id, tokens=cur.tokens + event.tokens,
                     money_usd=cur.money_usd + event.money_usd)
-    # A run asleep on the task (no process drives it) is woken by a worker; a driver that
-    # waits on the task carries on by itself.
-    wake: tuple[WakeRun, ...] = (WakeRun(state.run_id),) if cur.asleep else ()
+    # A run asleep on the task (no process drives it) is woken by a worker (it stays asleep
+    # until that worker's start, so a stop before it keeps it stopped); a driver that waits
+    # on the task carries on by itself.
+    wake = _wake(state)
     if event.succeeded:
         back = replace(spent, note=f"task {event.task_id} {event.status}", artifacts=(f"task:{event.task_id}",))
         new = replace(state, status=S.CHECKING, current=back)
@@ -339,6 +340,13 @@ def on_checks(state: LoopState, event: CheckFinished) -> Transition:
     )
 
 
+def _wake(state: LoopState) -> tuple[WakeRun, ...]:
+    """A WakeRun for a run no process drives (asleep on its pass's task or at the gate) that
+    something just moved: a worker claims it and drives the run on."""
+    cur = state.current
+    return (WakeRun(state.run_id),) if cur is not None and cur.asleep else ()
+
+
 def may_decide(state: LoopState, event: ApprovalGranted | ApprovalRejected) -> None:
     """The gate's rules for who decides, as a human step's: a person (never an agent or the
     system) holding the gate's role. Raises ApprovalError (state unchanged) otherwise."""
@@ -379,7 +387,7 @@ def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
         f"approved by {event.actor}",
         written,
         f"{event.actor}, {when(event.at_ms)}, hash {cur.proposal_hash[:12]}",
-        (append_command(new),),
+        (append_command(new), *_wake(state)),
     ))
 
 
@@ -406,7 +414,7 @@ def on_denial(state: LoopState, event: ApprovalRejected) -> Transition:
         f"denied by {event.actor}",
         written,
         f"denial, park {cur.item}",
-        (append_command(new),),
+        (append_command(new), *_wake(state)),
     ))
 
 

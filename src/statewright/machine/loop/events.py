@@ -325,12 +325,16 @@ class AwaitPass(LoopCommand):
 
 @dataclass(frozen=True)
 class WakeRun(LoopCommand):
-    """The run slept on its pass's task, which just ended: a worker that claims this (from
-    the outbox, by its type) drives the run on, as 'loop run' would. Never performed by the
-    driver that asked for it."""
+    """The run sleeps (on its pass's task, or at the gate) and something moved it: the task
+    ended, or a person decided at the gate. A worker that claims this (from the outbox, by its
+    type) drives the run on, as 'loop run' would. Never performed by the driver that asked for
+    it. With ``due_at_ms`` it is the gate's timer: not claimable before the gate's time limit
+    passes, and then only if the run still sleeps at the gate that showed ``proposal_hash``."""
 
     type: ClassVar[str] = "WakeRun"
     run_id: str
+    due_at_ms: int | None = None
+    proposal_hash: str = ""
 
 
 @dataclass(frozen=True)
