@@ -3,7 +3,9 @@ SQLite, PostgreSQL): the seed table, rule order, budgets, gates, the hold after 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from statewright.runtime.engine import Engine
 from statewright.runtime.worker import Worker
 from statewright.store import open_store
 
-from .helpers import FakeClock, command, launches, record, run_loop, table, write_loop
+from .helpers import FakeClock, command, launches, person, record, run_loop, table, write_loop
 
 S = LoopStatus
 
@@ -166,14 +168,8 @@ def test_gate_sleeps_then_approval_resumes(tmp_path: Path, db: str, clock: FakeC
     with LoopStore.open(db) as store:
         (pending,) = store.pending_approvals(paused.run_id)
         assert pending.shown["checks"][0]["outcome"] == "pass"
-        with pytest.raises(InputError, match="'eve' does not hold the role 'maintainer' the gate needs"):
-            decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="eve", roles=("intern",),
-                        approve=True, reason_code="", at_ms=clock())
-        with pytest.raises(InputError, match="names an agent or the system"):
-            decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="agent:worker",
-                        roles=("maintainer",), approve=True, reason_code="", at_ms=clock())
-        decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="ann", roles=("maintainer",),
-                    approve=True, reason_code="", at_ms=clock())
+        ann = person(store.store, "ann", "maintainer")
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=pending.proposal_hash, approve=True, at_ms=clock())
     done = run_loop(loop, db, clock)
     assert done.status is S.DONE and done.run_id == paused.run_id
     lines = record(db, done.run_id)
@@ -202,8 +198,8 @@ def test_a_decision_at_the_gate_wakes_the_sleeping_run(tmp_path: Path, db: str, 
     with LoopStore.open(db) as store:
         (pending,) = store.pending_approvals(paused.run_id)
         assert store.store.outbox() == []  # a gate without a time limit sets no wake
-        decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="ann", roles=("maintainer",),
-                    approve=True, reason_code="", at_ms=clock())
+        ann = person(store.store, "ann", "maintainer")
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=pending.proposal_hash, approve=True, at_ms=clock())
         [row] = store.store.outbox()
         assert (row["task_id"], row["type"]) == (f"loop-run-{paused.run_id}", "WakeRun")
         decided = store.lines(paused.run_id)[-1]
@@ -226,8 +222,8 @@ def test_a_stopped_run_or_a_changed_loop_file_is_not_woken(
     paused = run_loop(loop, db, clock)
     with LoopStore.open(db) as store:
         (p,) = store.pending_approvals(paused.run_id)
-        decide_gate(store, paused.run_id, proposal_hash=p.proposal_hash, actor="ann", roles=("m",), approve=True,
-                    reason_code="", at_ms=clock())
+        ann = person(store.store, "ann", "m")
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=p.proposal_hash, approve=True, at_ms=clock())
         request_stop(store, paused.run_id, reason="hold on", at_ms=clock())
         before = store.run(paused.run_id).lines
     caplog.set_level(logging.INFO, logger="statewright.worker")
@@ -241,8 +237,7 @@ def test_a_stopped_run_or_a_changed_loop_file_is_not_woken(
     loop.write_text(loop.read_text() + "# edited\n")
     with LoopStore.open(db) as store:
         (p,) = store.pending_approvals(again.run_id)
-        decide_gate(store, again.run_id, proposal_hash=p.proposal_hash, actor="ann", roles=("m",), approve=True,
-                    reason_code="", at_ms=clock())
+        decide_gate(store, again.run_id, by=ann, proposal_hash=p.proposal_hash, approve=True, at_ms=clock())
         before = store.run(again.run_id).lines
     assert _work(db, clock.now_ms) == 1  # claimed, and the changed file refused
     assert f"loop run {again.run_id} not woken: {loop} changed since run {again.run_id} opened" in caplog.text
@@ -269,13 +264,48 @@ def test_a_gates_time_limit_wakes_the_run_that_sleeps_there(tmp_path: Path, db: 
     paused = run_loop(decided, db, clock)
     with LoopStore.open(db) as store:
         (p,) = store.pending_approvals(paused.run_id)
-        decide_gate(store, paused.run_id, proposal_hash=p.proposal_hash, actor="ann", roles=("m",), approve=False,
-                    reason_code="touches billing", at_ms=clock())
+        decide_gate(store, paused.run_id, by=person(store.store, "ann", "m"), proposal_hash=p.proposal_hash,
+                    approve=False, reason_code="touches billing", at_ms=clock())
         request_stop(store, paused.run_id, reason="not tonight", at_ms=clock())  # the decision's wake leaves it
     assert _work(db, clock.now_ms) == 1  # the decision's wake, claimed and the stopped run left
     before = record(db, paused.run_id)
     assert _work(db, clock.now_ms + 2 * 86_400_000) == 1  # the gate's timer, claimed and found decided
     assert record(db, paused.run_id) == before
+
+
+def test_the_gates_rules_hold_for_a_python_caller(tmp_path: Path, db: str, clock: FakeClock) -> None:
+    """decide_gate keeps the gate's rules whoever calls it: the roles are the store's (a
+    Principal that claims the gate's role is refused when the store says otherwise), an agent
+    identity never decides, a stale hash and a decision after the time limit are refused; each
+    refusal writes nothing (no line, no wake)."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "maintainer", "timeout": "1h"})
+    paused = run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        (pending,) = store.pending_approvals(paused.run_id)
+        h = pending.proposal_hash
+        stale = h[:12] + "".join("1" if c == "0" else "0" for c in h[12:])
+        eve = person(store.store, "eve", "intern")
+        claims = dataclasses.replace(eve, roles=("maintainer",))  # what the caller says, not the store
+        bot = person(store.store, "bot", "maintainer", "agent")
+        ann = person(store.store, "ann", "maintainer")
+        expires = pending.timeout_at_ms
+        assert expires is not None
+        refused = [
+            (eve, h, clock(), "'eve' does not hold the role 'maintainer' the gate needs (has: intern)"),
+            (claims, h, clock(), "'eve' does not hold the role 'maintainer' the gate needs (has: intern)"),
+            (bot, h, clock(), "'bot' is an agent identity (role 'agent') and may never"),
+            (ann, stale, clock(), f"the decision is for hash {stale} but the proposal shown has {h}"),
+            (ann, h, expires, "the gate's time limit passed at"),
+        ]
+        before = (store.lines(paused.run_id), store.store.outbox())
+        for who, hash_, at, says in refused:
+            for approve in (True, False):
+                with pytest.raises(InputError, match=re.escape(says)):
+                    decide_gate(store, paused.run_id, by=who, proposal_hash=hash_, approve=approve,
+                                reason_code="touches billing", at_ms=at)
+                assert (store.lines(paused.run_id), store.store.outbox()) == before
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=h, approve=True, at_ms=expires - 1)
+        assert store.run(paused.run_id).status is S.RECORDING
 
 
 def test_gate_timeout_parks_the_item(tmp_path: Path, db: str, clock: FakeClock) -> None:
@@ -296,8 +326,8 @@ def test_gate_denial_parks(tmp_path: Path, db: str, clock: FakeClock) -> None:
     paused = run_loop(loop, db, clock)
     with LoopStore.open(db) as store:
         (p,) = store.pending_approvals(paused.run_id)
-        decide_gate(store, paused.run_id, proposal_hash=p.proposal_hash, actor="bob", roles=("m",), approve=False,
-                    reason_code="touches billing", at_ms=clock())
+        decide_gate(store, paused.run_id, by=person(store.store, "bob", "m"), proposal_hash=p.proposal_hash,
+                    approve=False, reason_code="touches billing", at_ms=clock())
     outcome = run_loop(loop, db, clock)
     assert outcome.status is S.ESCALATED
     denial = next(x for x in record(db, outcome.run_id) if x.event_type == "ApprovalRejected")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from statewright._errors import LoopInvariantError
+from statewright._names import person_name_problem
 from statewright.definition.model import Workflow
 from statewright.machine.children import INLINE_COMMANDS, ParentRef, child_ended
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
@@ -129,7 +130,7 @@ def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms
     ev = PassEnded(
         ref.step, ref.attempt, tell.task_id, tell.status, at_ms, reason=tell.reason, detail=tell.detail,
         tokens=int(cost.get("tokens_in", 0) + cost.get("tokens_out", 0)), money_usd=float(cost.get("money_usd", 0.0)),
-        event_id=f"{tell.task_id}:ended:{tell.version}",
+        actors=people_of(child), event_id=f"{tell.task_id}:ended:{tell.version}",
     )
     stored = run.state
     step = loop_transition(state_from_dict(stored["state"]), ev)
@@ -150,3 +151,10 @@ def wake_rows(stream: str, event_id: str, commands: Sequence[Command | LoopComma
     return [NewCommand(f"{stream}:wake:{event_id}", c.type, command_to_dict(c),
                        c.due_at_ms if c.due_at_ms is not None else at_ms)
             for c in commands if isinstance(c, WakeRun)]
+
+
+def people_of(task: TaskState | None) -> tuple[str, ...]:
+    """The people (not agents, not the system) who acted in ``task``'s attempts, sorted."""
+    if task is None:
+        return ()
+    return tuple(sorted({a.actor for a in task.attempts if a.actor and person_name_problem(a.actor) is None}))

@@ -119,6 +119,7 @@ def _pass(d: Mapping[str, Any]) -> Pass:
         decided_by=d.get("decided_by", ""),
         task_id=d.get("task_id", ""),
         asleep=d.get("asleep", False),
+        authors=tuple(d.get("authors", ())),
     )
 
 

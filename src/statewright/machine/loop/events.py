@@ -120,7 +120,8 @@ class PassEnded(LoopEvent):
     """The pass's task ``task_id`` (a child task of the run) ended with ``status`` (a task
     status: completed, completed_early, halted, cancelled). Written in the same transaction as
     the task's terminal event; its ``event_id`` is ``TASK:ended:VERSION``. A run that has moved
-    on since keeps it as a note."""
+    on since keeps it as a note. ``actors`` are the people who acted in the task (approved or
+    rejected its steps): authors of the pass's work, so none of them decides at the run's gate."""
 
     type: ClassVar[str] = "PassEnded"
     item: str
@@ -132,6 +133,7 @@ class PassEnded(LoopEvent):
     detail: str = ""
     tokens: int = 0
     money_usd: float = 0.0
+    actors: tuple[str, ...] = ()
 
     @property
     def succeeded(self) -> bool:
