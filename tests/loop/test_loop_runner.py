@@ -245,6 +245,28 @@ def test_a_stopped_run_or_a_changed_loop_file_is_not_woken(
         assert store.run(again.run_id).lines == before and store.run(again.run_id).status is S.RECORDING
 
 
+def test_a_wake_the_run_was_taken_up_past_leaves_it_alone(
+    tmp_path: Path, db: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Approved while asleep, the run is taken up by a 'loop run' before any worker claims
+    the wake; that process drives it to the next item's gate. The wake, claimed later, finds
+    the run moved on past its line and leaves it asleep there (no line written)."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}, {"id": "y"}], gate={"role": "m"})
+    paused = run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        (p,) = store.pending_approvals(paused.run_id)
+        decide_gate(store, paused.run_id, by=person(store.store, "ann", "m"), proposal_hash=p.proposal_hash,
+                    approve=True, at_ms=clock())
+        decided = store.run(paused.run_id).lines
+    again = run_loop(loop, db, clock)
+    assert again.status is S.AWAITING_HUMAN and again.paused == "asleep at the gate"
+    before = record(db, paused.run_id)
+    caplog.set_level(logging.INFO, logger="statewright.worker")
+    assert _work(db, clock.now_ms) == 1
+    assert f"loop run {paused.run_id} not woken: a 'loop run' process took it up after line {decided}" in caplog.text
+    assert record(db, paused.run_id) == before
+
+
 def test_a_gates_time_limit_wakes_the_run_that_sleeps_there(tmp_path: Path, db: str, clock: FakeClock) -> None:
     """Asleep at a gate with a time limit: nothing wakes the run before the limit; once it
     passes, a worker drives the run on and the gate times out (the item parks), with no

@@ -245,7 +245,7 @@ class LoopStore:
             "owner_pid": owner_pid if owner_pid is not None else run.owner_pid,
         }
         seq = expected_lines + 1
-        wake = wake_rows(stream_id(run_id), str(body["event_id"]), commands, line.at_ms)
+        wake = wake_rows(stream_id(run_id), str(body["event_id"]), commands, line.at_ms, seq)
         self.store.append(stream_id(run_id), run.version, body, run_projection(state, meta, seq), wake,
                           terminal=state.status.is_terminal)
         return seq

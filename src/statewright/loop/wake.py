@@ -29,24 +29,28 @@ from statewright.loop.definition import load_loop
 from statewright.loop.runner import LoopRunner, RunOutcome, run_sleeps
 from statewright.loop.store import LoopStore
 from statewright.machine.loop.events import WakeRun
-from statewright.machine.loop.model import LoopStatus
+from statewright.machine.loop.model import LineKind, LoopStatus
 from statewright.store.base import Store
 
 log = logging.getLogger("statewright.worker")
 
 
 def wake_run(store: Store, run_id: str, *, env: Mapping[str, str] | None = None,
-             clock: Callable[[], int] | None = None, gate: str = "") -> RunOutcome | None:
+             clock: Callable[[], int] | None = None, gate: str = "", after_line: int = 0) -> RunOutcome | None:
     """Drive loop run ``run_id`` on from where its pass's task or a gate's decision left it.
     ``gate`` (a proposal hash) makes it the gate's timer: the run is driven only while it
-    still sleeps at that gate. None when there is nothing to do (the run ended, was stopped,
-    another process drives it, the gate was decided) or it cannot be driven here (one log line
-    says why)."""
+    still sleeps at that gate. ``after_line``: the line that asked for the wake; a run that
+    moved on past it since (anything but note lines) was taken up by another process. None
+    when there is nothing to do (the run ended, was stopped, another process drives it or
+    drove it on, the gate was decided) or it cannot be driven here (one log line says why)."""
     loops = LoopStore(store, owns=False)
     run = loops.run(run_id)
     if not run_sleeps(run):
         log.info("loop run %s not woken: it is %s%s", run_id, run.status,
                  "" if run.status.is_terminal else ", and stopped or driven by a 'loop run' process")
+        return None
+    if after_line and any(x.kind is not LineKind.NOTE for x in loops.lines(run_id)[after_line:]):
+        log.info("loop run %s not woken: a 'loop run' process took it up after line %d", run_id, after_line)
         return None
     cur = run.state.current
     if gate and (run.status is not LoopStatus.AWAITING_HUMAN or cur is None or cur.proposal_hash != gate):
@@ -74,6 +78,6 @@ def handlers(store: Store, clock: Callable[[], int] | None = None) -> dict[str, 
 
     def wake(body: Mapping[str, Any]) -> None:
         gate = str(body.get("proposal_hash") or "") if body.get("due_at_ms") is not None else ""
-        wake_run(store, str(body["run_id"]), clock=clock, gate=gate)
+        wake_run(store, str(body["run_id"]), clock=clock, gate=gate, after_line=int(body.get("after_line") or 0))
 
     return {WakeRun.type: wake}

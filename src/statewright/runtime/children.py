@@ -137,18 +137,20 @@ def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms
     if step.line is None:
         raise LoopInvariantError(f"loop run {run.task_id}: {ev.type} wrote no line")
     lines = int(stored.get("lines", run.version - 1)) + 1
-    wake = wake_rows(run.task_id, ev.event_id, step.commands, at_ms)  # a worker claims it and drives the run on
+    wake = wake_rows(run.task_id, ev.event_id, step.commands, at_ms, lines)  # a worker claims it, drives the run on
     return AppendRequest(
         run.task_id, run.version, line_body(ev, step.line, step.commands), run_projection(step.state,
         stored.get("meta") or {}, lines), wake, terminal=step.state.status.is_terminal,
     )
 
 
-def wake_rows(stream: str, event_id: str, commands: Sequence[Command | LoopCommand], at_ms: int) -> list[NewCommand]:
-    """The outbox rows of the ``WakeRun`` commands a loop run's line asks for (the line's
+def wake_rows(stream: str, event_id: str, commands: Sequence[Command | LoopCommand], at_ms: int,
+              line_no: int) -> list[NewCommand]:
+    """The outbox rows of the ``WakeRun`` commands a loop run's line ``line_no`` asks for (its
     event is ``event_id``, at ``at_ms``): claimable at once, or a gate's timer not before its
-    ``due_at_ms``."""
-    return [NewCommand(f"{stream}:wake:{event_id}", c.type, command_to_dict(c),
+    ``due_at_ms``. Each names the line (``after_line``): a run that moved on past it since
+    (a 'loop run' took it up) is not woken by it."""
+    return [NewCommand(f"{stream}:wake:{event_id}", c.type, {**command_to_dict(c), "after_line": line_no},
                        c.due_at_ms if c.due_at_ms is not None else at_ms)
             for c in commands if isinstance(c, WakeRun)]
 
