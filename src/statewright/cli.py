@@ -81,8 +81,11 @@ def _all_done(engine: Any) -> Callable[[], bool]:
             last[0] = now
             busy = (t for s in ("running", "waiting") for t in engine.store.list_tasks(status=s))
             last[1] = all(on_children(t) for t in busy)
-            if last[1]:  # a loop run woken by its pass's task's end is work too, until it is driven on
-                last[1] = not any(r["type"] == "WakeRun" for r in engine.store.outbox())
+            if last[1]:  # a woken loop run is work too, until it is driven on (a gate's timer not yet
+                # due is not: the run waits for a person, as a task awaiting approval does)
+                due = engine.clock.now_ms()
+                last[1] = not any(r["type"] == "WakeRun" and r["available_at_ms"] <= due
+                                  for r in engine.store.outbox())
         return bool(last[1])
 
     return done

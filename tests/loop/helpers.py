@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -9,13 +10,17 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from statewright.loop.definition import load_loop
 from statewright.loop.runner import CRASH_ENV, LoopRunner, RunOutcome
 from statewright.loop.store import LoopStore, StoredLine
+
+if TYPE_CHECKING:
+    from statewright.runtime.users import Principal
+    from statewright.store.base import Store
 
 SCRIPTS = Path(__file__).parent / "scripts"
 PY = sys.executable
@@ -175,3 +180,21 @@ def token_file(db: Path | str, name: str, *roles: str) -> Path:
         return path
     finally:
         store.close()
+
+
+_ROOT_TOKENS: dict[str, str] = {}  # the first admin's token, by database URL
+
+
+def person(store: Store, name: str, *roles: str) -> Principal:
+    """``name``, given ``roles`` by the database's first admin, as ``Users.authenticate``
+    returns them (the Principal an approval or a rejection takes)."""
+    from statewright._errors import StatewrightError
+    from statewright.runtime.clock import SystemClock
+    from statewright.runtime.users import Users
+
+    users = Users(store, SystemClock())
+    with contextlib.suppress(StatewrightError):  # unless this database has its first admin already
+        _ROOT_TOKENS[store.url] = users.bootstrap("root").token
+    admin = users.authenticate(_ROOT_TOKENS[store.url])
+    users.add(admin, name, roles)
+    return users.authenticate(users.issue_token(admin, name).token)

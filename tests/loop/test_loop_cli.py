@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from click.testing import CliRunner, Result
 from statewright.loop.cli import loop
 from store.backends import SQL_BACKENDS
 
-from .helpers import launches, token_file, write_loop
+from .helpers import PY, clean_env, launches, token_file, write_loop
 
 
 def _cli(*args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Result:
@@ -172,6 +173,34 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
     assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_an_approval_through_the_cli_wakes_the_run_for_a_worker_process(
+    tmp_path: Path, store_url: str, backend: str
+) -> None:
+    """'loop run' leaves the run asleep at the gate; 'loop approve' says a worker drives it on,
+    and a 'statewright worker --until-done' process does, to DONE, with no second 'loop run'."""
+    path = write_loop(tmp_path / "l", [{"id": "1"}], gate={"role": "maintainer"})
+    paused = _cli("run", str(path), "--db", store_url)
+    assert paused.exit_code == 4 and "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
+    shown = re.search(r"hash ([0-9a-f]{64})", paused.stdout)
+    assert shown is not None, paused.stdout
+    ann = token_file(store_url, "ann", "maintainer")
+    ok = _cli("approve", "1", "--as", "ann", "--hash", shown.group(1), "--token-file", str(ann), "--db", store_url)
+    assert ok.exit_code == 0, ok.output
+    assert ok.stdout == (f"run 1: item 1 approved by ann (hash {shown.group(1)[:12]}); a 'statewright worker'"
+                         " drives the run on\n")
+    worker = subprocess.run([PY, "-m", "statewright", "worker", "--until-done", "--db", store_url], env=clean_env(),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert worker.returncode == 0, worker.stderr
+    assert "loop run 1 woken: DONE (goal met)" in worker.stderr
+    data = json.loads(_cli("show", "1", "--json", "--db", store_url).stdout)
+    assert data["status"] == "DONE"
+    events = [(ln["event_type"], ln["kind"]) for ln in data["lines"]]
+    decided = events.index(("ApprovalGranted", "move"))
+    assert events[decided + 1] == ("ProcessStarted", "start")  # the worker's start, excused as the sleep was
+    assert [e for e, _ in events].count("ProcessStarted") == 1 and launches(path.parent) == [("1", 1)]
 
 
 def test_simulate_prints_the_documents_figures() -> None:

@@ -14,10 +14,11 @@ import yaml
 from click.testing import CliRunner
 
 from people.support import People
-from statewright._errors import ApprovalError
+from statewright._errors import ApprovalError, InputError
 from statewright.cli import cli as main_cli
 from statewright.loop.cli import loop
 from statewright.loop.passes import EnginePassRunner, PassResult, PassStatus, pass_key
+from statewright.loop.runner import decide_gate
 from statewright.loop.sources import WorkItem
 from statewright.loop.store import LoopStore
 from statewright.loop.wake import handlers, wake_run
@@ -400,3 +401,33 @@ def test_statewright_worker_until_done_wakes_the_run_after_the_approval(
     with LoopStore.open(store_url) as store:
         assert store.run(run_id).status is LoopStatus.DONE
     assert not engine.store.outbox(f"loop-run-{run_id}")
+
+
+def test_who_approved_in_the_pass_may_not_decide_at_the_runs_gate(
+    root: Path, store_url: str, engine: Engine, clock: FakeClock
+) -> None:
+    """Separation of duty across the layers: the person who approved a step of the pass's task
+    is an author of the pass's work and is refused at the run's gate (nothing written); another
+    maintainer's approval wakes the run asleep at the gate, and a worker drives it to DONE."""
+    _path, run_id, task = waiting_loop(root, store_url, clock, gate={"role": "maintainer"})
+    people = People(engine)
+    eva = people.add("eva", "maintainer")
+    cur = engine.state(task).current
+    assert cur is not None
+    engine.approve(task, eva, proposal_hash=cur.proposal_hash)
+    Worker(engine, handlers=handlers(engine.store, clock=clock)).run(until_idle=True)
+    with LoopStore.open(store_url) as store:
+        run = store.run(run_id)
+        assert run.status is LoopStatus.AWAITING_HUMAN and run.state.current is not None
+        assert run.state.current.authors == ("eva",)
+        (pending,) = store.pending_approvals(run_id)
+        before = store.lines(run_id)
+        with pytest.raises(InputError, match=f"'eva' acted in task {task}, the pass's work, and may not approve it"
+                                             r" at the gate \(separation of duty\)"):
+            decide_gate(store, run_id, by=eva, proposal_hash=pending.proposal_hash, approve=True, at_ms=clock())
+        assert store.lines(run_id) == before and not engine.store.outbox(f"loop-run-{run_id}")
+        ann = people.add("ann", "maintainer")
+        decide_gate(store, run_id, by=ann, proposal_hash=pending.proposal_hash, approve=True, at_ms=clock())
+    assert Worker(engine, handlers=handlers(engine.store, clock=clock)).run(until_idle=True).commands == 1
+    with LoopStore.open(store_url) as store:
+        assert store.run(run_id).status is LoopStatus.DONE

@@ -27,7 +27,7 @@ from statewright.machine.loop.model import LoopConfig, LoopStatus
 from statewright.machine.loop.reducer import initial_state
 from tally import tally
 
-from .helpers import PY, SCRIPTS, FakeClock, clean_env, cli, command, run_loop, token_file, write_loop
+from .helpers import PY, SCRIPTS, FakeClock, clean_env, cli, command, person, run_loop, token_file, write_loop
 
 S = LoopStatus
 # What the runner holds that no command of the loop may see.
@@ -283,8 +283,8 @@ def test_an_approval_binds_when_a_secret_is_part_of_its_fingerprint(tmp_path: Pa
     paused = run_loop(path, db, clock)
     with LoopStore.open(db) as store:
         (pending,) = store.pending_approvals(paused.run_id)
-        decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="ann", roles=("maintainer",),
-                    approve=True, reason_code="", at_ms=clock())
+        decide_gate(store, paused.run_id, by=person(store.store, "ann", "maintainer"),
+                    proposal_hash=pending.proposal_hash, approve=True, at_ms=clock())
     piece = next(pending.proposal_hash[i:i + 12] for i in range(0, 52)
                  if not pending.proposal_hash[i:i + 12].isdigit())
     done = run_loop(path, db, clock, env={**clean_env(), "DEPLOY_TOKEN": piece})

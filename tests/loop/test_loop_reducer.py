@@ -385,6 +385,44 @@ def test_gate_denial_and_timeout_park_the_item() -> None:
     assert d.state.item("a").status is ItemStatus.PARKED  # type: ignore[union-attr]
 
 
+def _asleep_at_gate(timeout_ms: int | None = None) -> tuple[Driver, RequestApproval, Transition]:
+    """A run whose process went to sleep at the gate: the driver, the gate's request, the sleep."""
+    d = Driver(replace(CFG, gate_role="m", gate_timeout_ms=timeout_ms))
+    d.open("a")
+    req = d.work(PASS).commands[0]
+    assert isinstance(req, RequestApproval)
+    return d, req, d(GateSleep(d.at()))
+
+
+def test_a_decision_at_the_gate_wakes_a_run_no_process_drives() -> None:
+    """Asleep at the gate, a decision (either way) asks a worker to wake the run (WakeRun with
+    the decision's line); a run a process drives, or one the kill switch stopped, is not woken."""
+    for decide in (lambda h, at: ApprovalGranted(h, "ann", at, ("m",)),
+                   lambda h, at: ApprovalRejected(h, "ann", "touches billing", at, ("m",))):
+        d, req, sleep = _asleep_at_gate()
+        assert sleep.commands == () and d.state.current is not None and d.state.current.asleep
+        step = d(decide(req.proposal_hash, d.at()))
+        assert step.commands[-1] == WakeRun("41") and d.state.status is S.RECORDING and d.state.clean_stop
+        d(ProcessStarted(d.at()))  # the worker's start takes the run up
+        assert d.state.current is not None and not d.state.current.asleep
+        driven = Driver(replace(CFG, gate_role="m"))
+        driven.open("a")
+        driven.work(PASS)  # a 'loop run' process is at the gate, about to sleep
+        assert not any(isinstance(c, WakeRun) for c in driven(decide(req.proposal_hash, driven.at())).commands)
+        stopped, req, _ = _asleep_at_gate()
+        stopped(KillSwitch("loop stop", stopped.at()))
+        assert not any(isinstance(c, WakeRun) for c in stopped(decide(req.proposal_hash, stopped.at())).commands)
+
+
+def test_a_gate_with_a_time_limit_sets_a_wake_for_when_it_passes() -> None:
+    """Going to sleep at a gate with a time limit asks for a WakeRun due when the limit
+    passes, bound to the proposal shown; a gate without one asks for nothing."""
+    _d, req, sleep = _asleep_at_gate(60_000)
+    assert req.timeout_at_ms is not None
+    assert sleep.commands == (WakeRun("41", due_at_ms=req.timeout_at_ms, proposal_hash=req.proposal_hash),)
+    assert _asleep_at_gate()[2].commands == ()
+
+
 def test_illegal_events_leave_the_state_unchanged() -> None:
     """An event the table does not allow raises, naming the state and what it accepts."""
     d = Driver()
@@ -635,11 +673,17 @@ def test_a_pass_task_that_ends_after_the_run_moved_on_is_a_note() -> None:
 
 def test_only_a_run_asleep_on_its_pass_task_is_woken_by_its_end() -> None:
     """The task's end asks a worker to wake the run (WakeRun) only while no process drives
-    it: not after a start took the run up again, not after the kill switch stopped it."""
+    it: not after a start took the run up again, not after the kill switch stopped it. The
+    run stays asleep until the worker's start takes it up; a stop before that keeps it
+    stopped (the worker finds it so and leaves it)."""
     asleep = _waiting()
     step = asleep(PassEnded("a", 1, "t-1", "halted", asleep.at()))
     assert step.commands[-1] == WakeRun("41") and asleep.state.current is not None
-    assert not asleep.state.current.asleep
+    assert asleep.state.current.asleep
+    stopped_after = transition(asleep.state, KillSwitch("loop stop", asleep.at())).state
+    assert stopped_after.current is not None and not stopped_after.current.asleep
+    asleep(ProcessStarted(asleep.at()))
+    assert asleep.state.current is not None and not asleep.state.current.asleep
     taken_up = _waiting()
     taken_up(ProcessStarted(taken_up.at()))
     step = taken_up(PassEnded("a", 1, "t-1", "completed", taken_up.at()))

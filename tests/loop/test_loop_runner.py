@@ -3,17 +3,25 @@ SQLite, PostgreSQL): the seed table, rule order, budgets, gates, the hold after 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
 from pathlib import Path
 
 import pytest
 
 from statewright._errors import InputError
 from statewright.loop.errors import RunHeldError, SourceError
-from statewright.loop.runner import clear_hold, decide_gate
+from statewright.loop.runner import clear_hold, decide_gate, request_stop
 from statewright.loop.store import LoopStore
+from statewright.loop.wake import handlers
 from statewright.machine.loop.model import ItemStatus, LineKind, LoopStatus
+from statewright.runtime.clock import FakeClock as RuntimeClock
+from statewright.runtime.engine import Engine
+from statewright.runtime.worker import Worker
+from statewright.store import open_store
 
-from .helpers import FakeClock, command, launches, record, run_loop, table, write_loop
+from .helpers import FakeClock, command, launches, person, record, run_loop, table, write_loop
 
 S = LoopStatus
 
@@ -160,14 +168,8 @@ def test_gate_sleeps_then_approval_resumes(tmp_path: Path, db: str, clock: FakeC
     with LoopStore.open(db) as store:
         (pending,) = store.pending_approvals(paused.run_id)
         assert pending.shown["checks"][0]["outcome"] == "pass"
-        with pytest.raises(InputError, match="'eve' does not hold the role 'maintainer' the gate needs"):
-            decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="eve", roles=("intern",),
-                        approve=True, reason_code="", at_ms=clock())
-        with pytest.raises(InputError, match="names an agent or the system"):
-            decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="agent:worker",
-                        roles=("maintainer",), approve=True, reason_code="", at_ms=clock())
-        decide_gate(store, paused.run_id, proposal_hash=pending.proposal_hash, actor="ann", roles=("maintainer",),
-                    approve=True, reason_code="", at_ms=clock())
+        ann = person(store.store, "ann", "maintainer")
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=pending.proposal_hash, approve=True, at_ms=clock())
     done = run_loop(loop, db, clock)
     assert done.status is S.DONE and done.run_id == paused.run_id
     lines = record(db, done.run_id)
@@ -176,6 +178,156 @@ def test_gate_sleeps_then_approval_resumes(tmp_path: Path, db: str, clock: FakeC
     assert kinds == [(S.AWAITING_HUMAN, LineKind.CLEAN_STOP), (S.RECORDING, LineKind.START)]
     approved = next(x for x in lines if x.event_type == "ApprovalGranted")
     assert approved.written["actor"] == "ann" and approved.written["proposal_hash"] == pending.proposal_hash
+
+
+def _work(db: str, now_ms: int) -> int:
+    """What a worker with the loop's handlers does, on a clock of its own at ``now_ms``, until
+    nothing is left to claim: the number of commands it performed."""
+    engine = Engine(open_store(db), clock=RuntimeClock(now_ms))
+    try:
+        return Worker(engine, handlers=handlers(engine.store, clock=engine.clock.now_ms)).run(until_idle=True).commands
+    finally:
+        engine.close()
+
+
+def test_a_decision_at_the_gate_wakes_the_sleeping_run(tmp_path: Path, db: str, clock: FakeClock) -> None:
+    """A run asleep at the gate: the approval's line and a WakeRun row are one commit; a
+    worker claims the wake and drives the run to DONE, with no second 'loop run'."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "maintainer"})
+    paused = run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        (pending,) = store.pending_approvals(paused.run_id)
+        assert store.store.outbox() == []  # a gate without a time limit sets no wake
+        ann = person(store.store, "ann", "maintainer")
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=pending.proposal_hash, approve=True, at_ms=clock())
+        [row] = store.store.outbox()
+        assert (row["task_id"], row["type"]) == (f"loop-run-{paused.run_id}", "WakeRun")
+        decided = store.lines(paused.run_id)[-1]
+        assert decided.event_type == "ApprovalGranted" and [c["type"] for c in decided.commands][-1] == "WakeRun"
+    assert _work(db, clock.now_ms) == 1
+    lines = record(db, paused.run_id)
+    assert lines[-1].next_state is S.DONE
+    after = lines[[x.event_type for x in lines].index("ApprovalGranted") + 1]
+    assert (after.event_type, after.kind, after.state) == ("ProcessStarted", LineKind.START, S.RECORDING)
+    with LoopStore.open(db) as store:
+        assert store.store.outbox() == []
+
+
+def test_a_stopped_run_or_a_changed_loop_file_is_not_woken(
+    tmp_path: Path, db: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kill switch after the decision keeps the run stopped (the worker leaves it); a loop
+    file changed since the run opened is refused (the run stays where it is)."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}, {"id": "y"}], gate={"role": "m"})
+    paused = run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        (p,) = store.pending_approvals(paused.run_id)
+        ann = person(store.store, "ann", "m")
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=p.proposal_hash, approve=True, at_ms=clock())
+        request_stop(store, paused.run_id, reason="hold on", at_ms=clock())
+        before = store.run(paused.run_id).lines
+    caplog.set_level(logging.INFO, logger="statewright.worker")
+    assert _work(db, clock.now_ms) == 1  # claimed, and the stopped run left as it is
+    assert f"loop run {paused.run_id} not woken: it is RECORDING, and stopped" in caplog.text
+    with LoopStore.open(db) as store:
+        assert store.run(paused.run_id).lines == before and store.store.outbox() == []
+
+    again = run_loop(loop, db, clock)  # takes the run up, and sleeps at the next item's gate
+    assert again.run_id == paused.run_id and again.status is S.AWAITING_HUMAN
+    loop.write_text(loop.read_text() + "# edited\n")
+    with LoopStore.open(db) as store:
+        (p,) = store.pending_approvals(again.run_id)
+        decide_gate(store, again.run_id, by=ann, proposal_hash=p.proposal_hash, approve=True, at_ms=clock())
+        before = store.run(again.run_id).lines
+    assert _work(db, clock.now_ms) == 1  # claimed, and the changed file refused
+    assert f"loop run {again.run_id} not woken: {loop} changed since run {again.run_id} opened" in caplog.text
+    with LoopStore.open(db) as store:
+        assert store.run(again.run_id).lines == before and store.run(again.run_id).status is S.RECORDING
+
+
+def test_a_wake_the_run_was_taken_up_past_leaves_it_alone(
+    tmp_path: Path, db: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Approved while asleep, the run is taken up by a 'loop run' before any worker claims
+    the wake; that process drives it to the next item's gate. The wake, claimed later, finds
+    the run moved on past its line and leaves it asleep there (no line written)."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}, {"id": "y"}], gate={"role": "m"})
+    paused = run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        (p,) = store.pending_approvals(paused.run_id)
+        decide_gate(store, paused.run_id, by=person(store.store, "ann", "m"), proposal_hash=p.proposal_hash,
+                    approve=True, at_ms=clock())
+        decided = store.run(paused.run_id).lines
+    again = run_loop(loop, db, clock)
+    assert again.status is S.AWAITING_HUMAN and again.paused == "asleep at the gate"
+    before = record(db, paused.run_id)
+    caplog.set_level(logging.INFO, logger="statewright.worker")
+    assert _work(db, clock.now_ms) == 1
+    assert f"loop run {paused.run_id} not woken: a 'loop run' process took it up after line {decided}" in caplog.text
+    assert record(db, paused.run_id) == before
+
+
+def test_a_gates_time_limit_wakes_the_run_that_sleeps_there(tmp_path: Path, db: str, clock: FakeClock) -> None:
+    """Asleep at a gate with a time limit: nothing wakes the run before the limit; once it
+    passes, a worker drives the run on and the gate times out (the item parks), with no
+    second 'loop run'. A gate decided before its limit leaves its timer nothing to do."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "m", "timeout": "2d"})
+    paused = run_loop(loop, db, clock)
+    assert paused.status is S.AWAITING_HUMAN
+    assert _work(db, clock.now_ms) == 0
+    assert record(db, paused.run_id)[-1].kind is LineKind.CLEAN_STOP
+    assert _work(db, clock.now_ms + 2 * 86_400_000) == 1
+    lines = record(db, paused.run_id)
+    assert lines[-1].next_state is S.ESCALATED
+    timed_out = next(x for x in lines if x.event_type == "GateTimedOut")
+    assert timed_out.written["timeout"] == "no decision within 2d"
+
+    decided = write_loop(tmp_path / "m", [{"id": "x"}], loop="decided", gate={"role": "m", "timeout": "2d"})
+    paused = run_loop(decided, db, clock)
+    with LoopStore.open(db) as store:
+        (p,) = store.pending_approvals(paused.run_id)
+        decide_gate(store, paused.run_id, by=person(store.store, "ann", "m"), proposal_hash=p.proposal_hash,
+                    approve=False, reason_code="touches billing", at_ms=clock())
+        request_stop(store, paused.run_id, reason="not tonight", at_ms=clock())  # the decision's wake leaves it
+    assert _work(db, clock.now_ms) == 1  # the decision's wake, claimed and the stopped run left
+    before = record(db, paused.run_id)
+    assert _work(db, clock.now_ms + 2 * 86_400_000) == 1  # the gate's timer, claimed and found decided
+    assert record(db, paused.run_id) == before
+
+
+def test_the_gates_rules_hold_for_a_python_caller(tmp_path: Path, db: str, clock: FakeClock) -> None:
+    """decide_gate keeps the gate's rules whoever calls it: the roles are the store's (a
+    Principal that claims the gate's role is refused when the store says otherwise), an agent
+    identity never decides, a stale hash and a decision after the time limit are refused; each
+    refusal writes nothing (no line, no wake)."""
+    loop = write_loop(tmp_path / "l", [{"id": "x"}], gate={"role": "maintainer", "timeout": "1h"})
+    paused = run_loop(loop, db, clock)
+    with LoopStore.open(db) as store:
+        (pending,) = store.pending_approvals(paused.run_id)
+        h = pending.proposal_hash
+        stale = h[:12] + "".join("1" if c == "0" else "0" for c in h[12:])
+        eve = person(store.store, "eve", "intern")
+        claims = dataclasses.replace(eve, roles=("maintainer",))  # what the caller says, not the store
+        bot = person(store.store, "bot", "maintainer", "agent")
+        ann = person(store.store, "ann", "maintainer")
+        expires = pending.timeout_at_ms
+        assert expires is not None
+        refused = [
+            (eve, h, clock(), "'eve' does not hold the role 'maintainer' the gate needs (has: intern)"),
+            (claims, h, clock(), "'eve' does not hold the role 'maintainer' the gate needs (has: intern)"),
+            (bot, h, clock(), "'bot' is an agent identity (role 'agent') and may never"),
+            (ann, stale, clock(), f"the decision is for hash {stale} but the proposal shown has {h}"),
+            (ann, h, expires, "the gate's time limit passed at"),
+        ]
+        before = (store.lines(paused.run_id), store.store.outbox())
+        for who, hash_, at, says in refused:
+            for approve in (True, False):
+                with pytest.raises(InputError, match=re.escape(says)):
+                    decide_gate(store, paused.run_id, by=who, proposal_hash=hash_, approve=approve,
+                                reason_code="touches billing", at_ms=at)
+                assert (store.lines(paused.run_id), store.store.outbox()) == before
+        decide_gate(store, paused.run_id, by=ann, proposal_hash=h, approve=True, at_ms=expires - 1)
+        assert store.run(paused.run_id).status is S.RECORDING
 
 
 def test_gate_timeout_parks_the_item(tmp_path: Path, db: str, clock: FakeClock) -> None:
@@ -196,8 +348,8 @@ def test_gate_denial_parks(tmp_path: Path, db: str, clock: FakeClock) -> None:
     paused = run_loop(loop, db, clock)
     with LoopStore.open(db) as store:
         (p,) = store.pending_approvals(paused.run_id)
-        decide_gate(store, paused.run_id, proposal_hash=p.proposal_hash, actor="bob", roles=("m",), approve=False,
-                    reason_code="touches billing", at_ms=clock())
+        decide_gate(store, paused.run_id, by=person(store.store, "bob", "m"), proposal_hash=p.proposal_hash,
+                    approve=False, reason_code="touches billing", at_ms=clock())
     outcome = run_loop(loop, db, clock)
     assert outcome.status is S.ESCALATED
     denial = next(x for x in record(db, outcome.run_id) if x.event_type == "ApprovalRejected")

@@ -40,9 +40,12 @@ from statewright.machine.loop.model import (
 )
 from statewright.machine.loop.reducer import initial_state, transition
 from statewright.runtime.engine import Engine
+from statewright.runtime.users import Principal
 from statewright.runtime.verify import verify_all
 from statewright.store import open_store
 from store.backends import SQL_BACKENDS
+
+from .helpers import person
 
 CFG = LoopConfig(loop="l", check_names=("c",), oracle_names=("o",), max_passes=3)
 S = LoopStatus
@@ -165,20 +168,21 @@ def test_gate_decisions_bind_to_the_hash_and_the_role(store_url: str) -> None:
         (pending,) = store.pending_approvals(run_id)
         assert pending.role == "maintainer" and pending.item_id == "a"
 
-        def decide(h: str, roles: tuple[str, ...]) -> None:
-            decide_gate(store, run_id, proposal_hash=h, actor="ann", roles=roles, approve=True, reason_code="",
-                        at_ms=8)
+        ann, ian = person(store.store, "ann", "maintainer"), person(store.store, "ian", "intern")
+
+        def decide(h: str, by: Principal) -> None:
+            decide_gate(store, run_id, by=by, proposal_hash=h, approve=True, at_ms=8)
 
         with pytest.raises(InputError, match="binds to what was shown"):
-            decide("e" * 64, ("maintainer",))
+            decide("e" * 64, ann)
         with pytest.raises(InputError, match="does not hold the role 'maintainer'"):
-            decide(pending.proposal_hash, ("intern",))
-        decide(pending.proposal_hash, ("maintainer",))
+            decide(pending.proposal_hash, ian)
+        decide(pending.proposal_hash, ann)
         run = store.run(run_id)
         assert run.status is S.RECORDING and run.state.clean_stop  # asleep at the gate: the next start is excused
         assert store.pending_approvals() == []
         with pytest.raises(InputError, match="ApprovalGranted is not legal in RECORDING"):
-            decide(pending.proposal_hash, ("maintainer",))
+            decide(pending.proposal_hash, ann)
 
 
 def test_the_ledger_carries_into_the_next_run_and_unpark_reopens(store_url: str) -> None:

@@ -38,6 +38,7 @@ from statewright.loop.runner import (
     decide_gate,
     loop_is_running,
     request_stop,
+    run_sleeps,
     unpark_item,
 )
 from statewright.loop.simulate import SimInputs, exact, monte_carlo
@@ -353,7 +354,8 @@ def unpark_cmd(run_id: str, item: str, who: str | None, reason: str, token_file:
 @guard
 def approve_cmd(run_id: str, who: str | None, role: str | None, proposal_hash: str | None, token_file: str | None,
                 db: str) -> None:
-    """Approve the proposal a gate of RUN shows; the next 'loop run' carries on."""
+    """Approve the proposal a gate of RUN shows; a run asleep at the gate is woken (a
+    'statewright worker' drives it on)."""
     _decide(db, run_id, who=who, token_file=token_file, role=role, proposal_hash=proposal_hash, approve=True,
             reason="")
 
@@ -370,7 +372,8 @@ def approve_cmd(run_id: str, who: str | None, role: str | None, proposal_hash: s
 @guard
 def reject_cmd(run_id: str, who: str | None, role: str | None, reason_code: str, proposal_hash: str | None,
                token_file: str | None, db: str) -> None:
-    """Reject the proposal a gate of RUN shows, with a reason code; the item is parked."""
+    """Reject the proposal a gate of RUN shows, with a reason code; the item is parked (a run
+    asleep at the gate is woken, as by an approval)."""
     _decide(db, run_id, who=who, token_file=token_file, role=role, proposal_hash=proposal_hash, approve=False,
             reason=reason_code)
 
@@ -494,17 +497,15 @@ def _decide(
         role = role or gate.role
         if role != gate.role:
             raise InputError(f"run {run.run_id}: the gate needs role {gate.role!r}, you acted as {role!r}")
-        now = _now_ms()
-        if gate.timeout_at_ms is not None and now >= gate.timeout_at_ms:
-            msg = f"run {run.run_id}: the gate's time limit passed; the next 'statewright loop run' records it"
-            raise InputError(msg)
-        decide_gate(store, run.run_id, proposal_hash=proposal_hash, actor=person.name, roles=tuple(person.roles),
-                    approve=approve, reason_code=reason, at_ms=now)
+        decide_gate(store, run.run_id, by=person, proposal_hash=proposal_hash, approve=approve, reason_code=reason,
+                    at_ms=_now_ms())
     decision = "approved" if approve else "rejected"
-    click.echo(
-        f"run {run.run_id}: item {gate.item_id} {decision} by {person.name}"
-        f" (hash {proposal_hash[:12]}); run 'statewright loop run FILE' to carry on"
-    )
+    # Asleep at the gate, the run was woken with the decision; else a process drives it, or
+    # a kill switch stopped it.
+    then = ("a 'statewright worker' drives the run on" if run_sleeps(run)
+            else "the 'loop run' process at the gate carries on" if not run.state.clean_stop
+            else "the run was stopped: 'statewright loop run FILE' carries it on")
+    click.echo(f"run {run.run_id}: item {gate.item_id} {decision} by {person.name} (hash {proposal_hash[:12]}); {then}")
 
 
 def parked_items(state: LoopState) -> list[dict[str, Any]]:

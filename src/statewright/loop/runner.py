@@ -85,6 +85,8 @@ from statewright.machine.loop.events import (
 )
 from statewright.machine.loop.model import CheckOutcome, CheckResult, LineKind, LoopState, LoopStatus, RecordLine
 from statewright.machine.loop.reducer import initial_state, transition
+from statewright.runtime.clock import SystemClock
+from statewright.runtime.users import Principal, Users
 
 CRASH_ENV = LOOP_CRASH_ENV
 
@@ -149,8 +151,9 @@ class LoopRunner:
             if self.resume_run is not None:
                 run = self.store.run(self.resume_run)
                 newest = self.store.latest_run(self.definition.name)
-                if run.status.is_terminal or newest is None or newest.run_id != run.run_id:
-                    return RunOutcome(run.run_id, run.status, None, run.state.reason)  # nothing to carry on
+                if not run_sleeps(run) or newest is None or newest.run_id != run.run_id:
+                    # nothing to carry on: it ended, was replaced, stopped, or a process drives it
+                    return RunOutcome(run.run_id, run.status, None, run.state.reason)
                 refuse_changed_file(run, self.definition)
                 return self._drive(run, ProcessStarted(self.clock()))
             run, first = self._open_or_resume()
@@ -464,6 +467,13 @@ class LoopRunner:
                 signal.signal(s, old)
 
 
+def run_sleeps(run: RunRow) -> bool:
+    """Whether no process drives the unfinished run: it sleeps on its pass's task or at the
+    gate, and no kill switch stopped it since (what a worker may wake)."""
+    cur = run.state.current
+    return not run.status.is_terminal and cur is not None and cur.asleep
+
+
 def refuse_changed_file(run: RunRow, definition: LoopDefinition) -> None:
     """A run is pinned to the loop file it opened with (its sha256): budgets, checks, oracles
     and the goal hold still for the run. Resuming with another file is refused."""
@@ -522,17 +532,23 @@ def request_stop(store: LoopStore, run_id: str, *, reason: str, at_ms: int) -> R
 
 
 def decide_gate(
-    store: LoopStore, run_id: str, *, proposal_hash: str, actor: str, roles: tuple[str, ...], approve: bool,
-    reason_code: str, at_ms: int,
+    store: LoopStore, run_id: str, *, by: Principal, proposal_hash: str, approve: bool, reason_code: str = "",
+    at_ms: int,
 ) -> RecordLine:
-    """A person's decision on the proposal a gate shows, bound to its hash: the run moves on
-    (the next 'loop run' records it; one asleep at the gate stays excused). ``roles`` are
-    the roles the store says ``actor`` holds; the reducer checks them as a human step's."""
+    """A person's decision on the proposal a gate shows, bound to its hash, as an operator act
+    (one line; refused with nothing written). ``by`` is the Principal that
+    ``Users.authenticate(token)`` returned: its token is authenticated again here and the
+    person's roles are the store's, never the caller's. The reducer holds the gate's rules
+    (``may_decide``: a person, not an agent, with the gate's role, no author of the pass's
+    work, before the time limit, on the hash shown). A run asleep at the gate gets a WakeRun
+    with the decision (same commit): a worker drives it on; one a process drives carries on
+    there."""
+    who = Users(store.store, SystemClock()).check(by, act="approve" if approve else "reject")
     event: Event
     if approve:
-        event = ApprovalGranted(proposal_hash, actor, at_ms, tuple(roles), event_id=new_event_id())
+        event = ApprovalGranted(proposal_hash, who.name, at_ms, who.roles, event_id=new_event_id())
     else:
-        event = ApprovalRejected(proposal_hash, actor, reason_code, at_ms, tuple(roles), event_id=new_event_id())
+        event = ApprovalRejected(proposal_hash, who.name, reason_code, at_ms, who.roles, event_id=new_event_id())
     return operator_act(store, run_id, event)
 
 

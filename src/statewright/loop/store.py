@@ -37,6 +37,7 @@ from statewright.machine.loop.codec import (
 from statewright.machine.loop.events import AppendRecord, Command, Event, ItemsFound, RecordAppended, RunOpened
 from statewright.machine.loop.model import ItemLedger, LineKind, LoopState, LoopStatus, RecordLine
 from statewright.machine.seam import StreamKind
+from statewright.runtime.children import wake_rows
 from statewright.store.base import EventRow, Store, StoredTask
 
 RUN_PREFIX = RUN_STREAM_PREFIX
@@ -244,7 +245,8 @@ class LoopStore:
             "owner_pid": owner_pid if owner_pid is not None else run.owner_pid,
         }
         seq = expected_lines + 1
-        self.store.append(stream_id(run_id), run.version, body, run_projection(state, meta, seq), (),
+        wake = wake_rows(stream_id(run_id), str(body["event_id"]), commands, line.at_ms, seq)
+        self.store.append(stream_id(run_id), run.version, body, run_projection(state, meta, seq), wake,
                           terminal=state.status.is_terminal)
         return seq
 

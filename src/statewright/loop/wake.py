@@ -1,14 +1,20 @@
-"""Waking a loop run that sleeps on its pass's task: what a worker does with ``WakeRun``.
+"""Waking a loop run that sleeps (on its pass's task, or at the gate): what a worker does with
+``WakeRun``.
 
     the pass's task waits for a person       the run sleeps in RUNNING (a PassWaiting line)
     a person approves; a worker ends the task  -> in the same commit: the run's PassEnded line
                                                   and a WakeRun row in the outbox
+    the run's gate waits for a person        the run sleeps in AWAITING_HUMAN (a GateSleep line;
+                                             with a time limit, a WakeRun due when it passes)
+    'loop approve' / 'loop reject'           -> in the same commit: the decision's line and a
+                                                  WakeRun row in the outbox
     a worker claims WakeRun                  -> wake_run(): 'loop run' of that run, in the worker
 
 The worker reads the loop file the run opened with (its absolute path, kept with the run) and
 drives the run as ``statewright loop run`` would, until it ends, stops cleanly or sleeps
 again. A file that changed since is refused as 'loop run' refuses it; a run that another
-process drives, that has ended, or that a newer run of its loop replaced is left alone.
+process drives, that a kill switch stopped, that has ended, or that a newer run of its loop
+replaced is left alone; so is a gate's timer whose gate was decided.
 """
 
 from __future__ import annotations
@@ -20,27 +26,42 @@ from typing import Any
 
 from statewright._errors import StatewrightError
 from statewright.loop.definition import load_loop
-from statewright.loop.runner import LoopRunner, RunOutcome
+from statewright.loop.runner import LoopRunner, RunOutcome, run_sleeps
 from statewright.loop.store import LoopStore
 from statewright.machine.loop.events import WakeRun
+from statewright.machine.loop.model import LineKind, LoopStatus
 from statewright.store.base import Store
 
 log = logging.getLogger("statewright.worker")
 
 
 def wake_run(store: Store, run_id: str, *, env: Mapping[str, str] | None = None,
-             clock: Callable[[], int] | None = None) -> RunOutcome | None:
-    """Drive loop run ``run_id`` on from where its pass's task left it. None when there is
-    nothing to do (the run ended) or it cannot be driven here (one log line says why)."""
+             clock: Callable[[], int] | None = None, gate: str = "", after_line: int = 0) -> RunOutcome | None:
+    """Drive loop run ``run_id`` on from where its pass's task or a gate's decision left it.
+    ``gate`` (a proposal hash) makes it the gate's timer: the run is driven only while it
+    still sleeps at that gate. ``after_line``: the line that asked for the wake; a run that
+    moved on past it since (anything but note lines) was taken up by another process. None
+    when there is nothing to do (the run ended, was stopped, another process drives it or
+    drove it on, the gate was decided) or it cannot be driven here (one log line says why)."""
     loops = LoopStore(store, owns=False)
     run = loops.run(run_id)
-    if run.status.is_terminal:
+    if not run_sleeps(run):
+        log.info("loop run %s not woken: it is %s%s", run_id, run.status,
+                 "" if run.status.is_terminal else ", and stopped or driven by a 'loop run' process")
+        return None
+    if after_line and any(x.kind is not LineKind.NOTE for x in loops.lines(run_id)[after_line:]):
+        log.info("loop run %s not woken: a 'loop run' process took it up after line %d", run_id, after_line)
+        return None
+    cur = run.state.current
+    if gate and (run.status is not LoopStatus.AWAITING_HUMAN or cur is None or cur.proposal_hash != gate):
+        log.info("loop run %s not woken: its gate of hash %s was decided", run_id, gate[:12])
         return None
     path = run.definition_file or run.definition_path
     try:
         definition = load_loop(Path(path))
         extra: dict[str, Any] = {"clock": clock} if clock is not None else {}
-        runner = LoopRunner(definition, loops, env=env, trigger=f"run {run_id} woken by its pass's task",
+        why = "the gate's time limit" if gate else "its pass's task or a gate's decision"
+        runner = LoopRunner(definition, loops, env=env, trigger=f"run {run_id} woken by {why}",
                             resume_run=run_id, **extra)
         outcome = runner.run()
     except StatewrightError as exc:
@@ -51,10 +72,12 @@ def wake_run(store: Store, run_id: str, *, env: Mapping[str, str] | None = None,
     return outcome
 
 
-def handlers(store: Store) -> dict[str, Callable[[Mapping[str, Any]], None]]:
-    """The worker's handlers for the loop's outbox commands, by command type."""
+def handlers(store: Store, clock: Callable[[], int] | None = None) -> dict[str, Callable[[Mapping[str, Any]], None]]:
+    """The worker's handlers for the loop's outbox commands, by command type (``clock``, epoch
+    milliseconds, is the woken run's; the system's by default)."""
 
     def wake(body: Mapping[str, Any]) -> None:
-        wake_run(store, str(body["run_id"]))
+        gate = str(body.get("proposal_hash") or "") if body.get("due_at_ms") is not None else ""
+        wake_run(store, str(body["run_id"]), clock=clock, gate=gate, after_line=int(body.get("after_line") or 0))
 
     return {WakeRun.type: wake}

@@ -18,12 +18,13 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from statewright._errors import LoopInvariantError
+from statewright._names import person_name_problem
 from statewright.definition.model import Workflow
 from statewright.machine.children import INLINE_COMMANDS, ParentRef, child_ended
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
 from statewright.machine.events import Event, TaskCancelled, TaskSubmitted
 from statewright.machine.loop.codec import command_to_dict, line_body, run_projection, state_from_dict
-from statewright.machine.loop.events import PassEnded, WakeRun
+from statewright.machine.loop.events import LoopCommand, PassEnded, WakeRun
 from statewright.machine.loop.reducer import transition as loop_transition
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
@@ -129,16 +130,33 @@ def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms
     ev = PassEnded(
         ref.step, ref.attempt, tell.task_id, tell.status, at_ms, reason=tell.reason, detail=tell.detail,
         tokens=int(cost.get("tokens_in", 0) + cost.get("tokens_out", 0)), money_usd=float(cost.get("money_usd", 0.0)),
-        event_id=f"{tell.task_id}:ended:{tell.version}",
+        actors=people_of(child), event_id=f"{tell.task_id}:ended:{tell.version}",
     )
     stored = run.state
     step = loop_transition(state_from_dict(stored["state"]), ev)
     if step.line is None:
         raise LoopInvariantError(f"loop run {run.task_id}: {ev.type} wrote no line")
     lines = int(stored.get("lines", run.version - 1)) + 1
-    wake = [NewCommand(f"{run.task_id}:wake:{ev.event_id}", c.type, command_to_dict(c), at_ms)
-            for c in step.commands if isinstance(c, WakeRun)]  # a worker claims it and drives the run on
+    wake = wake_rows(run.task_id, ev.event_id, step.commands, at_ms, lines)  # a worker claims it, drives the run on
     return AppendRequest(
         run.task_id, run.version, line_body(ev, step.line, step.commands), run_projection(step.state,
         stored.get("meta") or {}, lines), wake, terminal=step.state.status.is_terminal,
     )
+
+
+def wake_rows(stream: str, event_id: str, commands: Sequence[Command | LoopCommand], at_ms: int,
+              line_no: int) -> list[NewCommand]:
+    """The outbox rows of the ``WakeRun`` commands a loop run's line ``line_no`` asks for (its
+    event is ``event_id``, at ``at_ms``): claimable at once, or a gate's timer not before its
+    ``due_at_ms``. Each names the line (``after_line``): a run that moved on past it since
+    (a 'loop run' took it up) is not woken by it."""
+    return [NewCommand(f"{stream}:wake:{event_id}", c.type, {**command_to_dict(c), "after_line": line_no},
+                       c.due_at_ms if c.due_at_ms is not None else at_ms)
+            for c in commands if isinstance(c, WakeRun)]
+
+
+def people_of(task: TaskState | None) -> tuple[str, ...]:
+    """The people (not agents, not the system) who acted in ``task``'s attempts, sorted."""
+    if task is None:
+        return ()
+    return tuple(sorted({a.actor for a in task.attempts if a.actor and person_name_problem(a.actor) is None}))

@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from statewright._errors import ApprovalError, IllegalEventError, LoopInvariantError, Refusal
-from statewright._names import person_name_problem
+from statewright._names import AGENT_ROLE, is_agent_identity, person_name_problem
 from statewright._time import duration, when
 from statewright.machine.loop._moves import (
     RECENT_FAILURES,
@@ -248,11 +248,12 @@ def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
         text = f"task {event.task_id} (item {event.item}, attempt {event.attempt}) ended {event.status}"
         return Transition(state, (), line(state, event, state.status, text, written,
                                           "kept as a note; the run had moved on", LineKind.NOTE))
-    spent = replace(cur, task_id=event.task_id, asleep=False, tokens=cur.tokens + event.tokens,
-                    money_usd=cur.money_usd + event.money_usd)
-    # A run asleep on the task (no process drives it) is woken by a worker; a driver that
-    # waits on the task carries on by itself.
-    wake: tuple[WakeRun, ...] = (WakeRun(state.run_id),) if cur.asleep else ()
+    spent = replace(cur, task_id=event.task_id, tokens=cur.tokens + event.tokens,
+                    money_usd=cur.money_usd + event.money_usd, authors=event.actors)
+    # A run asleep on the task (no process drives it) is woken by a worker (it stays asleep
+    # until that worker's start, so a stop before it keeps it stopped); a driver that waits
+    # on the task carries on by itself.
+    wake = _wake(state)
     if event.succeeded:
         back = replace(spent, note=f"task {event.task_id} {event.status}", artifacts=(f"task:{event.task_id}",))
         new = replace(state, status=S.CHECKING, current=back)
@@ -339,32 +340,51 @@ def on_checks(state: LoopState, event: CheckFinished) -> Transition:
     )
 
 
+def _wake(state: LoopState) -> tuple[WakeRun, ...]:
+    """A WakeRun for a run no process drives (asleep on its pass's task or at the gate) that
+    something just moved: a worker claims it and drives the run on."""
+    cur = state.current
+    return (WakeRun(state.run_id),) if cur is not None and cur.asleep else ()
+
+
 def may_decide(state: LoopState, event: ApprovalGranted | ApprovalRejected) -> None:
-    """The gate's rules for who decides, as a human step's: a person (never an agent or the
-    system) holding the gate's role. Raises ApprovalError (state unchanged) otherwise."""
+    """The gate's rules for a decision, as a human step's: a person (never an agent identity
+    or the system) holding the gate's role (``event.roles``: the store's, read when the act
+    was made), who is not an author of the work (no act of theirs in the pass's task), before
+    the gate's time limit, on the proposal shown (its hash). Raises ApprovalError (state
+    unchanged) otherwise."""
+    cur = current(state)
     role = state.config.gate_role or ""
+
+    def refuse(msg: str, refusal: Refusal = Refusal.NOT_ALLOWED) -> ApprovalError:
+        return ApprovalError(f"run {state.run_id}: {msg}", refusal=refusal, status=str(state.status),
+                             event_type=event.type)
+
+    verb = "approve" if isinstance(event, ApprovalGranted) else "reject"
     problem = person_name_problem(event.actor)
     if problem is not None:
-        raise ApprovalError(f"run {state.run_id}: {problem}", refusal=Refusal.NOT_ALLOWED, status=str(state.status),
-                            event_type=event.type)
+        raise refuse(problem)
+    if is_agent_identity(event.roles):
+        raise refuse(f"{event.actor!r} is an agent identity (role {AGENT_ROLE!r}) and may never {verb}")
     if role and role not in event.roles:
-        msg = (
-            f"run {state.run_id}: {event.actor!r} does not hold the role {role!r} the gate needs"
-            f" (has: {', '.join(event.roles) or 'none'})"
-        )
-        raise ApprovalError(msg, refusal=Refusal.NOT_ALLOWED, status=str(state.status), event_type=event.type)
+        raise refuse(f"{event.actor!r} does not hold the role {role!r} the gate needs"
+                     f" (has: {', '.join(event.roles) or 'none'})")
+    if event.actor in cur.authors:
+        raise refuse(f"{event.actor!r} acted in task {cur.task_id}, the pass's work, and may not {verb} it"
+                     " at the gate (separation of duty)")
+    limit, started = state.config.gate_timeout_ms, cur.gate_started_at_ms
+    if limit is not None and started is not None and event.at_ms >= started + limit:
+        raise refuse(f"the gate's time limit passed at {when(started + limit)}; no decision is taken after it"
+                     " (the gate times out and the item parks)", Refusal.EXPIRED)
+    if event.proposal_hash != cur.proposal_hash:
+        raise refuse(f"the decision is for hash {event.proposal_hash} but the proposal shown has"
+                     f" {cur.proposal_hash}; a decision binds to what was shown, so decide on the current"
+                     " proposal", Refusal.STALE)
 
 
 def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
     cur = current(state)
     may_decide(state, event)
-    if event.proposal_hash != cur.proposal_hash:
-        msg = (
-            f"run {state.run_id}: the approval is for hash {event.proposal_hash}"
-            f" but the proposal shown has {cur.proposal_hash}; an approval binds to what"
-            " was shown, so approve the current proposal"
-        )
-        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
     rec = replace(cur, verdict=Verdict.PASS, decided_by=event.actor)
     new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {
@@ -379,19 +399,13 @@ def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
         f"approved by {event.actor}",
         written,
         f"{event.actor}, {when(event.at_ms)}, hash {cur.proposal_hash[:12]}",
-        (append_command(new),),
+        (append_command(new), *_wake(state)),
     ))
 
 
 def on_denial(state: LoopState, event: ApprovalRejected) -> Transition:
     cur = current(state)
     may_decide(state, event)
-    if event.proposal_hash != cur.proposal_hash:
-        msg = (
-            f"run {state.run_id}: the denial is for hash {event.proposal_hash}"
-            f" but the proposal shown has {cur.proposal_hash}"
-        )
-        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
     cause = f"denied by {event.actor}: {event.reason_code}"
     rec = replace(cur, verdict=Verdict.DENIED, cause=cause, decided_by=event.actor)
     new = replace(state, status=S.RECORDING, current=rec)
@@ -406,7 +420,7 @@ def on_denial(state: LoopState, event: ApprovalRejected) -> Transition:
         f"denied by {event.actor}",
         written,
         f"denial, park {cur.item}",
-        (append_command(new),),
+        (append_command(new), *_wake(state)),
     ))
 
 

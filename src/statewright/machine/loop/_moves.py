@@ -19,6 +19,7 @@ from statewright.machine.loop.events import (
     RequestApproval,
     RunChecks,
     StopWorker,
+    WakeRun,
 )
 from statewright.machine.loop.model import (
     LEGAL_MOVES,
@@ -78,8 +79,16 @@ def clean_stop(state: LoopState, event: KillSwitch | GateSleep, text: str) -> Tr
     if state.status is S.RUNNING and state.current is not None:
         commands = (StopWorker(state.current.item, state.current.attempt),)
     new = replace(state, clean_stop=True)
-    if state.current is not None and state.current.asleep:  # a stopped run is not woken by its task's end
-        new = replace(new, current=replace(state.current, asleep=False))
+    cur = state.current
+    if isinstance(event, GateSleep) and cur is not None:
+        # No process drives the run now: a decision at the gate wakes it, and so does the
+        # gate's time limit (a WakeRun not claimable before it passes).
+        new = replace(new, current=replace(cur, asleep=True))
+        expires = approval_command(state).timeout_at_ms
+        if expires is not None:
+            commands = (WakeRun(state.run_id, due_at_ms=expires, proposal_hash=cur.proposal_hash),)
+    elif cur is not None and cur.asleep:  # a stopped run is not woken (its task's end, a decision)
+        new = replace(new, current=replace(cur, asleep=False))
     written: dict[str, object] = {"clean_stop": text, "resume_in": str(state.status)}
     return Transition(
         new,

@@ -49,8 +49,19 @@ def dumps(value: object) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
+_UNSAID_WHEN_DEFAULT = {"asleep": False, "authors": []}  # pass fields later than the first runs
+
+
 def state_to_dict(state: LoopState) -> dict[str, Any]:
-    return _plain_dict(record_dict(state))
+    """The state as JSON. A pass's ``asleep`` and ``authors`` are written only when they say
+    something, so a run stored before they existed still replays to its stored projection."""
+    out = _plain_dict(record_dict(state))
+    cur = out.get("current")
+    if isinstance(cur, dict):
+        for key, default in _UNSAID_WHEN_DEFAULT.items():
+            if cur.get(key) == default:
+                del cur[key]
+    return out
 
 
 def state_from_dict(d: Mapping[str, Any]) -> LoopState:
@@ -119,6 +130,7 @@ def _pass(d: Mapping[str, Any]) -> Pass:
         decided_by=d.get("decided_by", ""),
         task_id=d.get("task_id", ""),
         asleep=d.get("asleep", False),
+        authors=tuple(d.get("authors", ())),
     )
 
 

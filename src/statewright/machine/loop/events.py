@@ -120,7 +120,8 @@ class PassEnded(LoopEvent):
     """The pass's task ``task_id`` (a child task of the run) ended with ``status`` (a task
     status: completed, completed_early, halted, cancelled). Written in the same transaction as
     the task's terminal event; its ``event_id`` is ``TASK:ended:VERSION``. A run that has moved
-    on since keeps it as a note."""
+    on since keeps it as a note. ``actors`` are the people who acted in the task (approved or
+    rejected its steps): authors of the pass's work, so none of them decides at the run's gate."""
 
     type: ClassVar[str] = "PassEnded"
     item: str
@@ -132,6 +133,7 @@ class PassEnded(LoopEvent):
     detail: str = ""
     tokens: int = 0
     money_usd: float = 0.0
+    actors: tuple[str, ...] = ()
 
     @property
     def succeeded(self) -> bool:
@@ -325,12 +327,16 @@ class AwaitPass(LoopCommand):
 
 @dataclass(frozen=True)
 class WakeRun(LoopCommand):
-    """The run slept on its pass's task, which just ended: a worker that claims this (from
-    the outbox, by its type) drives the run on, as 'loop run' would. Never performed by the
-    driver that asked for it."""
+    """The run sleeps (on its pass's task, or at the gate) and something moved it: the task
+    ended, or a person decided at the gate. A worker that claims this (from the outbox, by its
+    type) drives the run on, as 'loop run' would. Never performed by the driver that asked for
+    it. With ``due_at_ms`` it is the gate's timer: not claimable before the gate's time limit
+    passes, and then only if the run still sleeps at the gate that showed ``proposal_hash``."""
 
     type: ClassVar[str] = "WakeRun"
     run_id: str
+    due_at_ms: int | None = None
+    proposal_hash: str = ""
 
 
 @dataclass(frozen=True)

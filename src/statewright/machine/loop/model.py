@@ -241,7 +241,8 @@ class Pass:
     cause: str = ""
     decided_by: str = ""
     task_id: str = ""  # the pass's task the run waits on in RUNNING (it waits for a person)
-    asleep: bool = False  # no process drives the run: it sleeps on that task (its end wakes the run)
+    asleep: bool = False  # no process drives the run: it sleeps on that task or at the gate (a worker wakes it)
+    authors: tuple[str, ...] = ()  # the people who acted in that task: none of them decides at the gate
 
 
 @dataclass(frozen=True)

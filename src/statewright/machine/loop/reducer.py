@@ -87,6 +87,7 @@ from statewright.machine.loop.model import (
     LoopConfig,
     LoopState,
     LoopStatus,
+    Pass,
     Verdict,
 )
 
@@ -193,6 +194,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
     here = state.status
     if here.is_terminal:
         return Transition(state, (), None)
+    state = replace(state, current=_awake(state))  # a process drives the run from here
     if state.clean_stop:
         count, kind, how = state.restarts_here, LineKind.START, "start after a clean stop"
     else:
@@ -285,6 +287,12 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
         entry_commands(new),
         line(state, event, here, text, written, f"run {here} again", kind),
     )
+
+
+def _awake(state: LoopState) -> Pass | None:
+    """The pass in flight as a process that now drives the run sees it: not asleep."""
+    cur = state.current
+    return cur if cur is None or not cur.asleep else replace(cur, asleep=False)
 
 
 # ------------------------------------------------------------------ decide
