@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
-from statewright.store.admission import Ledger, gates_of, usage_gates, with_tenant
+from statewright.store.admission import Gate, Ledger, gates_of, usage_gates, with_tenant
 from statewright.store.base import Claim
 
 CLAIM_RETURNING = (
@@ -33,6 +33,7 @@ class FleetSql:
 
     skip_locked: str = ""
     _prune_after_ms: int = 0
+    _windows_ms: dict[str, tuple[int, ...]] = {}  # per limit gate, its rate windows in the last config read
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
 
     @abstractmethod
@@ -108,13 +109,23 @@ class FleetSql:
 
     def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
         """Admit each row in claim order, or give it back waiting: one transaction, a few
-        statements whatever the number of rows (the slots of every gate counted at once,
-        the new slots and rate log rows written together)."""
+        statements whatever the number of rows. Every read is sent before any is waited for
+        (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip): the config,
+        the live slots of every gate of the rows, and the rate log totals of each named
+        limit over the window the last config read gave it. The new slots and rate log rows
+        are written together."""
         admitted, slot_rows, rate_rows, waits = [], [], [], []
         with self._tx() as cur:
             self._lock_gates_txn(cur)
-            config = self._fleet_txn(cur)
             claimed = [(r, with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))) for r in rows]
+            names = sorted({g.name for _, gates in claimed for g in gates})
+            expected = self._windows_ms
+            limits = [g for g in names if g.startswith("limit:") and g in expected]
+            config_cur = self._x(self._cursor(cur), "SELECT 'l', name, body FROM sw_limits UNION ALL"
+                                                    " SELECT 't', tenant, body FROM sw_tenants")
+            in_use_cur = self._in_use_query(self._cursor(cur), names, now_ms) if names else None
+            totals_cur = self._totals_query(self._cursor(cur), [(g, now_ms - w) for g in limits for w in expected[g]])
+            config = self._parse_fleet(config_cur.fetchall())
             ledger = Ledger(
                 config,
                 lambda gate: self._in_use_txn(cur, [gate], now_ms).get(gate, 0),
@@ -124,9 +135,13 @@ class FleetSql:
                 lambda tenant, day: self._usage_txn(cur, tenant, day),
                 lambda gate, since: self._totals_txn(cur, gate, since),
             )
-            counted = sorted({g.name for _, gates in claimed for g in gates if ledger.capacity(g) is not None})
-            if counted:
-                ledger.in_use.update(dict.fromkeys(counted, 0) | self._in_use_txn(cur, counted, now_ms))
+            if in_use_cur is not None:
+                ledger.in_use.update(dict.fromkeys(names, 0) | {str(g): int(n) for g, n in in_use_cur.fetchall()})
+            if totals_cur is not None:
+                for g, since, n, tokens in totals_cur.fetchall():
+                    window = now_ms - int(since)
+                    ledger.totals[(str(g), window)] = [int(n), int(tokens)]
+                    ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
             for r, gates in claimed:
                 command_id, token = str(r[0]), int(r[4])
                 why = ledger.check(gates, now_ms)
@@ -137,6 +152,7 @@ class FleetSql:
                 slot_rows += [(gate, command_id, token) for gate in slots]
                 rate_rows += [(gate, now_ms, command_id) for gate in rates]
                 admitted.append(_claim(r, tuple(g.name for g in gates)))
+            self._windows_ms = _windows_of(config)
             if waits:
                 self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
                                 " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
@@ -151,9 +167,25 @@ class FleetSql:
                 self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
                 for gate, before in ledger.forgettable(now_ms).items():
                     self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
+                counted = [g for g in names if ledger.capacity(Gate(g)) is not None]
                 if counted:
                     self._drop_dead_slots_txn(cur, counted, now_ms)
         return admitted
+
+    def _cursor(self, cur: Any) -> Any:
+        """Another cursor of ``cur``'s transaction, so that several reads can be sent before
+        the first is waited for."""
+        return cur.connection.cursor()
+
+    def _totals_query(self, cur: Any, windows: list[tuple[str, int]]) -> Any:
+        """Starts and tokens in the rate log of each (gate, after this time), as rows of
+        (gate, since, starts, tokens); None when there are none to read."""
+        if not windows:
+            return None
+        parts = " UNION ALL ".join(
+            "SELECT ?, ?, COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
+            for _ in windows)
+        return self._x(cur, parts, tuple(v for g, since in windows for v in (g, since, g, since)))
 
     def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
         """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
@@ -166,14 +198,16 @@ class FleetSql:
 
     def _in_use_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> dict[str, int]:
         """Live slots of each of ``gates``: slot rows whose claim still holds its lease."""
+        return {str(g): int(n) for g, n in self._in_use_query(cur, gates, now_ms).fetchall()}
+
+    def _in_use_query(self, cur: Any, gates: Sequence[str], now_ms: int) -> Any:
         marks = ", ".join("?" * len(gates))
-        rows = self._x(
+        return self._x(
             cur,
             "SELECT s.gate, COUNT(*) FROM sw_slots s JOIN sw_outbox o ON o.command_id = s.command_id"
             f" AND o.token = s.token WHERE s.gate IN ({marks}) AND o.lease_expires_ms > ? GROUP BY s.gate",
             (*gates, now_ms),
-        ).fetchall()
-        return {str(g): int(n) for g, n in rows}
+        )
 
     def _drop_dead_slots_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> None:
         """Forget the slot rows of claims that ended without a wake (their worker died)."""
@@ -260,8 +294,10 @@ class FleetSql:
 
     def _fleet_txn(self, cur: Any) -> FleetConfig:
         """The config as stored now (one read; the rows parsed once per distinct text)."""
-        rows = self._x(cur, "SELECT 'l', name, body FROM sw_limits UNION ALL"
-                            " SELECT 't', tenant, body FROM sw_tenants").fetchall()
+        return self._parse_fleet(self._x(cur, "SELECT 'l', name, body FROM sw_limits UNION ALL"
+                                              " SELECT 't', tenant, body FROM sw_tenants").fetchall())
+
+    def _parse_fleet(self, rows: list[Any]) -> FleetConfig:
         key = tuple((str(k), str(n), str(b)) for k, n, b in rows)
         cached = _PARSED.get(key)
         if cached is None:
@@ -273,6 +309,16 @@ class FleetSql:
                 _PARSED.clear()
             _PARSED[key] = cached
         return cached
+
+
+def _windows_of(config: FleetConfig) -> dict[str, tuple[int, ...]]:
+    """Per named limit gate, the windows of its rates (what an admission reads ahead)."""
+    out = {}
+    for name, lim in config.limits.items():
+        windows = tuple(sorted({r.window_ms for r in (lim.rate, lim.tokens) if r is not None}))
+        if windows:
+            out[f"limit:{name}"] = windows
+    return out
 
 
 def limit_from_row(name: str, body: dict[str, Any]) -> NamedLimit:
