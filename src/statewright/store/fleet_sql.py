@@ -230,6 +230,7 @@ class FleetSql:
         slot rows of ``command_ids`` (the claims that ended)."""
         marks = ", ".join("?" * len(gates))
         with self._tx() as cur:
+            self._lock_gates_txn(cur)  # what an admission under way gives back to wait is seen
             if command_ids:
                 ids = ", ".join("?" * len(command_ids))
                 self._x(cur, f"DELETE FROM sw_slots WHERE command_id IN ({ids})", tuple(command_ids))

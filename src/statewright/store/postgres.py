@@ -32,6 +32,7 @@ from statewright.store.base import (
     Claim,
     NewCommand,
     StoreUnavailableError,
+    Wake,
 )
 from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
@@ -292,19 +293,26 @@ class PostgresStore(SqlStore):
 
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
         """The shared wake as one statement: forget the ended claim's slots, make the first
-        waiters due, and announce them when there were any."""
+        waiters due, and announce them when there were any; after the gates' lock, so that
+        what an admission under way gives back to wait is seen (one pipelined round trip)."""
         if getattr(self._local, "cur", None) is not None:
             super().wake(gates, now_ms, count, command_ids=command_ids)
             return
+        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+            conn.execute(*self._wake_statement(gates, now_ms, count, command_ids))
+
+    def _wake_statement(
+        self, gates: Sequence[str], now_ms: int, count: int, command_ids: Sequence[str]
+    ) -> tuple[str, tuple[Any, ...]]:
         marks = ", ".join(["%s"] * len(gates))
-        with self._stmt() as cur:
-            cur.execute(
-                "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
-                " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
-                f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
-                " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
-                (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
-            )
+        return (
+            "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
+            " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
+            f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
+            " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
+            (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
+        )
 
     def _lock_gates_txn(self, cur: Any) -> None:
         """Admissions run one at a time: each one's counts include every slot admitted
@@ -391,12 +399,15 @@ class PostgresStore(SqlStore):
         self._remember(req.task_id, result.version, h)
         return result
 
-    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
-        """Every request as its one statement (``_one_statement``), all in ONE transaction
-        sent as one pipeline: one round trip and one commit for the batch. Any refusal rolls
-        the whole batch back and returns None."""
+    def append_batch(
+        self, requests: Sequence[AppendRequest], *, wake: Wake | None = None
+    ) -> list[AppendResult] | None:
+        """Every request as its one statement (``_one_statement``), and ``wake`` as its one
+        statement after the gates' lock, all in ONE transaction sent as one pipeline: one
+        round trip and one commit for the batch. Any refusal rolls the whole batch back and
+        returns None."""
         if getattr(self._local, "cur", None) is not None or any(r.complete_remote for r in requests):
-            return super().append_batch(requests)  # closing a remote attempt: the shared SQL
+            return super().append_batch(requests, wake=wake)  # closing a remote attempt: the shared SQL
         errors = self._psycopg.errors
         refused = (errors.DataError, errors.IntegrityError, errors.TransactionRollback)
         with self._classified(), self._pool.connection() as conn:
@@ -411,6 +422,9 @@ class PostgresStore(SqlStore):
                 with conn.transaction(), conn.pipeline():
                     for sql, params, _, _ in prepared:
                         conn.execute(sql, params)
+                    if wake is not None:
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+                        conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count, wake.command_ids))
             except refused:
                 return None
         for r, (_, _, result, h) in zip(requests, prepared, strict=True):
