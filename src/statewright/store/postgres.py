@@ -34,6 +34,7 @@ from statewright.store.base import (
     StoreUnavailableError,
     Wake,
 )
+from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated
 from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class PostgresStore(SqlStore):
 
     skip_locked = " FOR UPDATE SKIP LOCKED"
     announces_work = True
+    _gated_seen = False  # the last claim met commands under gates
     _greatest = "GREATEST"
 
     def __init__(
@@ -276,6 +278,32 @@ class PostgresStore(SqlStore):
 
     def _claim_scope(self) -> AbstractContextManager[Any]:
         return nullcontext()
+
+    def _claim_round(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
+    ) -> tuple[list[Claim], int, bool]:
+        """While claims meet commands under gates, a claim is admitted in its own transaction:
+        BEGIN, the gates' lock, the claim and the admission's reads go in one round trip, the
+        writes and COMMIT in another. A claim that meets none makes the next one the single
+        statement of its own again."""
+        if not self._gated_seen or getattr(self._local, "cur", None) is not None:
+            out = super()._claim_round(worker_id, now_ms, lease_ms, limit, task_id)
+            self._gated_seen = out[2]
+            return out
+        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction(), \
+                conn.cursor() as cur:
+            self._local.cur = cur
+            try:
+                self._lock_gates_txn(cur)
+                claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id)
+                reads = self._admission_reads(cur, None, now_ms)
+                rows = in_claim_order(claim_cur.fetchall())
+                gated = [r for r in rows if is_gated(r)]
+                admitted = self._admit_txn(cur, gated, now_ms, reads) if gated else []
+            finally:
+                self._local.cur = None
+        self._gated_seen = bool(gated)
+        return [claim_of(r) for r in rows if not is_gated(r)] + admitted, len(rows), bool(gated)
 
     def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
         """The shared admission in pipeline mode: BEGIN, the gates' lock and the reads go in
