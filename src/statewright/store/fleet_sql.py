@@ -184,11 +184,12 @@ class FleetSql:
                             " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
                             " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?", waits)
         if slot_rows:
-            self._many(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES (?, ?, ?)"
-                            " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token", slot_rows)
+            distinct = list({(g, c): (g, c, t) for g, c, t in slot_rows}.values())  # a row is updated once
+            self._insert_rows(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES", "(?, ?, ?)",
+                              " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token", distinct)
         if rate_rows:
-            self._many(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
-                            " ON CONFLICT DO NOTHING", rate_rows)
+            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
+                              "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", rate_rows)
         if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
             for gate, before in ledger.forgettable(now_ms).items():
@@ -221,6 +222,11 @@ class FleetSql:
 
     def _many(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
         cur.executemany(self._sql(sql), rows)
+
+    def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` (distinct keys; ``one`` is a row's VALUES tuple): one statement
+        executed for each row (SQLite, where that costs least)."""
+        self._many(cur, f"{head} {one}{tail}", rows)
 
     def _in_use_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> dict[str, int]:
         """Live slots of each of ``gates``: slot rows whose claim still holds its lease."""

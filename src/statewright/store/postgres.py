@@ -342,6 +342,11 @@ class PostgresStore(SqlStore):
             (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
         )
 
+    def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
+        """All of ``rows`` in one multi-row INSERT: in a pipeline, one statement costs far
+        less than one per row."""
+        self._x(cur, f"{head} {', '.join([one] * len(rows))}{tail}", tuple(v for r in rows for v in r))
+
     def _lock_gates_txn(self, cur: Any) -> None:
         """Admissions run one at a time: each one's counts include every slot admitted
         before it (each statement after the lock sees what committed before)."""
