@@ -3,9 +3,12 @@ admission under the limits (store/admission.py says how), the fleet config, waki
 commands that waited for a slot, and usage against token rates and daily budgets.
 
 The claim itself stays one statement. Only when a claimed row has gates, or belongs to a
-tenant with a limit or budget, is it admitted in a second transaction that holds
-``_lock_gates_txn`` (nothing on SQLite, whose writers are serialized already; a
-transaction-level advisory lock on PostgreSQL)."""
+tenant with a limit or budget, is it admitted in a transaction that holds
+``_lock_gates_txn`` (nothing on SQLite, whose writers are serialized already, and where
+the claim and its admission share one transaction; a transaction-level advisory lock on
+PostgreSQL, where, while claims meet gated rows, the claim moves into that transaction).
+Each admission sends all its reads before it waits for any. A worker frees the slots of
+the claims that ended, and wakes their waiters, in the commit of their outcomes."""
 
 from __future__ import annotations
 
