@@ -3,7 +3,8 @@ concurrency and rate limits, daily budgets, and why a queued step is not running
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.fleet import waiting_reasons
 from statewright.runtime.worker import Worker
+from statewright.store import AppendRequest, AppendResult
+from statewright.store.admission import CONCURRENCY_RECHECK_MS
+from statewright.store.base import Wake
 
 from . import fl_steps
 
@@ -100,6 +104,44 @@ def test_a_step_at_its_concurrency_waits_without_a_lease_and_says_why(engine: En
     engine.store.ack(first[0].command_id, first[0].token)
     engine.store.wake(first[0].gates, now)
     assert [c.task_id for c in engine.store.claim("w2", now, LEASE_MS, 5)] == [t2]
+
+
+def test_the_commit_of_an_outcome_frees_its_slot_and_wakes_the_waiter(
+    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker tells the end of a claim under a limit in the commit of its outcome, not in a
+    write of its own: the waiter is due at once, well before it would look again."""
+    wf = workflow("deploy1", step={"concurrency": 1})
+    tids = [engine.submit(wf, {"n": i}) for i in range(3)]
+    store, start = engine.store, clock.now_ms()
+    told: list[tuple[str, ...]] = []
+    alone: list[Sequence[str]] = []  # wakes written on their own, outside a commit of outcomes
+    committing = threading.local()
+    real_batch, real_wake = store.append_batch, store.wake
+
+    def append_batch(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
+        if wake is not None:
+            told.append(wake.command_ids)
+        committing.on = True
+        try:
+            return real_batch(requests, wake=wake)
+        finally:
+            committing.on = False
+
+    def wake(gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
+        if not getattr(committing, "on", False):
+            alone.append(command_ids)
+        real_wake(gates, now_ms, count, command_ids=command_ids)
+
+    monkeypatch.setattr(store, "append_batch", append_batch)
+    monkeypatch.setattr(store, "wake", wake)
+    Worker(engine, concurrency=2).run(until_idle=True)
+
+    assert len(fl_steps.RAN) == 3
+    assert all(engine.state(t).status.value == "completed" for t in tids)
+    assert sorted(c.split("/")[0] for ids in told for c in ids) == sorted(tids)
+    assert alone == []
+    assert clock.now_ms() - start < CONCURRENCY_RECHECK_MS
 
 
 def test_a_workflow_concurrency_holds_across_its_steps(engine: Engine) -> None:

@@ -25,6 +25,7 @@ from statewright.runtime import engine as engine_module
 from statewright.runtime.engine import Engine
 from statewright.runtime.worker import Worker
 from statewright.store import AppendRequest, AppendResult
+from statewright.store.base import Wake
 from store.backends import SQL_BACKENDS, raw_sql
 from tally import tally
 
@@ -54,11 +55,11 @@ def refuse_appends(engine: Engine, monkeypatch: pytest.MonkeyPatch, refused: Cal
     real_batch, real_append = store.append_batch, store.append
     sizes: list[int] = []
 
-    def append_batch(requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+    def append_batch(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
         sizes.append(len(requests))
         if any(refused(dict(r.event)) for r in requests):
             raise exc()
-        return real_batch(requests)
+        return real_batch(requests, wake=wake)
 
     def append(task_id: str, expected_version: int, event: Any, *args: Any, **kwargs: Any) -> AppendResult:
         if refused(dict(event)):

@@ -19,6 +19,7 @@ from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Applied, Engine, Report
 from statewright.runtime.worker import READY_HOLD_SECONDS, Worker
 from statewright.store import AppendRequest, AppendResult
+from statewright.store.base import Wake
 
 from .support import code, lines, workflow
 
@@ -35,9 +36,9 @@ def spy_batches(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     real = engine.store.append_batch
 
-    def append_batch(requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+    def append_batch(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
         sizes.append(len(requests))
-        return real(requests)
+        return real(requests, wake=wake)
 
     monkeypatch.setattr(engine.store, "append_batch", append_batch)
     return sizes
@@ -109,13 +110,13 @@ def test_a_worker_shares_commits_among_ready_tasks(
     sizes: list[int] = []
     real = engine.store.append_batch
 
-    def slow_first_commit(requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+    def slow_first_commit(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
         if not sizes:  # hold the first commit until more outcomes wait behind it
             with worker._cv:
                 queued = worker._cv.wait_for(lambda: len(worker._staged) >= 2, timeout=30)
             assert queued, "no outcome queued behind the held commit"
         sizes.append(len(requests))
-        return real(requests)
+        return real(requests, wake=wake)
 
     monkeypatch.setattr(engine.store, "append_batch", slow_first_commit)
 

@@ -52,7 +52,7 @@ from statewright.runtime.clock import Clock, SystemClock
 from statewright.runtime.outbox import remote_closed, to_new_commands
 from statewright.runtime.users import Principal, Users
 from statewright.store import AppendRequest, Store, open_store
-from statewright.store.base import Claim, StoredTask
+from statewright.store.base import Claim, StoredTask, Wake
 
 log = logging.getLogger("statewright.worker")
 _CONFLICT_RETRIES = 8
@@ -432,15 +432,16 @@ class Engine:
         raise VersionConflictError(task_id, -1, -1)
 
     def apply_many(
-        self, reports: Sequence[Report], *, claim_for: tuple[str, int] | None = None
+        self, reports: Sequence[Report], *, claim_for: tuple[str, int] | None = None, wake: Wake | None = None
     ) -> list[Applied | IllegalEventError | StaleLeaseError]:
         """Apply several tasks' events in ONE commit (group commit): each is reduced from
         the state it names and all are appended together, each claiming its task's next
         command for ``claim_for``. When any one is refused the store writes none of them,
         and each is then applied on its own, as ``apply`` does, so one refusal (returned in
-        its place) costs the others nothing."""
+        its place) costs the others nothing. ``wake`` (the slots of claims under limits that
+        ended) is done in the same commit, or after the appends made one by one."""
         if len(reports) > 1 or (reports and reports[0].reduced is not None):
-            done = self._apply_together(reports, claim_for)
+            done = self._apply_together(reports, claim_for, wake)
             if done is not None:
                 return done
         out: list[Applied | IllegalEventError | StaleLeaseError] = []
@@ -449,6 +450,8 @@ class Engine:
                 out.append(self.apply(r.task_id, r.event, complete=r.complete, claim_for=claim_for, state=r.state))
             except (IllegalEventError, StaleLeaseError) as exc:
                 out.append(exc)
+        if wake is not None:
+            self.store.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
         return out
 
     def reduce(self, report: Report) -> Report:
@@ -472,7 +475,7 @@ class Engine:
         return replace(report, reduced=(new, cmds, req))
 
     def _apply_together(
-        self, reports: Sequence[Report], claim_for: tuple[str, int] | None
+        self, reports: Sequence[Report], claim_for: tuple[str, int] | None, wake: Wake | None
     ) -> list[Applied | IllegalEventError | StaleLeaseError] | None:
         reduced = []
         for r in reports:
@@ -480,7 +483,7 @@ class Engine:
             if done is None:
                 return None  # a refused event: apply_many applies them one by one
             reduced.append(done)
-        results = self.store.append_batch([replace(req, claim_for=claim_for) for _, _, req in reduced])
+        results = self.store.append_batch([replace(req, claim_for=claim_for) for _, _, req in reduced], wake=wake)
         if results is None:
             return None
         for r, (_, cmds, _) in zip(reports, reduced, strict=True):

@@ -58,7 +58,7 @@ from statewright.runtime.clock import SystemClock
 from statewright.runtime.engine import Applied, Engine, Report
 from statewright.runtime.users import approval_problem
 from statewright.runtime.workspaces import AttemptSpace
-from statewright.store.base import Claim
+from statewright.store.base import Claim, Wake
 
 if TYPE_CHECKING:
     from statewright.executors._isolation import Redactor
@@ -162,6 +162,8 @@ class Worker:
         self._staged: list[Report] = []  # performed, waiting for the committer
         self._pending = 0  # outcomes staged or being committed
         self._busy = 0  # executors performing a command or claiming
+        self._commits = 0  # commits of outcomes done (each may have made work due)
+        self._claimed_at = 0  # what _commits was when the last claim began
         self._executors_done = False
         self._step_seconds: float | None = None  # moving average of performing one command
         self._fresh_after = 0.0  # while outcomes are pending, no new claim before this time
@@ -388,6 +390,7 @@ class Worker:
             if in_flight and (in_flight >= self._prefetch() or time.monotonic() < self._fresh_after):
                 return False
             self._busy += 1
+            self._claimed_at = self._commits
         try:
             fired = self._fire_timers()
             if self.stopping.is_set():
@@ -413,6 +416,8 @@ class Worker:
             if self._pending or self._busy:
                 self._cv.wait(IDLE_POLL_SECONDS)
                 return
+            if until_idle and self._claimed_at != self._commits:
+                return  # a commit since the last claim may have made work due (a woken waiter)
             if until_idle:
                 self.stopping.set()
                 self._cv.notify_all()
@@ -568,6 +573,17 @@ class Worker:
         if ended:
             gates = sorted({g for _, gs in ended for g in gs})
             self.store.wake(gates, self.clock.now_ms(), len(ended), command_ids=[c for c, _ in ended])
+
+    def _ending(self, command_ids: list[str]) -> Wake | None:
+        """What the commit of the outcomes of ``command_ids`` frees: their claims' slots and
+        those of claims that ended before it unwoken, told in that commit (one write less)."""
+        with self._held_lock:
+            ended, self._ended = self._ended, []
+            ended += [(c, gates) for c in command_ids if (gates := self._gated.pop(c, None))]
+        if not ended:
+            return None
+        gates = tuple(sorted({g for _, gs in ended for g in gs}))
+        return Wake(gates, self.clock.now_ms(), len(ended), tuple(c for c, _ in ended))
 
     def _note_gated(self, claims: list[Claim]) -> None:
         """Remember which claims hold a slot, to wake a waiter when each ends."""
@@ -903,12 +919,15 @@ class Worker:
 
     def _commit(self, batch: list[Report]) -> None:
         claim_for = None if self.stopping.is_set() else self._claim_for()
+        wake = self._ending([r.complete[0] for r in batch if r.complete is not None])
         try:
-            results = self.engine.apply_many(batch, claim_for=claim_for)
+            results = self.engine.apply_many(batch, claim_for=claim_for, wake=wake)
         except StoreError:
             raise
         except Exception:  # one outcome spoils the group: commit each on its own
             results = [self._commit_alone(report, claim_for) for report in batch]
+            if wake is not None:
+                self.store.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
         nexts: list[Claim] = []
         done = stale = 0
         for report, res in zip(batch, results, strict=True):
@@ -935,6 +954,7 @@ class Worker:
             self.stats.commands += done
             self.stats.stale += stale
             self._pending -= len(batch)
+            self._commits += 1
             self._cv.notify_all()
 
     def wait_for(self, task_id: str, timeout: float | None = None) -> TaskState:

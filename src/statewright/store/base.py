@@ -116,6 +116,17 @@ class AppendRequest:
 
 
 @dataclass(frozen=True)
+class Wake:
+    """Claims under limits that ended, to be told in the commit of their outcomes
+    (``Store.append_batch``): ``Store.wake``'s arguments."""
+
+    gates: tuple[str, ...]
+    now_ms: int
+    count: int
+    command_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EventRow:
     task_id: str
     version: int
@@ -231,10 +242,13 @@ class Store(Protocol):
         the commit itself has less to do); appending it gives the same rows."""
         ...
 
-    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+    def append_batch(
+        self, requests: Sequence[AppendRequest], *, wake: Wake | None = None
+    ) -> list[AppendResult] | None:
         """All of ``requests`` in ONE transaction (one commit), or none of them: None when
         any one is refused (a version conflict, a stale lease, a duplicate event id), and
-        then nothing was written; the caller appends them one by one to learn which."""
+        then nothing was written; the caller appends them one by one to learn which. With
+        ``wake``, the same transaction does what ``Store.wake`` does with it."""
         ...
 
     def append_all(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:

@@ -3,9 +3,12 @@ admission under the limits (store/admission.py says how), the fleet config, waki
 commands that waited for a slot, and usage against token rates and daily budgets.
 
 The claim itself stays one statement. Only when a claimed row has gates, or belongs to a
-tenant with a limit or budget, is it admitted in a second transaction that holds
-``_lock_gates_txn`` (nothing on SQLite, whose writers are serialized already; a
-transaction-level advisory lock on PostgreSQL)."""
+tenant with a limit or budget, is it admitted in a transaction that holds
+``_lock_gates_txn`` (nothing on SQLite, whose writers are serialized already, and where
+the claim and its admission share one transaction; a transaction-level advisory lock on
+PostgreSQL, where, while claims meet gated rows, the claim moves into that transaction).
+Each admission sends all its reads before it waits for any. A worker frees the slots of
+the claims that ended, and wakes their waiters, in the commit of their outcomes."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
-from statewright.store.admission import Ledger, gates_of, usage_gates, with_tenant
+from statewright.store.admission import Gate, Ledger, gates_of, usage_gates, with_tenant
 from statewright.store.base import Claim
 
 CLAIM_RETURNING = (
@@ -33,6 +36,7 @@ class FleetSql:
 
     skip_locked: str = ""
     _prune_after_ms: int = 0
+    _windows_ms: dict[str, tuple[int, ...]] = {}  # per limit gate, its rate windows in the last config read
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
 
     @abstractmethod
@@ -76,16 +80,21 @@ class FleetSql:
         out: list[Claim] = []
         with self._claim_scope():
             for _ in range(_ADMISSION_ROUNDS):
-                rows = self._claim_rows(worker_id, now_ms, lease_ms, limit - len(out), task_id)
-                plain = [r for r in rows if r[8] is None and not r[10]]
-                gated = [r for r in rows if r[8] is not None or r[10]]
-                out += [_claim(r) for r in plain]
-                if not gated:
-                    break
-                out += self._admit(gated, now_ms)
-                if len(out) >= limit or len(rows) < limit:
+                claims, rows, gated = self._claim_round(worker_id, now_ms, lease_ms, limit - len(out), task_id)
+                out += claims
+                if not gated or len(out) >= limit or rows < limit:
                     break
         return out
+
+    def _claim_round(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
+    ) -> tuple[list[Claim], int, bool]:
+        """One claim and the admission of what it claimed under gates: the claims, how many
+        rows were claimed, and whether any had gates."""
+        rows = self._claim_rows(worker_id, now_ms, lease_ms, limit, task_id)
+        plain = [claim_of(r) for r in rows if not is_gated(r)]
+        gated = [r for r in rows if is_gated(r)]
+        return (plain + self._admit(gated, now_ms) if gated else plain), len(rows), bool(gated)
 
     def _claim_scope(self) -> AbstractContextManager[Any]:
         """What a claim and its admission run in: one transaction on SQLite (one commit for
@@ -94,66 +103,119 @@ class FleetSql:
         return self._tx()
 
     def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
-        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
         with self._stmt() as cur:
-            rows = self._x(
-                cur,
-                "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-                " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
-                f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
-                f" ORDER BY priority DESC, fair LIMIT ?{self.skip_locked}) RETURNING {CLAIM_RETURNING}",
-                (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
-            ).fetchall()
-        return sorted(rows, key=lambda r: (-int(r[11]), int(r[12])))
+            return in_claim_order(self._claim_query(cur, worker_id, now_ms, lease_ms, limit, task_id).fetchall())
+
+    def _claim_query(
+        self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
+    ) -> Any:
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        return self._x(
+            cur,
+            "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
+            " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
+            f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
+            f" ORDER BY priority DESC, fair LIMIT ?{self.skip_locked}) RETURNING {CLAIM_RETURNING}",
+            (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
+        )
 
     def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
         """Admit each row in claim order, or give it back waiting: one transaction, a few
-        statements whatever the number of rows (the slots of every gate counted at once,
-        the new slots and rate log rows written together)."""
-        admitted, slot_rows, rate_rows, waits = [], [], [], []
+        statements whatever the number of rows. Every read is sent before any is waited for
+        (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip)."""
         with self._tx() as cur:
             self._lock_gates_txn(cur)
-            config = self._fleet_txn(cur)
-            claimed = [(r, with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))) for r in rows]
-            ledger = Ledger(
-                config,
-                lambda gate: self._in_use_txn(cur, [gate], now_ms).get(gate, 0),
-                lambda gate, since: [(int(a), int(t)) for a, t in self._x(
-                    cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
-                ).fetchall()],
-                lambda tenant, day: self._usage_txn(cur, tenant, day),
-                lambda gate, since: self._totals_txn(cur, gate, since),
-            )
-            counted = sorted({g.name for _, gates in claimed for g in gates if ledger.capacity(g) is not None})
+            names = sorted({g.name for r in rows for g in _gates_of_row(r)})
+            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms))
+
+    def _admission_reads(self, cur: Any, names: Sequence[str] | None, now_ms: int) -> tuple[Any, Any, Any]:
+        """Send what an admission reads, after the gates' lock: the config, the live slots of
+        ``names`` (None: of every gate), and the rate log totals of each named limit among
+        them over the windows the last config read gave it. Cursors, not yet waited for."""
+        expected = self._windows_ms
+        limits = [g for g in (expected if names is None else names) if g.startswith("limit:") and g in expected]
+        config_cur = self._x(self._cursor(cur), "SELECT 'l', name, body FROM sw_limits UNION ALL"
+                                                " SELECT 't', tenant, body FROM sw_tenants")
+        if names is None:
+            in_use_cur = self._x(
+                self._cursor(cur),
+                "SELECT s.gate, COUNT(*) FROM sw_slots s JOIN sw_outbox o ON o.command_id = s.command_id"
+                " AND o.token = s.token WHERE o.lease_expires_ms > ? GROUP BY s.gate", (now_ms,))
+        else:
+            in_use_cur = self._in_use_query(self._cursor(cur), names, now_ms) if names else None
+        totals_cur = self._totals_query(self._cursor(cur), [(g, now_ms - w) for g in limits for w in expected[g]])
+        return config_cur, in_use_cur, totals_cur
+
+    def _admit_txn(self, cur: Any, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any]) -> list[Claim]:
+        """The admission of ``rows`` inside the caller's transaction, which holds the gates'
+        lock and sent ``reads`` (``_admission_reads``). The new slots and rate log rows are
+        written together."""
+        admitted, slot_rows, rate_rows, waits = [], [], [], []
+        config_cur, in_use_cur, totals_cur = reads
+        claimed = [(r, _gates_of_row(r)) for r in rows]
+        names = sorted({g.name for _, gates in claimed for g in gates})
+        config = self._parse_fleet(config_cur.fetchall())
+        ledger = Ledger(
+            config,
+            lambda gate: self._in_use_txn(cur, [gate], now_ms).get(gate, 0),
+            lambda gate, since: [(int(a), int(t)) for a, t in self._x(
+                cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
+            ).fetchall()],
+            lambda tenant, day: self._usage_txn(cur, tenant, day),
+            lambda gate, since: self._totals_txn(cur, gate, since),
+        )
+        if in_use_cur is not None:
+            ledger.in_use.update(dict.fromkeys(names, 0) | {str(g): int(n) for g, n in in_use_cur.fetchall()})
+        if totals_cur is not None:
+            for g, since, n, tokens in totals_cur.fetchall():
+                window = now_ms - int(since)
+                ledger.totals[(str(g), window)] = [int(n), int(tokens)]
+                ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
+        for r, gates in claimed:
+            command_id, token = str(r[0]), int(r[4])
+            why = ledger.check(gates, now_ms)
+            if why is not None:
+                waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
+                continue
+            slots, rates = ledger.take(gates, now_ms)
+            slot_rows += [(gate, command_id, token) for gate in slots]
+            rate_rows += [(gate, now_ms, command_id) for gate in rates]
+            admitted.append(claim_of(r, tuple(g.name for g in gates)))
+        self._windows_ms = _windows_of(config)
+        if waits:
+            self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+                            " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
+                            " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?", waits)
+        if slot_rows:
+            distinct = list({(g, c): (g, c, t) for g, c, t in slot_rows}.values())  # a row is updated once
+            self._insert_rows(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES", "(?, ?, ?)",
+                              " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token", distinct)
+        if rate_rows:
+            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
+                              "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", rate_rows)
+        if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
+            self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
+            for gate, before in ledger.forgettable(now_ms).items():
+                self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
+            counted = [g for g in names if ledger.capacity(Gate(g)) is not None]
             if counted:
-                ledger.in_use.update(dict.fromkeys(counted, 0) | self._in_use_txn(cur, counted, now_ms))
-            for r, gates in claimed:
-                command_id, token = str(r[0]), int(r[4])
-                why = ledger.check(gates, now_ms)
-                if why is not None:
-                    waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
-                    continue
-                slots, rates = ledger.take(gates, now_ms)
-                slot_rows += [(gate, command_id, token) for gate in slots]
-                rate_rows += [(gate, now_ms, command_id) for gate in rates]
-                admitted.append(_claim(r, tuple(g.name for g in gates)))
-            if waits:
-                self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
-                                " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
-                                " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?", waits)
-            if slot_rows:
-                self._many(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES (?, ?, ?)"
-                                " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token", slot_rows)
-            if rate_rows:
-                self._many(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
-                                " ON CONFLICT DO NOTHING", rate_rows)
-            if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
-                self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
-                for gate, before in ledger.forgettable(now_ms).items():
-                    self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
-                if counted:
-                    self._drop_dead_slots_txn(cur, counted, now_ms)
+                self._drop_dead_slots_txn(cur, counted, now_ms)
         return admitted
+
+    def _cursor(self, cur: Any) -> Any:
+        """Another cursor of ``cur``'s transaction, so that several reads can be sent before
+        the first is waited for."""
+        return cur.connection.cursor()
+
+    def _totals_query(self, cur: Any, windows: list[tuple[str, int]]) -> Any:
+        """Starts and tokens in the rate log of each (gate, after this time), as rows of
+        (gate, since, starts, tokens); None when there are none to read."""
+        if not windows:
+            return None
+        parts = " UNION ALL ".join(
+            "SELECT ?, ?, COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
+            for _ in windows)
+        return self._x(cur, parts, tuple(v for g, since in windows for v in (g, since, g, since)))
 
     def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
         """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
@@ -164,16 +226,23 @@ class FleetSql:
     def _many(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
         cur.executemany(self._sql(sql), rows)
 
+    def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
+        """Insert ``rows`` (distinct keys; ``one`` is a row's VALUES tuple): one statement
+        executed for each row (SQLite, where that costs least)."""
+        self._many(cur, f"{head} {one}{tail}", rows)
+
     def _in_use_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> dict[str, int]:
         """Live slots of each of ``gates``: slot rows whose claim still holds its lease."""
+        return {str(g): int(n) for g, n in self._in_use_query(cur, gates, now_ms).fetchall()}
+
+    def _in_use_query(self, cur: Any, gates: Sequence[str], now_ms: int) -> Any:
         marks = ", ".join("?" * len(gates))
-        rows = self._x(
+        return self._x(
             cur,
             "SELECT s.gate, COUNT(*) FROM sw_slots s JOIN sw_outbox o ON o.command_id = s.command_id"
             f" AND o.token = s.token WHERE s.gate IN ({marks}) AND o.lease_expires_ms > ? GROUP BY s.gate",
             (*gates, now_ms),
-        ).fetchall()
-        return {str(g): int(n) for g, n in rows}
+        )
 
     def _drop_dead_slots_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> None:
         """Forget the slot rows of claims that ended without a wake (their worker died)."""
@@ -196,6 +265,7 @@ class FleetSql:
         slot rows of ``command_ids`` (the claims that ended)."""
         marks = ", ".join("?" * len(gates))
         with self._tx() as cur:
+            self._lock_gates_txn(cur)  # what an admission under way gives back to wait is seen
             if command_ids:
                 ids = ", ".join("?" * len(command_ids))
                 self._x(cur, f"DELETE FROM sw_slots WHERE command_id IN ({ids})", tuple(command_ids))
@@ -260,8 +330,10 @@ class FleetSql:
 
     def _fleet_txn(self, cur: Any) -> FleetConfig:
         """The config as stored now (one read; the rows parsed once per distinct text)."""
-        rows = self._x(cur, "SELECT 'l', name, body FROM sw_limits UNION ALL"
-                            " SELECT 't', tenant, body FROM sw_tenants").fetchall()
+        return self._parse_fleet(self._x(cur, "SELECT 'l', name, body FROM sw_limits UNION ALL"
+                                              " SELECT 't', tenant, body FROM sw_tenants").fetchall())
+
+    def _parse_fleet(self, rows: list[Any]) -> FleetConfig:
         key = tuple((str(k), str(n), str(b)) for k, n, b in rows)
         cached = _PARSED.get(key)
         if cached is None:
@@ -273,6 +345,16 @@ class FleetSql:
                 _PARSED.clear()
             _PARSED[key] = cached
         return cached
+
+
+def _windows_of(config: FleetConfig) -> dict[str, tuple[int, ...]]:
+    """Per named limit gate, the windows of its rates (what an admission reads ahead)."""
+    out = {}
+    for name, lim in config.limits.items():
+        windows = tuple(sorted({r.window_ms for r in (lim.rate, lim.tokens) if r is not None}))
+        if windows:
+            out[f"limit:{name}"] = windows
+    return out
 
 
 def limit_from_row(name: str, body: dict[str, Any]) -> NamedLimit:
@@ -290,7 +372,23 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
                        float(usd) if usd is not None else None)
 
 
-def _claim(r: Any, gates: tuple[str, ...] = ()) -> Claim:
+def _gates_of_row(r: Any) -> tuple[Gate, ...]:
+    """A claimed row's gates, with its tenant's when the tenant has a limit or a budget."""
+    return with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))
+
+
+def is_gated(r: Any) -> bool:
+    """Whether a claimed row must be admitted."""
+    return r[8] is not None or bool(r[10])
+
+
+def in_claim_order(rows: list[Any]) -> list[Any]:
+    """Claimed rows by priority, then fair share (RETURNING keeps no order)."""
+    return sorted(rows, key=lambda r: (-int(r[11]), int(r[12])))
+
+
+def claim_of(r: Any, gates: tuple[str, ...] = ()) -> Claim:
+    """The claim a claimed row (``CLAIM_RETURNING``) is, admitted with ``gates``."""
     return Claim(
         command_id=str(r[0]), task_id=str(r[1]), type=str(r[2]), body=json.loads(r[3]),
         token=int(r[4]), deliveries=int(r[5]), failures=int(r[6]), lease_expires_ms=int(r[7]),
@@ -298,4 +396,4 @@ def _claim(r: Any, gates: tuple[str, ...] = ()) -> Claim:
     )
 
 
-__all__ = ["CLAIM_RETURNING", "FleetSql", "limit_from_row", "tenant_from_row"]
+__all__ = ["CLAIM_RETURNING", "FleetSql", "claim_of", "in_claim_order", "is_gated", "limit_from_row", "tenant_from_row"]

@@ -30,6 +30,7 @@ from statewright.store.base import (
     NewCommand,
     StoredTask,
     TimerClaim,
+    Wake,
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.memory_fleet import MemoryFleet
@@ -133,7 +134,9 @@ class MemoryStore(MemoryPeople, MemoryFleet):
             tuple("" if c.timer else canonical_json(c.body) for c in request.commands),
         ))
 
-    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+    def append_batch(
+        self, requests: Sequence[AppendRequest], *, wake: Wake | None = None
+    ) -> list[AppendResult] | None:
         encoded = [self.encode(r) for r in requests]
         try:
             with self.db.txn() as txn:
@@ -144,6 +147,8 @@ class MemoryStore(MemoryPeople, MemoryFleet):
                     done.append(self._append_txn(txn, r))
         except (VersionConflictError, StaleLeaseError, _Refused):
             return None
+        if wake is not None:  # the appends are in: the ended claims' slots are free
+            self.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
         return done
 
     def _duplicate(self, event_id: str) -> AppendResult | None:

@@ -32,7 +32,9 @@ from statewright.store.base import (
     Claim,
     NewCommand,
     StoreUnavailableError,
+    Wake,
 )
+from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated
 from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
@@ -94,6 +96,7 @@ class PostgresStore(SqlStore):
 
     skip_locked = " FOR UPDATE SKIP LOCKED"
     announces_work = True
+    _gated_seen = False  # the last claim met commands under gates
     _greatest = "GREATEST"
 
     def __init__(
@@ -276,6 +279,32 @@ class PostgresStore(SqlStore):
     def _claim_scope(self) -> AbstractContextManager[Any]:
         return nullcontext()
 
+    def _claim_round(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
+    ) -> tuple[list[Claim], int, bool]:
+        """While claims meet commands under gates, a claim is admitted in its own transaction:
+        BEGIN, the gates' lock, the claim and the admission's reads go in one round trip, the
+        writes and COMMIT in another. A claim that meets none makes the next one the single
+        statement of its own again."""
+        if not self._gated_seen or getattr(self._local, "cur", None) is not None:
+            out = super()._claim_round(worker_id, now_ms, lease_ms, limit, task_id)
+            self._gated_seen = out[2]
+            return out
+        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction(), \
+                conn.cursor() as cur:
+            self._local.cur = cur
+            try:
+                self._lock_gates_txn(cur)
+                claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id)
+                reads = self._admission_reads(cur, None, now_ms)
+                rows = in_claim_order(claim_cur.fetchall())
+                gated = [r for r in rows if is_gated(r)]
+                admitted = self._admit_txn(cur, gated, now_ms, reads) if gated else []
+            finally:
+                self._local.cur = None
+        self._gated_seen = bool(gated)
+        return [claim_of(r) for r in rows if not is_gated(r)] + admitted, len(rows), bool(gated)
+
     def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
         """The shared admission in pipeline mode: BEGIN, the gates' lock and the reads go in
         one round trip, the writes and COMMIT in another (each read's result is waited for
@@ -292,19 +321,31 @@ class PostgresStore(SqlStore):
 
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
         """The shared wake as one statement: forget the ended claim's slots, make the first
-        waiters due, and announce them when there were any."""
+        waiters due, and announce them when there were any; after the gates' lock, so that
+        what an admission under way gives back to wait is seen (one pipelined round trip)."""
         if getattr(self._local, "cur", None) is not None:
             super().wake(gates, now_ms, count, command_ids=command_ids)
             return
+        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+            conn.execute(*self._wake_statement(gates, now_ms, count, command_ids))
+
+    def _wake_statement(
+        self, gates: Sequence[str], now_ms: int, count: int, command_ids: Sequence[str]
+    ) -> tuple[str, tuple[Any, ...]]:
         marks = ", ".join(["%s"] * len(gates))
-        with self._stmt() as cur:
-            cur.execute(
-                "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
-                " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
-                f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
-                " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
-                (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
-            )
+        return (
+            "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
+            " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
+            f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
+            " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
+            (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
+        )
+
+    def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
+        """All of ``rows`` in one multi-row INSERT: in a pipeline, one statement costs far
+        less than one per row."""
+        self._x(cur, f"{head} {', '.join([one] * len(rows))}{tail}", tuple(v for r in rows for v in r))
 
     def _lock_gates_txn(self, cur: Any) -> None:
         """Admissions run one at a time: each one's counts include every slot admitted
@@ -391,12 +432,15 @@ class PostgresStore(SqlStore):
         self._remember(req.task_id, result.version, h)
         return result
 
-    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
-        """Every request as its one statement (``_one_statement``), all in ONE transaction
-        sent as one pipeline: one round trip and one commit for the batch. Any refusal rolls
-        the whole batch back and returns None."""
+    def append_batch(
+        self, requests: Sequence[AppendRequest], *, wake: Wake | None = None
+    ) -> list[AppendResult] | None:
+        """Every request as its one statement (``_one_statement``), and ``wake`` as its one
+        statement after the gates' lock, all in ONE transaction sent as one pipeline: one
+        round trip and one commit for the batch. Any refusal rolls the whole batch back and
+        returns None."""
         if getattr(self._local, "cur", None) is not None or any(r.complete_remote for r in requests):
-            return super().append_batch(requests)  # closing a remote attempt: the shared SQL
+            return super().append_batch(requests, wake=wake)  # closing a remote attempt: the shared SQL
         errors = self._psycopg.errors
         refused = (errors.DataError, errors.IntegrityError, errors.TransactionRollback)
         with self._classified(), self._pool.connection() as conn:
@@ -411,6 +455,9 @@ class PostgresStore(SqlStore):
                 with conn.transaction(), conn.pipeline():
                     for sql, params, _, _ in prepared:
                         conn.execute(sql, params)
+                    if wake is not None:
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+                        conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count, wake.command_ids))
             except refused:
                 return None
         for r, (_, _, result, h) in zip(requests, prepared, strict=True):

@@ -31,6 +31,7 @@ from statewright.store.base import (
     NewCommand,
     StoredTask,
     TimerClaim,
+    Wake,
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
 from statewright.store.fleet_sql import FleetSql
@@ -231,15 +232,20 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
     def encode(self, request: AppendRequest) -> AppendRequest:
         return replace(request, encoded=_Encoded.of(request))
 
-    def append_batch(self, requests: Sequence[AppendRequest]) -> list[AppendResult] | None:
+    def append_batch(
+        self, requests: Sequence[AppendRequest], *, wake: Wake | None = None
+    ) -> list[AppendResult] | None:
         """Every request in ONE transaction, or none: any refusal (a version conflict, a stale
-        lease, a duplicate event id) rolls the whole batch back and returns None."""
+        lease, a duplicate event id) rolls the whole batch back and returns None. ``wake``
+        joins the transaction."""
         encoded = [_Encoded.of(r) for r in requests]  # outside the transaction: less time holding the lock
         try:
             with self._tx() as cur:
                 done = [self._append_txn(cur, r, e) for r, e in zip(requests, encoded, strict=True)]
                 if any(res.duplicate for res, _ in done):
                     raise _Refused
+                if wake is not None:
+                    self.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
         except (VersionConflictError, StaleLeaseError, _Refused):
             return None
         except Exception as exc:
