@@ -10,18 +10,23 @@ from statewright.machine.loop._moves import (
     S,
     Transition,
     append_command,
-    approval_command,
     current,
     entry_commands,
-    expect_item,
     failure_text,
     goal_command,
+    in_this_process,
     line,
     move,
+    pass_of,
+    pending,
     proposal_hash,
+    settle,
     short,
     verb,
+    with_asleep,
     with_item,
+    with_pass,
+    with_wave,
 )
 from statewright.machine.loop.events import (
     ApprovalGranted,
@@ -34,7 +39,6 @@ from statewright.machine.loop.events import (
     HoldCleared,
     ItemsFound,
     ItemUnparked,
-    LaunchWorker,
     PassEnded,
     PassWaiting,
     RecordAppended,
@@ -102,68 +106,74 @@ def on_items_found(state: LoopState, event: ItemsFound) -> Transition:
     # The record is the memory: the item with the fewest failed passes, the earliest in the
     # plan among equals, so a failing item does not take every pass while others wait.
     failed = {i: (e.attempts - e.reopened_after if (e := found.item(i)) is not None else 0) for i in workable}
-    pick = min(workable, key=lambda i: (failed[i], workable.index(i)))
-    entry = found.item(pick) or ItemLedger(pick)
-    new = replace(found, status=S.ASSIGNING, current=Pass(item=pick, attempt=entry.attempts + 1))
+    picks = sorted(workable, key=lambda i: (failed[i], workable.index(i)))[: wave_size(state)]
+    wave = tuple(Pass(item=i, attempt=(found.item(i) or ItemLedger(i)).attempts + 1) for i in picks)
+    new = with_wave(replace(found, status=S.ASSIGNING), wave)
     shown = ", ".join(workable)
     noun = "item" if len(workable) == 1 else "items"
-    written = {"candidates": list(workable), "pick": pick}
+    written = {"candidates": list(workable), "pick": picks[0]}
+    if len(picks) > 1:
+        written["wave"] = list(picks)
     return move(
         state,
         new,
         event,
         f"{len(workable)} workable {noun}: {shown}",
         written,
-        f"list [{shown}], pick {pick}",
+        f"list [{shown}], pick {', '.join(picks)}",
         entry_commands(new),
     )
 
 
+def wave_size(state: LoopState) -> int:
+    """How many passes the next wave may launch: up to ``parallel``, and never more than the
+    budgets have left (a pass's share of tokens and money is reserved at launch)."""
+    cfg = state.config
+    size = min(cfg.parallel, cfg.max_passes - state.passes)
+    if cfg.max_tokens is not None and cfg.pass_tokens:
+        size = min(size, (cfg.max_tokens - state.tokens_spent) // cfg.pass_tokens)
+    if cfg.max_money_usd is not None and cfg.pass_money_usd:
+        size = min(size, int((cfg.max_money_usd - state.money_spent_usd) // cfg.pass_money_usd))
+    return max(size, 1)  # DECIDING goes again only while one more pass fits
+
+
 def on_brief_ready(state: LoopState, event: BriefReady) -> Transition:
-    cur = current(state)
-    expect_item(state, event, event.item, None)
+    cur = pass_of(state, event, event.item, None)
     entry = state.item(cur.item) or ItemLedger(cur.item)
-    # The attempt is spent the moment the record names RUNNING: a launch follows.
-    items = with_item(state, replace(entry, attempts=cur.attempt))
+    # The attempt is spent the moment the record names RUNNING: a launch follows (``leave``).
     launched = replace(cur, brief=event.brief, launched=True)
-    new = replace(state, status=S.RUNNING, items=items, current=launched)
     with_failure = ", with the prior failure" if entry.last_failure else ""
     written: dict[str, object] = {
         "brief": event.brief,
         "in_flight": cur.item,
         "attempt": cur.attempt,
     }
-    return move(
+    return settle(
         state,
-        new,
+        with_pass(state, launched),
         event,
         f"brief complete{with_failure}",
         written,
         f"brief, {cur.item} in flight, attempt {cur.attempt}",
-        (LaunchWorker(cur.item, cur.attempt, event.brief),),
     )
 
 
 def on_brief_needs_person(state: LoopState, event: BriefNeedsPerson) -> Transition:
-    cur = current(state)
-    expect_item(state, event, event.item, None)
+    cur = pass_of(state, event, event.item, None)
     rec = replace(cur, verdict=Verdict.NEEDS_PERSON, cause=event.reason)
-    new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {"reason": event.reason, "park": cur.item}
-    return move(
+    return settle(
         state,
-        new,
+        with_pass(state, rec),
         event,
         f"brief needs a person: {event.reason}",
         written,
         f"park {cur.item}: {event.reason}",
-        (append_command(new),),
     )
 
 
 def on_worker_returned(state: LoopState, event: WorkerReturned) -> Transition:
-    cur = current(state)
-    expect_item(state, event, event.item, event.attempt)
+    cur = pass_of(state, event, event.item, event.attempt)
     back = replace(
         cur,
         note=event.note,
@@ -172,7 +182,12 @@ def on_worker_returned(state: LoopState, event: WorkerReturned) -> Transition:
         tokens=cur.tokens + event.tokens,
         money_usd=cur.money_usd + event.money_usd,
     )
-    new = replace(state, status=S.CHECKING, current=back)
+    over = over_pass_budget(state, back)
+    if over:
+        rec = replace(back, verdict=Verdict.NO_RESULT, cause=over)
+        written_over: dict[str, object] = {"verdict": str(Verdict.NO_RESULT), "cause": over}
+        return settle(state, with_pass(state, rec), event, f"no result: {over}", written_over,
+                      f'verdict "no result", {over}')
     written: dict[str, object] = {
         "artifacts": list(event.artifacts),
         "cost": {"tokens": event.tokens, "money_usd": event.money_usd},
@@ -181,20 +196,29 @@ def on_worker_returned(state: LoopState, event: WorkerReturned) -> Transition:
     }
     said = short(event.note)
     text = f"launched; returns {said!r}" if said else "launched; worker returns a result"
-    return move(
+    return settle(
         state,
-        new,
+        with_pass(state, replace(back, returned=True)),
         event,
         text,
         written,
         "artifact, cost; message kept as a note" if said else "artifact, cost",
-        entry_commands(new),
     )
 
 
+def over_pass_budget(state: LoopState, spent: Pass) -> str:
+    """Why a pass that came back spent more than one pass may (``budgets.per_pass``): the
+    cap fired. Empty when it did not."""
+    cfg = state.config
+    if cfg.pass_tokens is not None and spent.tokens > cfg.pass_tokens:
+        return f"cap fired: the pass spent {spent.tokens} tokens, over the {cfg.pass_tokens} one pass may"
+    if cfg.pass_money_usd is not None and spent.money_usd > cfg.pass_money_usd:
+        return f"cap fired: the pass spent ${spent.money_usd:g}, over the ${cfg.pass_money_usd:g} one pass may"
+    return ""
+
+
 def on_worker_no_result(state: LoopState, event: WorkerNoResult) -> Transition:
-    cur = current(state)
-    expect_item(state, event, event.item, event.attempt)
+    cur = pass_of(state, event, event.item, event.attempt)
     rec = replace(
         cur,
         verdict=Verdict.NO_RESULT,
@@ -202,16 +226,14 @@ def on_worker_no_result(state: LoopState, event: WorkerNoResult) -> Transition:
         tokens=cur.tokens + event.tokens,
         money_usd=cur.money_usd + event.money_usd,
     )
-    new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {"verdict": str(Verdict.NO_RESULT), "cause": event.cause}
-    return move(
+    return settle(
         state,
-        new,
+        with_pass(state, rec),
         event,
         f"no result: {event.cause}",
         written,
         f'verdict "no result", {event.cause}',
-        (append_command(new),),
     )
 
 
@@ -219,19 +241,23 @@ def on_pass_waiting(state: LoopState, event: PassWaiting) -> Transition:
     """The pass's task waits for a person: the run stays in RUNNING, waiting on the task's
     end (never "no result", never a new launch), and the process sleeps there (a clean stop
     that excuses the next start, which waits on the same task: ``AwaitPass``)."""
-    cur = current(state)
-    expect_item(state, event, event.item, event.attempt)
+    cur = pass_of(state, event, event.item, event.attempt)
     if cur.task_id and cur.task_id != event.task_id:
         msg = (f"run {state.run_id}: the pass of {cur.item!r} attempt {cur.attempt} runs as task {cur.task_id},"
                f" not {event.task_id}")
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
-    new = replace(state, current=replace(cur, task_id=event.task_id, asleep=True), clean_stop=True)
+    waits = with_pass(state, replace(cur, task_id=event.task_id))
     at = f" at {event.step!r}" if event.step else ""
     role = f" (role {event.role})" if event.role else ""
+    text = f"task {event.task_id} waits for approval{at}{role}"
     written: dict[str, object] = {"waits_for": event.task_id, "step": event.step, "role": event.role,
                                   "resume_in": str(state.status)}
-    return Transition(new, (), line(state, event, state.status, f"task {event.task_id} waits for approval{at}{role}",
-                                    written, f"waits for task {event.task_id}; clean stop", LineKind.CLEAN_STOP))
+    if in_this_process(waits):  # other passes of the wave are still being worked: no sleep yet
+        return Transition(waits, (), line(state, event, state.status, text, written,
+                                          f"waits for task {event.task_id}", LineKind.PROGRESS))
+    new = replace(with_asleep(waits, True), clean_stop=True)
+    return Transition(new, (), line(state, event, state.status, text, written,
+                                    f"waits for task {event.task_id}; clean stop", LineKind.CLEAN_STOP))
 
 
 def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
@@ -239,10 +265,10 @@ def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
     is the pass's result: a completed task is checked like a worker's return, any other end is
     "no result". Anywhere else (the run gave the pass up, or ended) it is kept as a note line
     and moves nothing."""
-    cur = state.current
-    ours = (state.status is S.RUNNING and cur is not None and cur.item == event.item
-            and cur.attempt == event.attempt and cur.task_id in ("", event.task_id))
-    if not ours or cur is None:
+    running = pending(state) if state.status is S.RUNNING else ()
+    cur = next((p for p in running if p.item == event.item and p.attempt == event.attempt
+                and p.task_id in ("", event.task_id)), None)
+    if cur is None:
         written: dict[str, object] = {"task": event.task_id, "item": event.item, "attempt": event.attempt,
                                       "status": event.status}
         text = f"task {event.task_id} (item {event.item}, attempt {event.attempt}) ended {event.status}"
@@ -254,27 +280,26 @@ def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
     # until that worker's start, so a stop before it keeps it stopped); a driver that waits
     # on the task carries on by itself.
     wake = _wake(state)
-    if event.succeeded:
-        back = replace(spent, note=f"task {event.task_id} {event.status}", artifacts=(f"task:{event.task_id}",))
-        new = replace(state, status=S.CHECKING, current=back)
+    over = over_pass_budget(state, spent)
+    if event.succeeded and not over:
+        back = replace(spent, note=f"task {event.task_id} {event.status}", artifacts=(f"task:{event.task_id}",),
+                       returned=True)
         written = {"task": event.task_id, "status": event.status, "artifacts": list(back.artifacts),
                    "cost": {"tokens": event.tokens, "money_usd": event.money_usd}}
-        step = move(state, new, event, f"task {event.task_id} {event.status}", written, "artifact, cost",
-                    (*entry_commands(new), *wake))
+        step = settle(state, with_pass(state, back), event, f"task {event.task_id} {event.status}", written,
+                      "artifact, cost", wake)
     else:
         why = f": {event.reason}" if event.reason else ""
-        cause = f"task {event.task_id} ended {event.status}{why}"
+        cause = over or f"task {event.task_id} ended {event.status}{why}"
         rec = replace(spent, verdict=Verdict.NO_RESULT, cause=cause)
-        new = replace(state, status=S.RECORDING, current=rec)
         written = {"verdict": str(Verdict.NO_RESULT), "cause": cause, "task": event.task_id}
-        step = move(state, new, event, f"no result: {cause}", written, f'verdict "no result", {cause}',
-                    (append_command(new), *wake))
+        step = settle(state, with_pass(state, rec), event, f"no result: {cause}", written,
+                      f'verdict "no result", {cause}', wake)
     return _keep_asleep(state, step)
 
 
 def on_checks(state: LoopState, event: CheckFinished) -> Transition:
-    cur = current(state)
-    expect_item(state, event, event.item, event.attempt)
+    cur = pass_of(state, event, event.item, event.attempt)
     by_name = {r.name: r for r in event.results}
     results = tuple(
         by_name.get(n) or CheckResult(n, CheckOutcome.ERROR, "the check did not report")
@@ -285,28 +310,18 @@ def on_checks(state: LoopState, event: CheckFinished) -> Transition:
     if failing:
         cause = "; ".join(f"{r.name} {r.outcome}" for r in failing)
         rec = replace(cur, checks=results, verdict=Verdict.FAIL, cause=cause)
-        new = replace(state, status=S.RECORDING, current=rec)
         written: dict[str, object] = {
             "verdict": str(Verdict.FAIL),
             "failing_checks": [r.name for r in failing],
             "output": {r.name: r.output for r in failing},
         }
-        return move(
-            state,
-            new,
-            event,
-            text,
-            written,
-            "verdict FAIL, the check output whole",
-            (append_command(new),),
-        )
+        return settle(state, with_pass(state, rec), event, text, written, "verdict FAIL, the check output whole")
     evidence = [r.to_dict() for r in results]
     role = state.config.gate_role
     if role is None:
         rec = replace(cur, checks=results, verdict=Verdict.PASS)
-        new = replace(state, status=S.RECORDING, current=rec)
         written = {"verdict": str(Verdict.PASS), "evidence": evidence}
-        return move(state, new, event, text, written, "verdict PASS, evidence", (append_command(new),))
+        return settle(state, with_pass(state, rec), event, text, written, "verdict PASS, evidence")
     shown: dict[str, object] = {
         "run": state.run_id,
         "item": cur.item,
@@ -322,21 +337,19 @@ def on_checks(state: LoopState, event: CheckFinished) -> Transition:
         proposal_hash=proposal_hash(shown),
         gate_started_at_ms=event.at_ms,
     )
-    new = replace(state, status=S.AWAITING_HUMAN, current=gated)
     written = {
         "evidence": evidence,
         "proposal_hash": gated.proposal_hash,
         "start": event.at_ms,
         "role": role,
     }
-    return move(
+    return settle(
         state,
-        new,
+        with_pass(state, gated),
         event,
         f"{text}; {role} must approve",
         written,
         f"evidence, hash {gated.proposal_hash[:12]}, start",
-        (approval_command(new),),
     )
 
 
@@ -353,7 +366,7 @@ def may_decide(state: LoopState, event: ApprovalGranted | ApprovalRejected) -> N
     was made), who is not an author of the work (no act of theirs in the pass's task), before
     the gate's time limit, on the proposal shown (its hash). Raises ApprovalError (state
     unchanged) otherwise."""
-    cur = current(state)
+    cur = gated_pass(state, event.proposal_hash)
     role = state.config.gate_role or ""
 
     def refuse(msg: str, refusal: Refusal = Refusal.NOT_ALLOWED) -> ApprovalError:
@@ -382,45 +395,53 @@ def may_decide(state: LoopState, event: ApprovalGranted | ApprovalRejected) -> N
                      " proposal", Refusal.STALE)
 
 
+def gated_pass(state: LoopState, shown_hash: str) -> Pass:
+    """The pass at the gate a decision is for: the one whose proposal has ``shown_hash``; with
+    one pass at the gate, that one (a stale hash is then refused by name)."""
+    waiting = pending(state)
+    for p in waiting:
+        if p.proposal_hash == shown_hash:
+            return p
+    return waiting[0] if len(waiting) == 1 else current(state)
+
+
 def on_approval(state: LoopState, event: ApprovalGranted) -> Transition:
-    cur = current(state)
+    cur = gated_pass(state, event.proposal_hash)
     may_decide(state, event)
     rec = replace(cur, verdict=Verdict.PASS, decided_by=event.actor)
-    new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {
         "actor": event.actor,
         "when": event.at_ms,
         "proposal_hash": cur.proposal_hash,
     }
-    return _keep_asleep(state, move(
+    return _keep_asleep(state, settle(
         state,
-        new,
+        with_pass(state, rec),
         event,
         f"approved by {event.actor}",
         written,
         f"{event.actor}, {when(event.at_ms)}, hash {cur.proposal_hash[:12]}",
-        (append_command(new), *_wake(state)),
+        _wake(state),
     ))
 
 
 def on_denial(state: LoopState, event: ApprovalRejected) -> Transition:
-    cur = current(state)
+    cur = gated_pass(state, event.proposal_hash)
     may_decide(state, event)
     cause = f"denied by {event.actor}: {event.reason_code}"
     rec = replace(cur, verdict=Verdict.DENIED, cause=cause, decided_by=event.actor)
-    new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {
         "denial": {"actor": event.actor, "reason_code": event.reason_code},
         "park": cur.item,
     }
-    return _keep_asleep(state, move(
+    return _keep_asleep(state, settle(
         state,
-        new,
+        with_pass(state, rec),
         event,
         f"denied by {event.actor}",
         written,
         f"denial, park {cur.item}",
-        (append_command(new), *_wake(state)),
+        _wake(state),
     ))
 
 
@@ -433,8 +454,8 @@ def _keep_asleep(before: LoopState, step: Transition) -> Transition:
 
 
 def on_gate_timeout(state: LoopState, event: GateTimedOut) -> Transition:
-    cur = current(state)
     limit = state.config.gate_timeout_ms
+    cur = _first_expired(state, event.at_ms) or current(state)
     started = cur.gate_started_at_ms
     if limit is None or started is None or event.at_ms < started + limit:
         msg = (
@@ -445,17 +466,24 @@ def on_gate_timeout(state: LoopState, event: GateTimedOut) -> Transition:
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
     cause = f"no decision within {duration(limit / 1000)}"
     rec = replace(cur, verdict=Verdict.GATE_TIMEOUT, cause=cause)
-    new = replace(state, status=S.RECORDING, current=rec)
     written: dict[str, object] = {"timeout": cause, "park": cur.item}
-    return move(
+    return settle(
         state,
-        new,
+        with_pass(state, rec),
         event,
         "the gate's time limit passed",
         written,
         f"timeout, park {cur.item}",
-        (append_command(new),),
     )
+
+
+def _first_expired(state: LoopState, now_ms: int) -> Pass | None:
+    """The pass at the gate whose time limit passed first, if one has."""
+    limit = state.config.gate_timeout_ms
+    if limit is None:
+        return None
+    expired = [p for p in pending(state) if p.gate_started_at_ms is not None and now_ms >= p.gate_started_at_ms + limit]
+    return min(expired, key=lambda p: p.gate_started_at_ms or 0, default=None)
 
 
 def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
@@ -479,11 +507,11 @@ def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
     worked = 1 if cur.launched else 0
     since = 0 if closed else state.passes_since_last_close + worked
     recent = () if closed else (*state.recent_failures, f"{cur.item}: {cur.cause}")
+    rest = state.more
     new = replace(
-        state,
-        status=S.DECIDING,
+        with_wave(state, rest),
+        status=S.RECORDING if rest else S.DECIDING,
         items=with_item(state, entry),
-        current=None,
         passes=state.passes + worked,
         records=state.records + 1,
         passes_since_last_close=since,
@@ -511,6 +539,9 @@ def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
         summary = f"{cur.item} closed, receipt {event.receipt}"
     else:
         summary = f"{cur.item} {verb(verdict)}; {entry.status}; passes {new.passes}; since last close {since}"
+    if rest:  # the wave's next pass is recorded next
+        return Transition(new, (append_command(new),),
+                          line(state, event, S.RECORDING, "append acknowledged", written, summary, LineKind.PROGRESS))
     return move(state, new, event, "append acknowledged", written, summary, (goal_command(new),))
 
 

@@ -16,6 +16,7 @@ from statewright.machine.loop.events import (
     FindItems,
     GateSleep,
     KillSwitch,
+    LaunchWorker,
     RequestApproval,
     RunChecks,
     StopWorker,
@@ -48,25 +49,125 @@ def entry_commands(state: LoopState) -> tuple[Command, ...]:
     if here is S.FINDING:
         return (FindItems(),)
     if here is S.ASSIGNING:
-        cur = current(state)
-        entry = state.item(cur.item)
-        return (BuildBrief(cur.item, cur.attempt, entry.last_failure if entry else ""),)
+        return tuple(BuildBrief(p.item, p.attempt, _last_failure(state, p.item)) for p in pending(state))
     if here is S.CHECKING:
-        cur = current(state)
-        return (RunChecks(cur.item, cur.attempt, state.config.check_names),)
+        return tuple(RunChecks(p.item, p.attempt, state.config.check_names) for p in pending(state))
     if here is S.AWAITING_HUMAN:
-        return (approval_command(state),)
+        return tuple(approval_command(state, p) for p in pending(state))
     if here is S.RECORDING:
         return (append_command(state),)
     if here is S.DECIDING:
         return (goal_command(state),)
-    if here is S.RUNNING and state.current is not None and state.current.task_id:
-        cur = state.current
-        return (AwaitPass(cur.item, cur.attempt, cur.task_id),)
     if here is S.RUNNING:
-        msg = f"run {state.run_id}: RUNNING is never run again; resume() records 'no result'"
-        raise LoopInvariantError(msg)
+        waiting = pending(state)
+        if not waiting or any(not p.task_id for p in waiting):
+            msg = f"run {state.run_id}: RUNNING is never run again; resume() records 'no result'"
+            raise LoopInvariantError(msg)
+        return tuple(AwaitPass(p.item, p.attempt, p.task_id) for p in waiting)
     return ()
+
+
+def _last_failure(state: LoopState, item: str) -> str:
+    entry = state.item(item)
+    return entry.last_failure if entry else ""
+
+
+# ------------------------------------------------------------------ waves
+#
+# With ``parallel`` > 1 the run works a wave of passes, one item each, through the same
+# table: the run stays in a state (a PROGRESS line per pass) until every pass of the wave is
+# through it, and only then moves on. A wave of one moves on at once, as a single pass does.
+
+
+def pending(state: LoopState) -> tuple[Pass, ...]:
+    """The wave's passes that are not yet through the run's state."""
+    here = state.status
+    wave = state.wave
+    if here is S.ASSIGNING:
+        return tuple(p for p in wave if not p.launched and p.verdict is None)
+    if here is S.RUNNING:
+        return tuple(p for p in wave if not p.returned and p.verdict is None)
+    if here is S.CHECKING:
+        return tuple(p for p in wave if p.returned and p.verdict is None and not p.checks)
+    if here is S.AWAITING_HUMAN:
+        return tuple(p for p in wave if p.verdict is None)
+    return ()
+
+
+def in_this_process(state: LoopState) -> tuple[Pass, ...]:
+    """RUNNING's passes that a process works now: not back, and not waiting on a task."""
+    return tuple(p for p in pending(state) if not p.task_id) if state.status is S.RUNNING else ()
+
+
+def pass_of(state: LoopState, event: Event, item: str, attempt: int | None) -> Pass:
+    """The wave's pass the event is for; refused (state unchanged) when there is none."""
+    for p in state.wave:
+        if p.item == item and (attempt is None or attempt == p.attempt):
+            return p
+    flight = ", ".join(f"{p.item!r} attempt {p.attempt}" for p in state.wave) or "none"
+    msg = f"run {state.run_id}: {event.type} is for item {item!r} attempt {attempt}, but the passes in flight are"
+    msg += f" {flight}"
+    if len(state.wave) == 1:
+        cur = state.wave[0]
+        msg = (
+            f"run {state.run_id}: {event.type} is for item {item!r} attempt {attempt}, but"
+            f" the pass in flight is {cur.item!r} attempt {cur.attempt}"
+        )
+    raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
+
+
+def with_wave(state: LoopState, wave: tuple[Pass, ...]) -> LoopState:
+    return replace(state, current=wave[0] if wave else None, more=wave[1:])
+
+
+def with_pass(state: LoopState, one: Pass) -> LoopState:
+    """``state`` with the wave's pass for ``one.item`` replaced by ``one``."""
+    return with_wave(state, tuple(one if p.item == one.item else p for p in state.wave))
+
+
+def with_asleep(state: LoopState, asleep: bool) -> LoopState:
+    """Whether a process drives the run: kept on the wave's first pass."""
+    cur = state.current
+    return state if cur is None or cur.asleep is asleep else replace(state, current=replace(cur, asleep=asleep))
+
+
+def settle(
+    before: LoopState,
+    after: LoopState,
+    event: Event,
+    text: str,
+    written: Mapping[str, object],
+    summary: str,
+    extra: tuple[Command, ...] = (),
+) -> Transition:
+    """One pass of the wave is through ``after.status`` (``after`` holds it): while others are
+    not, the run stays (a PROGRESS line); when the last one is, the run moves on as the wave
+    says (``leave``), with ``extra`` commands besides."""
+    if pending(after):
+        return Transition(after, (), line(before, event, before.status, text, written, summary, LineKind.PROGRESS))
+    new, commands = leave(after)
+    return move(before, new, event, text, written, summary, (*commands, *extra))
+
+
+def leave(state: LoopState) -> tuple[LoopState, tuple[Command, ...]]:
+    """Where a wave goes once every pass is through ``state.status``, and what that asks for."""
+    here, wave = state.status, state.wave
+    undecided = tuple(p for p in wave if p.verdict is None)
+    if here is S.ASSIGNING and undecided:
+        items = state.items
+        for p in undecided:  # the attempt is spent the moment the record names RUNNING
+            entry = state.item(p.item) or ItemLedger(p.item)
+            items = with_item(replace(state, items=items), replace(entry, attempts=p.attempt))
+        new = replace(state, status=S.RUNNING, items=items)
+        return new, tuple(LaunchWorker(p.item, p.attempt, p.brief) for p in undecided)
+    if here is S.RUNNING and undecided:
+        new = replace(state, status=S.CHECKING)
+        return new, entry_commands(new)
+    if here is S.CHECKING and undecided:
+        new = replace(state, status=S.AWAITING_HUMAN)
+        return new, entry_commands(new)
+    new = replace(state, status=S.RECORDING)
+    return new, (append_command(new),)
 
 
 def proposal_hash(shown: Mapping[str, object]) -> str:
@@ -76,19 +177,21 @@ def proposal_hash(shown: Mapping[str, object]) -> str:
 
 def clean_stop(state: LoopState, event: KillSwitch | GateSleep, text: str) -> Transition:
     commands: tuple[Command, ...] = ()
-    if state.status is S.RUNNING and state.current is not None:
-        commands = (StopWorker(state.current.item, state.current.attempt),)
+    if state.status is S.RUNNING:
+        commands = tuple(StopWorker(p.item, p.attempt) for p in pending(state))
     new = replace(state, clean_stop=True)
     cur = state.current
     if isinstance(event, GateSleep) and cur is not None:
         # No process drives the run now: a decision at the gate wakes it, and so does the
-        # gate's time limit (a WakeRun not claimable before it passes).
-        new = replace(new, current=replace(cur, asleep=True))
-        expires = approval_command(state).timeout_at_ms
-        if expires is not None:
-            commands = (WakeRun(state.run_id, due_at_ms=expires, proposal_hash=cur.proposal_hash),)
-    elif cur is not None and cur.asleep:  # a stopped run is not woken (its task's end, a decision)
-        new = replace(new, current=replace(cur, asleep=False))
+        # gate's time limit (a WakeRun not claimable before it passes: the first to pass).
+        new = with_asleep(new, True)
+        gates = sorted((c.timeout_at_ms, c.proposal_hash) for c in entry_commands(state)
+                       if isinstance(c, RequestApproval) and c.timeout_at_ms is not None)
+        if gates:
+            expires, shown = gates[0]
+            commands = (WakeRun(state.run_id, due_at_ms=expires, proposal_hash=shown),)
+    else:  # a stopped run is not woken (its task's end, a decision)
+        new = with_asleep(new, False)
     written: dict[str, object] = {"clean_stop": text, "resume_in": str(state.status)}
     return Transition(
         new,
@@ -186,8 +289,8 @@ def append_command(state: LoopState) -> AppendRecord:
     )
 
 
-def approval_command(state: LoopState) -> RequestApproval:
-    cur = current(state)
+def approval_command(state: LoopState, one: Pass | None = None) -> RequestApproval:
+    cur = current(state) if one is None else one
     cfg = state.config
     timeout_at = None
     if cfg.gate_timeout_ms is not None and cur.gate_started_at_ms is not None:

@@ -49,19 +49,28 @@ def dumps(value: object) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
-_UNSAID_WHEN_DEFAULT = {"asleep": False, "authors": []}  # pass fields later than the first runs
+# Fields later than the first runs, written only when they say something, so that a run
+# stored before they existed still replays to its stored projection.
+_UNSAID_WHEN_DEFAULT = {"asleep": False, "authors": [], "returned": False}  # of a pass
+_CONFIG_UNSAID_WHEN_DEFAULT = {"parallel": 1, "pass_tokens": None, "pass_money_usd": None}
+_STATE_UNSAID_WHEN_DEFAULT: dict[str, object] = {"more": []}
 
 
 def state_to_dict(state: LoopState) -> dict[str, Any]:
-    """The state as JSON. A pass's ``asleep`` and ``authors`` are written only when they say
-    something, so a run stored before they existed still replays to its stored projection."""
+    """The state as JSON; fields added since the first runs only when they say something."""
     out = _plain_dict(record_dict(state))
-    cur = out.get("current")
-    if isinstance(cur, dict):
-        for key, default in _UNSAID_WHEN_DEFAULT.items():
-            if cur.get(key) == default:
-                del cur[key]
+    _drop_defaults(out, _STATE_UNSAID_WHEN_DEFAULT)
+    _drop_defaults(out["config"], _CONFIG_UNSAID_WHEN_DEFAULT)
+    for one in (out.get("current"), *out.get("more", ())):
+        if isinstance(one, dict):
+            _drop_defaults(one, _UNSAID_WHEN_DEFAULT)
     return out
+
+
+def _drop_defaults(d: dict[str, Any], defaults: Mapping[str, object]) -> None:
+    for key, default in defaults.items():
+        if key in d and d[key] == default:
+            del d[key]
 
 
 def state_from_dict(d: Mapping[str, Any]) -> LoopState:
@@ -76,6 +85,7 @@ def state_from_dict(d: Mapping[str, Any]) -> LoopState:
         items=tuple(_item(i) for i in d.get("items", ())),
         plan=tuple(d.get("plan", ())),
         current=None if current is None else _pass(current),
+        more=tuple(_pass(p) for p in d.get("more", ())),
         passes=d.get("passes", 0),
         records=d.get("records", 0),
         passes_since_last_close=d.get("passes_since_last_close", 0),
@@ -131,6 +141,7 @@ def _pass(d: Mapping[str, Any]) -> Pass:
         task_id=d.get("task_id", ""),
         asleep=d.get("asleep", False),
         authors=tuple(d.get("authors", ())),
+        returned=d.get("returned", False),
     )
 
 

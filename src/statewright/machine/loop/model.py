@@ -78,6 +78,7 @@ class LineKind(StrEnum):
     CLEAN_STOP = "clean stop"  # kill switch, signal, or asleep at a gate
     OPERATOR = "operator"  # an audited act of a person (unpark); the state does not move
     NOTE = "note"  # a fact kept that does not move the run (a pass's task ended after the run moved on)
+    PROGRESS = "progress"  # one pass of a wave is through the state; the run waits there for the others
 
 
 class BudgetCap(StrEnum):
@@ -160,6 +161,9 @@ class LoopConfig:
     attempts_per_item: int = 3
     stuck_after: int = 5
     restart_limit: int = 2
+    parallel: int = 1  # passes worked at once (a wave), one item each
+    pass_tokens: int | None = None  # what one pass may spend: reserved from the budget at launch
+    pass_money_usd: float | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -177,11 +181,27 @@ class LoopConfig:
             ("budgets.passes", self.max_passes),
             ("attempts_per_item", self.attempts_per_item),
             ("stuck_after", self.stuck_after),
+            ("parallel", self.parallel),
         ):
             if value < 1:
                 problems.append(f"{label}: must be at least 1, got {value}")
         if self.restart_limit < 0:
             problems.append(f"restart_limit: must be 0 or more, got {self.restart_limit}")
+        if self.parallel > self.max_passes:
+            problems.append(
+                f"parallel: {self.parallel} passes at once is over the budget of {self.max_passes} passes"
+                " (budgets.passes); lower parallel or raise the budget"
+            )
+        if self.parallel > 1:
+            for cap, per_pass, name in (
+                (self.max_tokens, self.pass_tokens, "tokens"),
+                (self.max_money_usd, self.pass_money_usd, "money_usd"),
+            ):
+                if cap is not None and per_pass is None:
+                    problems.append(
+                        f"budgets.per_pass.{name}: required with parallel > 1 and budgets.{name}: what one pass"
+                        " may spend is reserved when it launches, so that passes at once never overspend"
+                    )
         if problems:
             raise LoopDefinitionError(problems, source=f"loop {self.loop!r}")
 
@@ -243,6 +263,7 @@ class Pass:
     task_id: str = ""  # the pass's task the run waits on in RUNNING (it waits for a person)
     asleep: bool = False  # no process drives the run: it sleeps on that task or at the gate (a worker wakes it)
     authors: tuple[str, ...] = ()  # the people who acted in that task: none of them decides at the gate
+    returned: bool = False  # the worker came back with a result that the checks have yet to judge
 
 
 @dataclass(frozen=True)
@@ -254,7 +275,8 @@ class LoopState:
     status: LoopStatus = LoopStatus.IDLE
     items: tuple[ItemLedger, ...] = ()
     plan: tuple[str, ...] = ()
-    current: Pass | None = None
+    current: Pass | None = None  # the pass in flight; with ``parallel`` > 1, the wave's first
+    more: tuple[Pass, ...] = ()  # the wave's other passes, in the order they were picked
     passes: int = 0
     records: int = 0
     passes_since_last_close: int = 0
@@ -267,6 +289,11 @@ class LoopState:
     reason: str = ""
     cleared_by: str = ""  # who lifted the hold a STUCK run puts on its loop, and why
     cleared_reason: str = ""
+
+    @property
+    def wave(self) -> tuple[Pass, ...]:
+        """The passes in flight: one, or up to ``parallel``; empty between waves."""
+        return () if self.current is None else (self.current, *self.more)
 
     @property
     def held(self) -> bool:

@@ -44,13 +44,16 @@ from statewright.machine.loop._handlers import (
 from statewright.machine.loop._moves import (
     S,
     Transition,
-    append_command,
     clean_stop,
-    current,
     entry_commands,
+    in_this_process,
+    leave,
     line,
     move,
+    pending,
     proposal_hash,
+    with_asleep,
+    with_pass,
 )
 from statewright.machine.loop.events import (
     ApprovalGranted,
@@ -224,8 +227,8 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
     cfg = state.config
     if count > cfg.restart_limit:
         commands: tuple[Command, ...] = ()
-        if here is S.RUNNING and state.current is not None:
-            commands = (StopWorker(state.current.item, state.current.attempt),)
+        if here is S.RUNNING:
+            commands = tuple(StopWorker(p.item, p.attempt) for p in pending(state))
         reason = f"restarts: {count} unclean starts in {here} (limit {cfg.restart_limit})"
         new = replace(state, status=S.STUCK, reason=reason, restarts_here=count, clean_stop=False)
         written: dict[str, object] = {
@@ -235,51 +238,45 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
             "stop_worker": bool(commands),
         }
         return move(state, new, event, text, written, f'STUCK, reason "restarts", {here}', commands, kind)
-    if here is S.RUNNING and current(state).task_id:
-        new = replace(state, restarts_here=count, clean_stop=False, current=replace(current(state), asleep=False))
-        written = {"restarts": count, "waits_for": current(state).task_id}
-        return Transition(new, entry_commands(new),
-                          line(state, event, here, text, written, f"wait on task {current(state).task_id}", kind))
+    lost = in_this_process(state)  # passes whose worker died with the process
+    if here is S.RUNNING and not lost:
+        waits = ", ".join(p.task_id for p in pending(state))
+        new = replace(state, restarts_here=count, clean_stop=False)
+        written = {"restarts": count, "waits_for": waits}
+        waiting = line(state, event, here, text, written, f"wait on task {waits}", kind)
+        return Transition(new, entry_commands(new), waiting)
     if here is S.RUNNING:
-        cur = current(state)
         cause = "the process restarted while RUNNING; worker stopped, never relaunched"
-        rec = replace(cur, verdict=Verdict.NO_RESULT, cause=cause)
-        new = replace(state, status=S.RECORDING, current=rec)
+        after = state
+        for p in lost:
+            after = with_pass(after, replace(p, verdict=Verdict.NO_RESULT, cause=cause))
+        stops = tuple(StopWorker(p.item, p.attempt) for p in lost)
         written = {
             "verdict": str(Verdict.NO_RESULT),
             "cause": cause,
             "restarts": count,
         }
-        return move(
-            state,
-            new,
-            event,
-            text,
-            written,
-            f'verdict "no result": {cause}',
-            (StopWorker(cur.item, cur.attempt), append_command(new)),
-            kind,
-        )
+        if len(lost) > 1:
+            written["items"] = [p.item for p in lost]
+        summary = f'verdict "no result": {cause}'
+        if pending(after):  # other passes of the wave wait on their tasks: so does the run
+            new = replace(after, restarts_here=count, clean_stop=False)
+            still = line(state, event, here, text, written, summary, kind)
+            return Transition(new, (*stops, *entry_commands(new)), still)
+        new, commands = leave(after)
+        return move(state, new, event, text, written, summary, (*stops, *commands), kind)
     if here is S.CHECKING and count == 2:
-        cur = current(state)
         cause = "check did not complete"
-        rec = replace(cur, verdict=Verdict.FAIL, cause=cause)
-        new = replace(state, status=S.RECORDING, current=rec)
+        after = state
+        for p in pending(state):
+            after = with_pass(after, replace(p, verdict=Verdict.FAIL, cause=cause))
+        new, commands = leave(after)
         written = {
             "verdict": str(Verdict.FAIL),
             "failing_check": cause,
             "restarts": count,
         }
-        return move(
-            state,
-            new,
-            event,
-            text,
-            written,
-            f"verdict FAIL, {cause}",
-            (append_command(new),),
-            kind,
-        )
+        return move(state, new, event, text, written, f"verdict FAIL, {cause}", commands, kind)
     new = replace(state, restarts_here=count, clean_stop=False)
     written = {"restarts": count, "run_again": str(here)}
     return Transition(
@@ -291,8 +288,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
 
 def _awake(state: LoopState) -> Pass | None:
     """The pass in flight as a process that now drives the run sees it: not asleep."""
-    cur = state.current
-    return cur if cur is None or not cur.asleep else replace(cur, asleep=False)
+    return with_asleep(state, False).current
 
 
 # ------------------------------------------------------------------ decide
