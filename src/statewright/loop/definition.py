@@ -13,11 +13,21 @@
       all_items_closed: true
       oracles:
         - {name: tests, command: [python, -m, pytest, -q], timeout: 10m}
-    budgets: {passes: 30, tokens: 2000000, money_usd: 25, wall_time: 2h}
+    budgets: {passes: 30, tokens: 2000000, money_usd: 25, wall_time: 2h,
+              per_pass: {tokens: 200000, money_usd: 2}}   # what one pass may spend
+    parallel: 4                            # items worked at once, one pass each; default 1
     attempts_per_item: 3                   # default 3
     stuck_after: 5                         # passes since the last close; default 5
     restart_limit: 2                       # unclean restarts per state; default 2
     kill_switch: {file: STOP}              # the run stops cleanly while this file exists
+
+With ``parallel: N`` the run works a wave of up to N items at once through the same state
+table: every pass of the wave is launched, checked, decided and recorded (one record row
+each) before the run decides. Budgets are charged per pass and never overspent: a wave
+launches no more passes than ``budgets.passes`` has left, and, where ``budgets.per_pass``
+says what one pass may spend, no more than the tokens and money left can cover (required
+with ``parallel`` > 1 and a tokens or money budget). A pass that reports spending more than
+its share is "no result" (its cap fired), and what it spent is charged.
 
 A check's or oracle's ``assets`` (and every argv entry naming an existing file) are
 fingerprinted when a run opens; a check whose assets changed since then errors (a
@@ -65,6 +75,7 @@ from statewright.machine.loop.model import LoopConfig
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")  # matched whole (fullmatch)
 _DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0
 _DEFAULT_WORKER_TIMEOUT_SECONDS = 3600.0
+MAX_PARALLEL = 64  # passes at once: each is a worker process and a workspace
 
 _TOP = frozenset(
     {
@@ -79,6 +90,7 @@ _TOP = frozenset(
         "stuck_after",
         "restart_limit",
         "kill_switch",
+        "parallel",
     }
 )
 _REQUIRED = ("loop", "source", "workflow", "check", "goal", "budgets")
@@ -138,6 +150,8 @@ class BudgetSpec:
     tokens: int | None = None
     money_usd: float | None = None
     wall_time_seconds: float | None = None
+    pass_tokens: int | None = None  # budgets.per_pass: what one pass may spend
+    pass_money_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +172,7 @@ class LoopDefinition:
     restart_limit: int = 2
     kill_switch_file: Path | None = None
     sha256: str = ""
+    parallel: int = 1
 
     def config(self) -> LoopConfig:
         """What the pure reducer needs from this definition."""
@@ -177,6 +192,9 @@ class LoopDefinition:
             attempts_per_item=self.attempts_per_item,
             stuck_after=self.stuck_after,
             restart_limit=self.restart_limit,
+            parallel=self.parallel,
+            pass_tokens=self.budgets.pass_tokens,
+            pass_money_usd=self.budgets.pass_money_usd,
         )
 
     def check(self, name: str) -> CommandSpec | None:
@@ -191,9 +209,10 @@ class LoopDefinition:
         checks = ", ".join(c.name for c in self.checks)
         oracles = ", ".join(o.name for o in self.goal.oracles)
         gate = f"; gate role {self.gate.role}" if self.gate else ""
+        parallel = f", {self.parallel} at once" if self.parallel > 1 else ""
         return (
             f"loop {self.name}: {self.source.kind} source -> {worker}; checks [{checks}]{gate};"
-            f" goal oracles [{oracles}]; at most {self.budgets.passes} passes"
+            f" goal oracles [{oracles}]; at most {self.budgets.passes} passes{parallel}"
         )
 
     def commands(self) -> tuple[CommandSpec, ...]:
@@ -281,6 +300,9 @@ class _Validator:
         stuck = self.count("stuck_after", data.get("stuck_after", 5), minimum=1, maximum=MAX_ATTEMPTS)
         restarts = self.count("restart_limit", data.get("restart_limit", 2), minimum=0, maximum=MAX_ATTEMPTS)
         kill = self.kill_switch(data["kill_switch"]) if data.get("kill_switch") else None
+        parallel = self.count("parallel", data.get("parallel", 1), minimum=1, maximum=MAX_PARALLEL)
+        if budgets is not None:
+            self.parallel_fits(parallel, budgets)
         if (
             self.problems
             or not isinstance(name, str)
@@ -304,7 +326,23 @@ class _Validator:
             stuck_after=stuck,
             restart_limit=restarts,
             kill_switch_file=kill,
+            parallel=parallel,
         )
+
+    def parallel_fits(self, parallel: int, budgets: BudgetSpec) -> None:
+        """A wave never outgrows the budgets: ``parallel`` within the passes, and with more
+        than one pass at once, what one pass may spend declared for every capped resource."""
+        if parallel > budgets.passes:
+            self.bad("parallel", f"{parallel} passes at once is over the budget of {budgets.passes} passes"
+                                 " (budgets.passes); lower parallel or raise the budget")
+        for name, cap, share in (("tokens", budgets.tokens, budgets.pass_tokens),
+                                 ("money_usd", budgets.money_usd, budgets.pass_money_usd)):
+            if cap is not None and share is not None and share > cap:
+                self.bad(f"budgets.per_pass.{name}", f"{share:g} is over the whole budget of {cap:g}")
+            if parallel > 1 and cap is not None and share is None:
+                self.bad(f"budgets.per_pass.{name}", f"required with parallel: {parallel} and budgets.{name}: what one"
+                                                     " pass may spend is reserved when it launches, so that passes"
+                                                     " at once never overspend")
 
     # -- pieces
 
@@ -406,7 +444,7 @@ class _Validator:
         return GoalSpec(closed if isinstance(closed, bool) else True, oracles)
 
     def budgets(self, value: object) -> BudgetSpec | None:
-        m = self.mapping("budgets", value, {"passes", "tokens", "money_usd", "wall_time"})
+        m = self.mapping("budgets", value, {"passes", "tokens", "money_usd", "wall_time", "per_pass"})
         if m is None:
             return None
         if "passes" not in m:
@@ -414,16 +452,23 @@ class _Validator:
             return None
         passes = self.count("budgets.passes", m["passes"], minimum=1)
         tokens = self.count("budgets.tokens", m["tokens"], minimum=1) if "tokens" in m else None
-        money: float | None = None
-        if "money_usd" in m:
-            raw = m["money_usd"]
-            if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= MAX_MONEY_USD:
-                most = f"{MAX_MONEY_USD:,.0f}"
-                self.bad("budgets.money_usd", f"expected a positive number up to {most}, got {_kind(raw)}")
-            else:
-                money = float(raw)
+        money = self.money("budgets.money_usd", m["money_usd"]) if "money_usd" in m else None
         wall = self.duration("budgets.wall_time", m["wall_time"]) if "wall_time" in m else None
-        return BudgetSpec(passes, tokens, money, wall)
+        pass_tokens = pass_money = None
+        if "per_pass" in m:
+            share = self.mapping("budgets.per_pass", m["per_pass"], {"tokens", "money_usd"})
+            if share is not None:
+                if "tokens" in share:
+                    pass_tokens = self.count("budgets.per_pass.tokens", share["tokens"], minimum=1)
+                if "money_usd" in share:
+                    pass_money = self.money("budgets.per_pass.money_usd", share["money_usd"])
+        return BudgetSpec(passes, tokens, money, wall, pass_tokens, pass_money)
+
+    def money(self, field: str, raw: object) -> float | None:
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 < raw <= MAX_MONEY_USD:
+            self.bad(field, f"expected a positive number up to {MAX_MONEY_USD:,.0f}, got {_kind(raw)}")
+            return None
+        return float(raw)
 
     def gate(self, value: object) -> GateSpec | None:
         m = self.mapping("gate", value, {"role", "timeout"})

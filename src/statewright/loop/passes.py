@@ -111,8 +111,8 @@ class CommandPassRunner:
         self.cwd = cwd
         self.state_dir = state_dir
         self.environ = dict(os.environ if environ is None else environ)
-        self._pid: int | None = None
-        self._interrupted = False
+        self._pids: set[int] = set()  # the workers running now (a wave runs several at once)
+        self._stopped: set[int] = set()  # those the kill switch stopped
 
     def _file(self, item: WorkItem, attempt: int, suffix: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", pass_key(item, attempt))
@@ -123,10 +123,11 @@ class CommandPassRunner:
         pid_file = self._file(item, attempt, "pid")
         scratch = Path(tempfile.mkdtemp(prefix="statewright-pass-"))
         result_file = scratch / "result.json"
-        self._interrupted = False
+        pids: list[int] = []
 
         def started(pid: int) -> None:
-            self._pid = pid
+            pids.append(pid)
+            self._pids.add(pid)
             pid_file.write_text(str(pid), encoding="utf-8")
 
         try:
@@ -152,11 +153,11 @@ class CommandPassRunner:
         except PermanentError as exc:
             return PassResult(PassStatus.NO_RESULT, cause=f"launch failed: {exc}")
         finally:
-            self._pid = None
+            self._pids.difference_update(pids)
             pid_file.unlink(missing_ok=True)
             shutil.rmtree(scratch, ignore_errors=True)
         note = done.stdout.strip()
-        if self._interrupted:
+        if self._stopped.intersection(pids):
             return PassResult(PassStatus.NO_RESULT, note, cause="stopped by the kill switch")
         if done.timed_out:
             cause = f"cap fired: the worker ran past {self.spec.timeout_seconds:g}s"
@@ -191,9 +192,8 @@ class CommandPassRunner:
         return killed
 
     def interrupt(self) -> None:
-        pid = self._pid
-        if pid is not None:
-            self._interrupted = True
+        for pid in tuple(self._pids):
+            self._stopped.add(pid)
             _kill_group(pid)
 
 

@@ -34,6 +34,7 @@ import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -48,7 +49,7 @@ from statewright.loop.oracles import fingerprint_assets, run_check
 from statewright.loop.passes import CommandPassRunner, EnginePassRunner, PassResult, PassRunner, PassStatus
 from statewright.loop.sources import WorkItem, find_items
 from statewright.loop.store import LoopStore, RunRow, new_event_id, record_of
-from statewright.machine.loop._moves import entry_commands
+from statewright.machine.loop._moves import entry_commands, pending
 from statewright.machine.loop.events import (
     AppendRecord,
     ApprovalGranted,
@@ -142,12 +143,14 @@ class LoopRunner:
         self._signal: str | None = None
         self._payloads: dict[str, Mapping[str, Any]] = {}  # the items this process found, by id
         self._extra: dict[str, Any] | None = None  # kept with the next line (payloads, a pass record)
+        self._passes: ThreadPoolExecutor | None = None  # a wave's passes run at once, one thread each
+        self._inflight: dict[tuple[str, int], Future[Event | None]] = {}
 
     # ---------------------------------------------------------------- one process
 
     def run(self) -> RunOutcome:
         require_secrets(self.definition, self.env)
-        with _loop_lock(self.store, self.definition.name), self._signals():
+        with _loop_lock(self.store, self.definition.name), self._signals(), self._pass_threads():
             if self.resume_run is not None:
                 run = self.store.run(self.resume_run)
                 newest = self.store.latest_run(self.definition.name)
@@ -257,17 +260,21 @@ class LoopRunner:
             moved = self._moved_on(run.run_id)
             if isinstance(moved, RunOutcome):
                 return moved
-            if moved.status is LoopStatus.RUNNING:  # a task's end always moves the pass it runs
-                msg = (f"run {run.run_id}: the pass's task ended but the run still waits in RUNNING (its end is"
-                       " not in the run's record); stop the run and start a new one")
-                raise LoopInvariantError(msg)
+            if moved.status is LoopStatus.RUNNING:  # a wave's other passes are still out
+                if not pending(moved.state):  # a task's end always moves the pass it runs
+                    msg = (f"run {run.run_id}: the pass's task ended but the run still waits in RUNNING (its end"
+                           " is not in the run's record); stop the run and start a new one")
+                    raise LoopInvariantError(msg)
+                here = (moved.state, moved.lines, ())
+                continue
             here = (moved.state, moved.lines, entry_commands(moved.state))
 
     def _noted_only(self, run_id: str, lines: int) -> RunRow | None:
         """The stored run when every line written since line ``lines`` is a note (a pass's
         task of an earlier attempt ended): the run did not move, so an event still applies."""
         since = self.store.lines(run_id)[lines:]
-        if since and all(x.kind is LineKind.NOTE for x in since):
+        if since and all(x.kind is LineKind.NOTE or (x.kind is LineKind.PROGRESS and x.event_type == PassEnded.type)
+                         for x in since):
             return self.store.run(run_id)
         return None
 
@@ -307,14 +314,56 @@ class LoopRunner:
 
     def _perform(self, run: RunRow, state: LoopState, commands: tuple[Command, ...]) -> Event | None:
         """The event the first command (past the stops) leads to; None when the pass's task
-        ended and its end is in the run's record already."""
+        ended and its end is in the run's record already. Passes (launches, and waits on a
+        pass's task) all start at once and report one by one, as they come back. A wave
+        part-way through a state (a line with no commands) goes on with its next pass."""
         self._perform_stops(state, commands)
-        for command in commands:
-            if isinstance(command, StopWorker | WakeRun):  # a wake is a worker's (the outbox's), not ours
-                continue
+        if not commands and not self._inflight:
+            commands = entry_commands(state)
+        work = [c for c in commands if not isinstance(c, StopWorker | WakeRun)]  # a wake is a worker's
+        for command in work:
+            if isinstance(command, LaunchWorker | AwaitPass):
+                self._start(run, state, command)
+        if self._inflight:
+            return self._next_back()
+        for command in work:
             return self._perform_one(run, state, command)
         msg = f"run {run.run_id}: {state.status} produced no command to perform; nothing to wait on"
         raise LoopInvariantError(msg)
+
+    def _start(self, run: RunRow, state: LoopState, command: LaunchWorker | AwaitPass) -> None:
+        """Start the pass in a thread of its own (unless it is out already)."""
+        key = (command.item, command.attempt)
+        if key in self._inflight:
+            return
+        if self._passes is None:
+            self._passes = ThreadPoolExecutor(max_workers=max(1, self.definition.parallel),
+                                              thread_name_prefix="statewright-pass")
+        item = WorkItem(command.item, self._payload(run, command.item), run_id=state.run_id)
+        self._inflight[key] = self._passes.submit(self._launch, item, command)
+
+    def _next_back(self) -> Event | None:
+        """The event of the first pass to come back (None: its end is in the record already)."""
+        while True:
+            done, _ = wait(tuple(self._inflight.values()), timeout=0.5, return_when=FIRST_COMPLETED)
+            if done:
+                break
+        finished = next(iter(done))
+        key = next(k for k, f in self._inflight.items() if f is finished)
+        del self._inflight[key]
+        return finished.result()
+
+    @contextlib.contextmanager
+    def _pass_threads(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            if self._inflight:  # the run stopped: interrupt what is still out
+                self.pass_runner.interrupt()
+            if self._passes is not None:
+                self._passes.shutdown(wait=True, cancel_futures=True)
+                self._passes = None
+            self._inflight.clear()
 
     def _perform_stops(self, state: LoopState, commands: tuple[Command, ...]) -> None:
         for command in commands:
@@ -340,8 +389,6 @@ class LoopRunner:
                 return BriefNeedsPerson(command.item, needs.strip(), self.clock())
             brief = compose_brief(command, data, state.config.attempts_per_item)
             return BriefReady(command.item, brief, self.clock())
-        if isinstance(command, LaunchWorker | AwaitPass):
-            return self._launch(run, state, command)
         if isinstance(command, RunChecks):
             results = tuple(self._check(run, state, name, command.item, command.attempt) for name in command.checks)
             return CheckFinished(command.item, command.attempt, results, self.clock())
@@ -363,10 +410,9 @@ class LoopRunner:
             found = self.store.item_payload(run.run_id, item_id)
         return found if found is not None else {"id": item_id}
 
-    def _launch(self, run: RunRow, state: LoopState, command: LaunchWorker | AwaitPass) -> Event | None:
-        """Launch the pass's worker, or take up the pass's task the run waits on."""
-        data = self._payload(run, command.item)
-        item = WorkItem(command.item, data, run_id=state.run_id)
+    def _launch(self, item: WorkItem, command: LaunchWorker | AwaitPass) -> Event | None:
+        """Launch the pass's worker, or take up the pass's task the run waits on (in a
+        pass's thread: no store of the runner's is touched here)."""
         try:
             if isinstance(command, AwaitPass):
                 result = self.pass_runner.await_pass(item, command.attempt, command.task_id)
