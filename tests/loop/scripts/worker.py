@@ -9,6 +9,8 @@ tamper: PATH                            appends to PATH (a check asset)
 kill_parent: KILL | TERM                signals the loop process, then blocks
 spawn: true                             first starts a child that blocks (pid in children.log)
 tokens / money                          the cost it reports
+barrier: [NAME, SIZE]                   waits until SIZE workers have reached barrier NAME (passes
+                                        at once meet there; one at a time never would: exit 3)
 It always claims success on stdout: the loop must not believe it.
 """
 
@@ -19,6 +21,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 
 from _proc import loop_pid
 
@@ -26,6 +29,17 @@ item = json.loads(os.environ["STATEWRIGHT_ITEM"])
 attempt = int(os.environ["STATEWRIGHT_ATTEMPT"])
 with open("launches.log", "a", encoding="utf-8") as log:
     log.write(f"{item['id']} {attempt} {os.getpid()}\n")
+if item.get("barrier"):
+    name, size = item["barrier"]
+    there = pathlib.Path(f"barrier-{name}")
+    there.mkdir(exist_ok=True)
+    (there / f"{item['id']}-{attempt}").write_text("here", encoding="utf-8")
+    deadline = time.monotonic() + 30  # the others are processes started beside this one
+    while len(list(there.iterdir())) < size:
+        if time.monotonic() > deadline:
+            print(f"only {len(list(there.iterdir()))} of {size} workers met at barrier {name}")
+            sys.exit(3)
+        time.sleep(0.01)
 if item.get("run"):
     subprocess.run([os.path.expandvars(a) for a in item["run"]], check=False)
 if item.get("touch"):

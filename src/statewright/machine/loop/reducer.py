@@ -394,9 +394,9 @@ def spent_caps(state: LoopState, now_ms: int) -> tuple[str, ...]:
     out: list[str] = []
     if state.passes >= cfg.max_passes:
         out.append(str(BudgetCap.PASSES))
-    if cfg.max_tokens is not None and state.tokens_spent >= cfg.max_tokens:
+    if cfg.max_tokens is not None and _spent(state.tokens_spent, cfg.pass_tokens, cfg.max_tokens):
         out.append(str(BudgetCap.TOKENS))
-    if cfg.max_money_usd is not None and state.money_spent_usd >= cfg.max_money_usd:
+    if cfg.max_money_usd is not None and _spent(state.money_spent_usd, cfg.pass_money_usd, cfg.max_money_usd):
         out.append(str(BudgetCap.MONEY_USD))
     if (
         cfg.wall_time_ms is not None
@@ -405,3 +405,9 @@ def spent_caps(state: LoopState, now_ms: int) -> tuple[str, ...]:
     ):
         out.append(str(BudgetCap.WALL_TIME))
     return tuple(out)
+
+
+def _spent(spent: float, share: float | None, cap: float) -> bool:
+    """A budget is spent when nothing is left, or, with a pass's share declared
+    (``budgets.per_pass``), when what is left cannot cover one more pass."""
+    return spent >= cap if share is None else spent + share > cap
