@@ -35,3 +35,11 @@ def record(ctx: Any) -> bool:
         {"key": ctx.idempotency_key, "task": ctx.task_id, "step": ctx.step, "pid": os.getpid()},
     )
     return True
+
+
+def record_after_work(ctx: Any) -> bool:
+    """``record``, after some work (a quarter second): a kill finds steps in flight."""
+    import time
+
+    time.sleep(0.25)
+    return record(ctx)
