@@ -43,3 +43,11 @@ def never(ctx: Any) -> bool:
 def agree(brief: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """An ai step's agent that approves at once, saying which attempt it was."""
     return {"verdict": {"approved": True, "summary": f"attempt {brief['attempt']}"}, "note": "done"}
+
+
+def pass_end(ctx: Any) -> bool:
+    """A loop pass's step: record when it ended (epoch seconds) in the folder its item names."""
+    item = ctx.input["item"]
+    ended = time.time()
+    (Path(item["out"]) / f"pass-{item['id']}-{ctx.input['attempt']}.end").write_text(repr(ended), encoding="utf-8")
+    return True

@@ -23,6 +23,15 @@ also appends ChildEnded to the parent and the parent's next command) plus the cl
 command. One worker (as shipped: on PostgreSQL it waits on LISTEN/NOTIFY) runs in a thread of
 this process. 20 rounds (5 with --quick); median and maximum.
 
+(3) A loop's waves. A loop run (``LoopRunner``, in this process) over N = 24 items whose passes
+are child tasks of a one-step workflow (its callable writes ``time.time()`` when it returns),
+with one check per pass and one goal oracle, each a ``python -S -c`` command; the check
+prints ``time.time()`` as it starts. Per pass: the run's wall time / N, with ``parallel: 1``
+and ``parallel: 4`` (3 rounds each, medians). Wave pickup: the first check of a wave starting
+- the wave's last pass ending: the last child's outcome commit (which writes the run's
+PassEnded line and moves it to CHECKING), the driver taking that up, and the check process
+starting; the cost of starting such a process, measured beside it, is printed too.
+
 The header prints a bare SQLite INSERT+COMMIT on the same disk: the figures move with it and
 with whatever else the machine is doing. Every figure printed is measured by this run."""
 
@@ -183,6 +192,69 @@ def pickup_rounds(target: Target, defs: Path, rounds: int, tmp: Path) -> list[fl
     return out
 
 
+LOOP_ITEMS = 24
+
+
+def loop_round(target: Target, defs: Path, parallel: int, tmp: Path) -> tuple[float, list[float]]:
+    """(ms per pass, wave pickups in ms) of one loop run with ``parallel`` passes at once."""
+    import yaml
+
+    from statewright.loop.definition import load_loop
+    from statewright.loop.runner import LoopRunner
+    from statewright.loop.store import LoopStore
+    from statewright.machine.loop.model import LoopStatus
+
+    root = tmp / f"loop-{uuid.uuid4().hex[:8]}"
+    out = root / "out"
+    out.mkdir(parents=True)
+    step = "{id: work, kind: code, owner: bench, run: {callable: 'bench_steps:pass_end'}}"
+    (root / "pass.yaml").write_text(f"workflow: loop-pass\nsteps:\n  - {step}\n", encoding="utf-8")
+    items = "".join(f'{{"id": "i{n:02d}", "out": "{out}"}}\n' for n in range(LOOP_ITEMS))
+    (root / "backlog.jsonl").write_text(items, encoding="utf-8")
+    stamp = [sys.executable, "-S", "-c", "import time; print(repr(time.time()))"]
+    oracle = {"name": "ok", "command": [sys.executable, "-S", "-c", "pass"], "timeout": "60s"}
+    loop = {"loop": "bench", "source": {"jsonl": "backlog.jsonl"}, "workflow": "pass.yaml",
+            "check": [{"name": "stamp", "command": stamp, "timeout": "60s"}],
+            "goal": {"all_items_closed": True, "oracles": [oracle]},
+            "budgets": {"passes": 100}, "parallel": parallel}
+    (root / "loop.yaml").write_text(yaml.safe_dump(loop), encoding="utf-8")
+    url = target.fresh()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    with LoopStore.open(url) as store:
+        t0 = time.perf_counter()
+        outcome = LoopRunner(load_loop(root / "loop.yaml"), store, env=env).run()
+        wall = time.perf_counter() - t0
+        if outcome.status is not LoopStatus.DONE:
+            raise RuntimeError(f"the loop run ended {outcome.status}: {outcome.reason}")
+        lines = store.lines(outcome.run_id)
+    pickups: list[float] = []
+    wave: list[str] = []
+    starts: list[float] = []
+    for ln in [*lines, None]:
+        if ln is None or "pick" in ln.written:
+            if wave and starts:
+                ends = [float(p.read_text()) for i in wave for p in out.glob(f"pass-{i}-*.end")]
+                pickups.append((min(starts) - max(ends)) * 1000)
+            if ln is not None:
+                wave, starts = list(ln.written.get("wave") or [ln.written["pick"]]), []
+            continue
+        if ln.event_type == "CheckFinished":
+            starts += [float(e["output"]) for e in ln.written.get("evidence", [])]
+    return wall / LOOP_ITEMS * 1000, pickups
+
+
+def spawn_ms() -> float:
+    """Median milliseconds to start and end ``python -S -c pass`` (what each check costs)."""
+    import subprocess
+
+    runs = []
+    for _ in range(9):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-S", "-c", "pass"], check=True)
+        runs.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(runs)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
@@ -223,6 +295,16 @@ def main(argv: list[str]) -> int:
                 say(f"  (2) parent pickup, last child's end -> the parent's next step starting, 8 children, "
                     f"{pickups} rounds:")
                 say(f"      median {statistics.median(got):.1f} ms, min {min(got):.1f} ms, max {max(got):.1f} ms")
+                say(f"  (3) a loop over {LOOP_ITEMS} items, passes as child tasks, a check and an oracle per run "
+                    f"as python -S processes (one costs {spawn_ms():.1f} ms to start and end here):")
+                for parallel in (1, 4):
+                    runs = [loop_round(target, defs, parallel, tmp) for _ in range(1 if args.quick else 3)]
+                    per_pass = statistics.median(r[0] for r in runs)
+                    waves = [p for r in runs for p in r[1]]
+                    say(f"      parallel {parallel}: {per_pass:6.1f} ms per pass (rounds: "
+                        + ", ".join(f"{r[0]:.1f}" for r in runs) + "); wave pickup, last pass's end -> the "
+                        f"wave's first check starting: median {statistics.median(waves):.1f} ms, "
+                        f"max {max(waves):.1f} ms ({len(waves)} waves)")
         finally:
             for target in targets:
                 target.close()
