@@ -326,3 +326,51 @@ def test_wal_mode(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     finally:
         conn.close()
+
+
+def test_a_carried_run_asleep_at_a_timed_gate_is_woken_when_the_gate_times_out(tmp_path: Path) -> None:
+    """A carried run that sleeps at a gate with a time limit gets the wake its sleep asked for: a
+    WakeRun in the outbox, due when the limit passes (else nothing would ever time the gate out)."""
+    from click.testing import CliRunner
+
+    from statewright.cli import cli
+
+    path = tmp_path / "old.db"
+    gated = replace(CFG, gate_role="maintainer", gate_timeout_ms=3_600_000)
+    state = initial_state("1", gated)
+    conn = sqlite3.connect(path)
+    conn.executescript(OLD_SCHEMA)
+    events: list[Event] = [
+        TriggerArrived("t", 2), ItemsFound(("a",), 3), BriefReady("a", "brief", 4), WorkerReturned("a", 1, 5),
+        CheckFinished("a", 1, (CheckResult("c", CheckOutcome.PASS),), 6), GateSleep(7),
+    ]
+    for seq, event in enumerate(events, start=1):
+        step = transition(state, event)
+        assert step.line is not None
+        conn.execute("INSERT INTO loop_lines VALUES (1, ?, ?, ?, ?, ?, ?, ?, '{}', ?, '[]', ?)",
+                     (seq, str(step.line.state), str(step.line.next_state), str(step.line.kind), event.type,
+                      step.line.event, step.line.summary, json.dumps(_old(event_to_dict(event))), event.at_ms))
+        state = step.state
+    assert state.current is not None
+    conn.execute("INSERT INTO loop_runs (run_id, loop, status, definition_path, definition_sha256, opened_at_ms,"
+                 " updated_at_ms, lines, state_json) VALUES (1, 'l', ?, 'l.yaml', ?, 1, 7, 6, ?)",
+                 (str(state.status), "0" * 64, json.dumps(_old(state_to_dict(state)))))
+    conn.execute("INSERT INTO loop_items (loop, item_id, payload_json) VALUES ('l', 'a', '{\"id\": \"a\"}')")
+    conn.commit()
+    conn.close()
+
+    upgraded = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
+    assert upgraded.exit_code == 0, upgraded.output
+    assert "1 loop runs carried over" in upgraded.stdout
+    with LoopStore.open(path) as store:
+        (run,) = store.runs()
+        assert run.run_id == "1"
+        lines = store.lines("1")
+        assert [x.event_type for x in lines] == [e.type for e in events]
+        assert store.item_payload("1", "a") == {"id": "a"}
+        [wake] = store.store.outbox("loop-run-1")
+        assert wake["type"] == "WakeRun" and wake["available_at_ms"] == 6 + 3_600_000
+    again = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
+    assert again.exit_code == 0 and "carried over" not in again.stdout
+    verified = CliRunner().invoke(cli, ["verify", "--db", str(path)])
+    assert verified.exit_code == 0, verified.output

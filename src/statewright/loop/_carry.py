@@ -24,6 +24,7 @@ from statewright.machine.loop.events import event_from_dict as loop_event_from_d
 from statewright.machine.loop.model import LoopState, LoopStatus
 from statewright.machine.loop.reducer import transition
 from statewright.machine.seam import StreamKind
+from statewright.runtime.children import wake_rows
 from statewright.store.base import Store
 
 _RENAMED = {"fingerprint": "proposal_hash", "who": "actor"}
@@ -86,7 +87,7 @@ def _carry_run(
     }
     opened = RunOpened(state_to_dict(start), meta["definition_path"], meta["definition_sha256"], meta["assets"],
                        meta["opened_at_ms"], event_id=f"carried-{stream}-1")
-    steps: list[tuple[dict[str, Any], LoopState]] = [(event_to_dict(opened), start)]
+    steps: list[tuple[dict[str, Any], LoopState, tuple[Any, ...]]] = [(event_to_dict(opened), start, ())]
     state = start
     lines = conn.execute("SELECT seq, event_json FROM loop_lines WHERE run_id = ? ORDER BY seq", (number,))
     for row in lines.fetchall():
@@ -99,18 +100,22 @@ def _carry_run(
         if event.type == "RecordAppended" and state.records + 1 in records:
             body["record"] = _renamed(records[state.records + 1])
         state = step.state
-        steps.append((body, state))
+        steps.append((body, state, step.commands))
     if state != stored:
         raise ValueError("replaying its lines does not give its stored state back")
     decided = _pending_decision(conn, number, state, f"carried-{stream}-{len(steps) + 1}")
     if decided is not None:
         step = transition(state, decided)
         state = step.state
-        steps.append((_line_body(decided, step), state))
-    for version, (body, after) in enumerate(steps):
+        steps.append((_line_body(decided, step), state, step.commands))
+    for version, (body, after, commands) in enumerate(steps):
         projection = {"status": str(after.status), "loop": after.config.loop, "state": state_to_dict(after),
                       "meta": meta, "lines": version}
-        store.append(stream, version, body, projection, (), workflow=str(run["loop"]),
+        # The last line's wake (a run asleep at a timed gate, or one a decision moved) is still to
+        # come: it goes to the outbox, so a worker wakes the carried run as it would any other.
+        last = version == len(steps) - 1
+        wake = wake_rows(stream, str(body["event_id"]), commands, int(body["at_ms"]), version) if last else []
+        store.append(stream, version, body, projection, wake, workflow=str(run["loop"]),
                      workflow_hash=str(run["definition_sha256"]), kind=str(StreamKind.LOOP_RUN))
     return state
 
