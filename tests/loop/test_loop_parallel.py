@@ -79,6 +79,14 @@ def test_a_wave_works_its_items_at_once_one_record_row_each(tmp_path: Path, db: 
     assert sorted(ln.split()[0] for ln in launches) == [f"i{n}" for n in range(6)]
 
 
+def test_a_waves_checks_run_at_once(tmp_path: Path, db: Path, clock: FakeClock) -> None:
+    items = [{"id": f"i{n}", "check_barrier": ["c", 3]} for n in range(3)]
+    out = run_loop(write_loop(tmp_path, items, parallel=3), db, clock)
+    assert out.status is S.DONE, out
+    checked = [ln for ln in record(db, out.run_id) if ln.event_type == "CheckFinished"]
+    assert [ln.written["verdict"] for ln in checked] == ["PASS"] * 3
+
+
 def test_a_wave_never_launches_more_passes_than_the_budget_has_left(
     tmp_path: Path, db: Path, clock: FakeClock
 ) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -323,7 +324,10 @@ class LoopRunner:
         work = [c for c in commands if not isinstance(c, StopWorker | WakeRun)]  # a wake is a worker's
         for command in work:
             if isinstance(command, LaunchWorker | AwaitPass):
-                self._start(run, state, command)
+                item = WorkItem(command.item, self._payload(run, command.item), run_id=state.run_id)
+                self._start(command.item, command.attempt, self._launch, item, command)
+            elif isinstance(command, RunChecks) and self.definition.parallel > 1:  # a wave's checks at once too
+                self._start(command.item, command.attempt, self._checks, self._check_calls(run, command), command)
         if self._inflight:
             return self._next_back()
         for command in work:
@@ -331,16 +335,15 @@ class LoopRunner:
         msg = f"run {run.run_id}: {state.status} produced no command to perform; nothing to wait on"
         raise LoopInvariantError(msg)
 
-    def _start(self, run: RunRow, state: LoopState, command: LaunchWorker | AwaitPass) -> None:
-        """Start the pass in a thread of its own (unless it is out already)."""
-        key = (command.item, command.attempt)
-        if key in self._inflight:
+    def _start(self, item: str, attempt: int, work: Callable[..., Event | None], *args: Any) -> None:
+        """Start a pass's work (its launch, or its checks) in a thread of its own, unless it
+        is out already. What the thread does touches no store of the runner's."""
+        if (item, attempt) in self._inflight:
             return
         if self._passes is None:
             self._passes = ThreadPoolExecutor(max_workers=max(1, self.definition.parallel),
                                               thread_name_prefix="statewright-pass")
-        item = WorkItem(command.item, self._payload(run, command.item), run_id=state.run_id)
-        self._inflight[key] = self._passes.submit(self._launch, item, command)
+        self._inflight[(item, attempt)] = self._passes.submit(work, *args)
 
     def _next_back(self) -> Event | None:
         """The event of the first pass to come back (None: its end is in the record already)."""
@@ -390,8 +393,7 @@ class LoopRunner:
             brief = compose_brief(command, data, state.config.attempts_per_item)
             return BriefReady(command.item, brief, self.clock())
         if isinstance(command, RunChecks):
-            results = tuple(self._check(run, state, name, command.item, command.attempt) for name in command.checks)
-            return CheckFinished(command.item, command.attempt, results, self.clock())
+            return self._checks(self._check_calls(run, command), command)
         if isinstance(command, RequestApproval):
             return self._gate(run, command)
         if isinstance(command, AppendRecord):  # the record is kept with the line that acknowledges it
@@ -448,20 +450,29 @@ class LoopRunner:
             money_usd=result.cost_usd,
         )
 
-    def _check(self, run: RunRow, state: LoopState, name: str, item_id: str, attempt: int) -> CheckResult:
-        spec = self.definition.check(name)
-        if spec is None:
-            msg = f"the loop file no longer defines check {name!r}; restore it or start a new run"
-            return CheckResult(name, CheckOutcome.ERROR, msg)
-        data = self._payload(run, item_id)
+    def _check_calls(self, run: RunRow, command: RunChecks) -> list[Callable[[], CheckResult]]:
+        """The pass's checks, each ready to run (the item read from the store here)."""
+        data = self._payload(run, command.item)
         variables = {
             **self._variables(run),
-            "STATEWRIGHT_ITEM_ID": item_id,
+            "STATEWRIGHT_ITEM_ID": command.item,
             "STATEWRIGHT_ITEM": json.dumps(dict(data), sort_keys=True, default=str),
-            "STATEWRIGHT_ATTEMPT": str(attempt),
+            "STATEWRIGHT_ATTEMPT": str(command.attempt),
         }
         d = self.definition
-        return run_check(spec, cwd=d.base_dir, environ=self.env, variables=variables, protected=run.assets)
+        calls: list[Callable[[], CheckResult]] = []
+        for name in command.checks:
+            spec = self.definition.check(name)
+            if spec is None:
+                msg = f"the loop file no longer defines check {name!r}; restore it or start a new run"
+                calls.append(functools.partial(CheckResult, name, CheckOutcome.ERROR, msg))
+                continue
+            calls.append(functools.partial(run_check, spec, cwd=d.base_dir, environ=self.env, variables=variables,
+                                           protected=run.assets))
+        return calls
+
+    def _checks(self, calls: list[Callable[[], CheckResult]], command: RunChecks) -> Event:
+        return CheckFinished(command.item, command.attempt, tuple(call() for call in calls), self.clock())
 
     def _oracle(self, run: RunRow, name: str) -> CheckResult:
         spec = self.definition.oracle(name)
