@@ -2,7 +2,8 @@
 
     python pg_worker.py URL WORKSPACE_ROOT IDLE_SECONDS
 
-Builds ``Engine(open_store(URL))`` and runs ``Worker(engine, lease_seconds=2)`` until it
+Builds ``Engine(open_store(URL))`` and runs ``Worker(engine, lease_seconds=2)`` (with the
+loop's handlers: it wakes loop runs, and takes up one whose driver died) until it
 has done nothing for IDLE_SECONDS, or SIGTERM. Idle waits go through the store's
 ``wait_for_work`` (LISTEN/NOTIFY on PostgreSQL) by way of the clock the engine is given:
 that is the worker change this backend asks for, made here without editing the runtime."""
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from statewright import Engine, Worker
+from statewright.loop.wake import handlers
 from statewright.runtime.clock import SystemClock
 from statewright.store import open_store
 from statewright.store.sql import SqlStore
@@ -34,7 +36,7 @@ def main(argv: list[str]) -> int:
     url, workspace_root, idle_seconds = argv[0], Path(argv[1]), float(argv[2])
     store = open_store(url)
     engine = Engine(store, clock=ListeningClock(store), workspace_root=workspace_root)
-    worker = Worker(engine, lease_seconds=2, idle_poll_seconds=0.5)
+    worker = Worker(engine, lease_seconds=2, idle_poll_seconds=0.5, handlers=handlers(store, lease_seconds=2))
     worker.install_signal_handlers()
     last = [time.monotonic(), 0.0]
 

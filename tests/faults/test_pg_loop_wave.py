@@ -1,13 +1,14 @@
 """A loop with ``parallel: 4`` over 20 items on one PostgreSQL database, its passes child tasks
-worked by the loop's own process and by 3 worker processes, while workers and the loop's
-process are SIGKILLed at random and replaced (a killed ``loop run`` is started again and
-resumes the run).
+worked by the loop's own process and by 3 worker processes, while workers are SIGKILLed at
+random and replaced, and the loop's process is SIGKILLed twice: the first time a ``loop run``
+is started again and resumes the run; the second time nobody starts one, and a worker takes
+the run up once the dead process's lease on it runs out (``loop run --lease 2s``).
 
-Checked afterwards: the run ended DONE with every item closed; each child task's effect (a
-row keyed by its idempotency key) happened at most once, and exactly once for every child
-that completed; each item was closed by exactly one completed child; every pass's end is in
-the run's record; nothing is left in the outbox; and ``verify`` finds every log whole, the
-loop run's among them.
+Checked afterwards: a worker process drove the run to its end; the run ended DONE with every
+item closed; each child task's effect (a row keyed by its idempotency key) happened at most
+once, and exactly once for every child that completed; each item was closed by exactly one
+completed child; every pass's end is in the run's record; nothing is left in the outbox; and
+``verify`` finds every log whole, the loop run's among them.
 
 As in test_pg_workers.py, the fault injector is a timed loop by nature (kill, replace, look
 again); it waits on processes and the database, never on a sleep to make a result true."""
@@ -109,7 +110,7 @@ def test_a_wave_loop_survives_killed_workers_and_a_killed_loop_process(pg_url: s
         if kind == "worker":
             argv = [sys.executable, str(HERE / "pg_worker.py"), pg_url, str(tmp_path / "ws"), "60"]
         else:
-            argv = [sys.executable, "-m", "statewright.loop", "run", str(path), "--db", pg_url]
+            argv = [sys.executable, "-m", "statewright.loop", "run", str(path), "--db", pg_url, "--lease", "2s"]
         with (logs / f"{kind}-{started_procs[kind]}.log").open("wb") as log:
             return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
 
@@ -120,11 +121,12 @@ def test_a_wave_loop_survives_killed_workers_and_a_killed_loop_process(pg_url: s
 
     rng = random.Random(20261203)
     workers = [spawn("worker") for _ in range(WORKERS)]
-    driver = spawn("driver")
+    worker_pids = {w.pid for w in workers}
+    driver: subprocess.Popen[bytes] | None = spawn("driver")
     worker_kills = driver_kills = 0
     started = time.monotonic()
     next_kill = started + 1.0
-    exits: list[int] = []
+    driver_kill_at = [started + 1.5, started + 3.5]  # early: the run takes longer than that
     try:
         while True:
             elapsed = time.monotonic() - started
@@ -132,33 +134,34 @@ def test_a_wave_loop_survives_killed_workers_and_a_killed_loop_process(pg_url: s
             status = run_status()
             if status is not None and status[1].is_terminal:
                 break
-            if driver.poll() is not None:  # it ended: killed by us, or it stopped; start it again
-                exits.append(driver.returncode)
-                assert driver.returncode in (0, -signal.SIGKILL), (driver.returncode, _tail(logs, "driver"))
-                driver = spawn("driver")
+            if driver is not None and driver.poll() is not None:
+                assert driver.returncode == 0, (driver.returncode, _tail(logs, "driver"))
+                driver = None  # it ended the run, or it sleeps: nothing to start again
             for n, proc in enumerate(workers):
                 if proc.poll() is not None:
                     workers[n] = spawn("worker")
-            if time.monotonic() >= next_kill and (worker_kills < WORKER_KILLS or driver_kills < DRIVER_KILLS):
-                if driver_kills < DRIVER_KILLS and (worker_kills >= WORKER_KILLS or rng.random() < 0.35):
-                    driver.send_signal(signal.SIGKILL)
-                    driver.wait()
-                    exits.append(driver.returncode)
-                    driver_kills += 1
-                    driver = spawn("driver")
-                else:
-                    n = rng.randrange(len(workers))
-                    workers[n].send_signal(signal.SIGKILL)
-                    workers[n].wait()
-                    worker_kills += 1
-                    workers[n] = spawn("worker")
+                    worker_pids.add(workers[n].pid)
+            if driver is not None and driver_kill_at and time.monotonic() >= driver_kill_at[0]:
+                driver_kill_at.pop(0)
+                driver.send_signal(signal.SIGKILL)
+                driver.wait()
+                driver_kills += 1
+                driver = spawn("driver") if driver_kill_at else None  # the second time: the workers' turn
+            if time.monotonic() >= next_kill and worker_kills < WORKER_KILLS:
+                n = rng.randrange(len(workers))
+                workers[n].send_signal(signal.SIGKILL)
+                workers[n].wait()
+                worker_kills += 1
+                workers[n] = spawn("worker")
+                worker_pids.add(workers[n].pid)
                 next_kill = time.monotonic() + rng.uniform(0.5, 2.0)
             time.sleep(0.05)
     finally:
-        for proc in (*workers, driver):
+        procs = [*workers, *([driver] if driver is not None else [])]
+        for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in (*workers, driver):
+        for proc in procs:
             try:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -175,6 +178,7 @@ def test_a_wave_loop_survives_killed_workers_and_a_killed_loop_process(pg_url: s
             run = store.run(run_id)
             lines = store.lines(run_id)
         assert {i.status for i in run.state.items} == {"closed"} and len(run.state.items) == ITEMS
+        assert driver_kills == DRIVER_KILLS and run.owner_pid in worker_pids, (run.owner_pid, driver_kills)
         kids = engine.store.children(f"loop-run-{run_id}")
         states = {k.task_id: engine.state(k.task_id) for k in kids}
         with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -29,6 +29,7 @@ import click
 
 from statewright._cli_guard import OneLineGroup, guard
 from statewright._errors import InputError
+from statewright.definition.durations import parse_duration_seconds
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
 from statewright.loop.passes import cancel_pass_task
@@ -109,17 +110,21 @@ def loop() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @click.option("--new-run", is_flag=True, help="Open a new run even when the newest one is unfinished "
               "(it is left as it stands; the items' standing carries over).")
+@click.option("--lease", "lease", default="30s", show_default=True,
+              help="How soon after this process dies a 'statewright worker' takes the run up (a duration).")
 @guard
-def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool) -> None:
+def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool, lease: str) -> None:
     """Start a run of the loop FILE, or resume its unfinished run (pinned to the file it
     opened with: a changed file is refused)."""
     definition = load_loop(file)
     require_secrets(definition, os.environ)  # refused before anything is written
+    lease_seconds = _lease_seconds(lease)
     with _open(db, create=True) as store:
         before = store.latest_run(definition.name)
         if new_run:
             before = None
-        runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True, new_run=new_run)
+        runner = LoopRunner(definition, store, trigger=trigger, install_signal_handlers=True, new_run=new_run,
+                            lease_seconds=lease_seconds)
         outcome = runner.run()
         run = store.run(outcome.run_id)
         lines = store.lines(outcome.run_id)
@@ -527,3 +532,14 @@ def _print_lines(lines: Sequence[StoredLine]) -> None:
 
 def main() -> None:
     loop(prog_name="statewright loop")
+
+
+def _lease_seconds(value: str) -> float:
+    """``--lease``: a duration from 1 second to a day."""
+    try:
+        seconds = parse_duration_seconds(value)
+    except ValueError as exc:
+        raise InputError(f"--lease: {exc}") from None
+    if not 1 <= seconds <= 86_400:
+        raise InputError(f"--lease: expected a duration from 1s to 1d, got {value!r}")
+    return seconds

@@ -32,8 +32,11 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import tempfile
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -89,8 +92,40 @@ from statewright.machine.loop.model import CheckOutcome, CheckResult, LineKind, 
 from statewright.machine.loop.reducer import initial_state, transition
 from statewright.runtime.clock import SystemClock
 from statewright.runtime.users import Principal, Users
+from statewright.store.base import Claim
 
 CRASH_ENV = LOOP_CRASH_ENV
+DRIVE_LEASE_SECONDS = 30.0  # a dead driver's run is taken up by a worker this long after it stopped renewing
+
+
+def now_ms() -> int:
+    """Wall time: leases are wall-clock time, whatever clock the run's events are given."""
+    return time.time_ns() // 1_000_000
+
+
+class Lease:
+    """The lease of the process driving a run (its ``DriveRun`` row), renewed by a thread until
+    given up. ``lost``: a renewal found the lease gone to another (or the row gone with the
+    run's end)."""
+
+    def __init__(self, store: LoopStore, claim: Claim, lease_ms: int) -> None:
+        self.store, self.claim, self.lease_ms = store, claim, lease_ms
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="statewright-loop-lease", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_ms / 3000):
+            if not self.store.store.renew(self.claim.command_id, self.claim.token, now_ms(), self.lease_ms):
+                self.lost = True
+                return
+
+    def give_up(self) -> None:
+        """Stop renewing and free the run: the lease row goes (a run that ended took it already)."""
+        self._stop.set()
+        self._thread.join()
+        self.store.store.ack(self.claim.command_id, self.claim.token)
 
 
 def system_clock_ms() -> int:
@@ -129,6 +164,8 @@ class LoopRunner:
         install_signal_handlers: bool = False,
         new_run: bool = False,
         resume_run: str | None = None,
+        adopt: bool = False,
+        lease_seconds: float = DRIVE_LEASE_SECONDS,
     ) -> None:
         self.definition = definition
         self.store = store
@@ -139,9 +176,13 @@ class LoopRunner:
         self.install_signal_handlers = install_signal_handlers
         self.new_run = new_run
         self.resume_run = resume_run  # drive only this run, if it is the loop's newest and unfinished
+        self.adopt = adopt  # resume_run's driver died (its lease ran out): take the run up, not only asleep
+        self.lease_ms = int(lease_seconds * 1000)
+        self._lease: Lease | None = None
         self.pass_runner = pass_runner or default_pass_runner(definition, store, self.env)
         self.redactor = loop_redactor(definition, self.env, [store.url])
         self._signal: str | None = None
+        self.worker_id = f"loop-run:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._payloads: dict[str, Mapping[str, Any]] = {}  # the items this process found, by id
         self._extra: dict[str, Any] | None = None  # kept with the next line (payloads, a pass record)
         self._passes: ThreadPoolExecutor | None = None  # a wave's passes run at once, one thread each
@@ -155,7 +196,8 @@ class LoopRunner:
             if self.resume_run is not None:
                 run = self.store.run(self.resume_run)
                 newest = self.store.latest_run(self.definition.name)
-                if not run_sleeps(run) or newest is None or newest.run_id != run.run_id:
+                takes_up = run_sleeps(run) or (self.adopt and not run.status.is_terminal and not run.state.clean_stop)
+                if not takes_up or newest is None or newest.run_id != run.run_id:
                     # nothing to carry on: it ended, was replaced, stopped, or a process drives it
                     return RunOutcome(run.run_id, run.status, None, run.state.reason)
                 refuse_changed_file(run, self.definition)
@@ -192,11 +234,30 @@ class LoopRunner:
         return run, TriggerArrived(self.trigger, self.clock())
 
     def _drive(self, run: RunRow, event: Event) -> RunOutcome:
+        try:
+            return self._drive_leased(run, event)
+        finally:
+            if self._lease is not None:
+                self._lease.give_up()
+                self._lease = None
+
+    def _drive_leased(self, run: RunRow, event: Event) -> RunOutcome:
+        """Drive the run; the first line this process writes takes the run's lease with it."""
         state, lines = run.state, run.lines
         while True:
+            if self._lease is not None and self._lease.lost:
+                msg = (f"run {run.run_id}: this process's lease on the run ran out and another process may have"
+                       " taken the run up; it stops here (the run carries on where it is)")
+                raise InputError(msg)
             stop = None if isinstance(event, ProcessStarted) else self._stop_reason(run.run_id)
             if stop is not None and not state.status.is_terminal:
                 event = KillSwitch(stop, self.clock())
+            elif _after_its_end(state, event):  # a wave's pass whose task's end another commit recorded
+                carried = self._carry_on(run, (state, lines, ()))
+                if isinstance(carried, RunOutcome):
+                    return carried
+                state, lines, event = carried
+                continue
             event = self._redacted(event)
             step = transition(state, event)
             if step.line is not None:
@@ -210,6 +271,7 @@ class LoopRunner:
                         commands=step.commands,
                         extra=self._extra,
                         owner_pid=os.getpid(),
+                        drive_for=None if self._lease is not None else (self.worker_id, now_ms() + self.lease_ms),
                     )
                 except VersionConflictError:
                     noted = self._noted_only(run.run_id, lines)
@@ -222,6 +284,8 @@ class LoopRunner:
                     state, lines, event = carried
                     continue
                 self._extra = None
+                if self._lease is None and self.store.drive is not None:
+                    self._lease = Lease(self.store, self.store.drive, self.lease_ms)
                 lines += 1
                 loop_crash_point(self.crash_at, step.line.next_state)
             state = step.state
@@ -258,6 +322,9 @@ class LoopRunner:
             event = self._perform(run, state, commands)
             if event is not None:
                 return state, lines, event
+            if self.store.run(run.run_id).lines == lines:  # that pass's end is in the record already
+                here = (state, lines, ())
+                continue
             moved = self._moved_on(run.run_id)
             if isinstance(moved, RunOutcome):
                 return moved
@@ -522,6 +589,20 @@ class LoopRunner:
         finally:
             for s, old in previous.items():
                 signal.signal(s, old)
+
+
+def _after_its_end(state: LoopState, event: Event) -> bool:
+    """A pass's report that came back after the pass was through RUNNING: its task ended and
+    the end, written with the task's last event, moved the pass on (or the run) meanwhile."""
+    if not isinstance(event, WorkerReturned | WorkerNoResult | PassWaiting):
+        return False
+    if state.status is LoopStatus.RUNNING and any(p.item == event.item and p.attempt == event.attempt
+                                                  for p in pending(state)):
+        return False
+    if any(p.item == event.item and p.attempt == event.attempt for p in state.wave):
+        return True
+    entry = state.item(event.item)  # recorded and gone from the wave already
+    return state.config.parallel > 1 and entry is not None and entry.attempts >= event.attempt
 
 
 def run_sleeps(run: RunRow) -> bool:

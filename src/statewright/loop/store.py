@@ -34,11 +34,19 @@ from statewright.machine.loop.codec import (
     state_from_dict,
     state_to_dict,
 )
-from statewright.machine.loop.events import AppendRecord, Command, Event, ItemsFound, RecordAppended, RunOpened
+from statewright.machine.loop.events import (
+    AppendRecord,
+    Command,
+    DriveRun,
+    Event,
+    ItemsFound,
+    RecordAppended,
+    RunOpened,
+)
 from statewright.machine.loop.model import ItemLedger, LineKind, LoopState, LoopStatus, RecordLine
 from statewright.machine.seam import StreamKind
 from statewright.runtime.children import wake_rows
-from statewright.store.base import EventRow, Store, StoredTask
+from statewright.store.base import Claim, EventRow, NewCommand, Store, StoredTask
 
 RUN_PREFIX = RUN_STREAM_PREFIX
 LOOP_RUN = str(StreamKind.LOOP_RUN)
@@ -130,6 +138,7 @@ class LoopStore:
         self.url = str(store.url)
         path = getattr(store, "path", None)
         self.path: str | None = str(path) if isinstance(path, Path | str) else None
+        self.drive: Claim | None = None  # the lease of the process driving a run through this store
 
     @classmethod
     def open(cls, db: str | Path, *, create: bool = True) -> LoopStore:
@@ -229,10 +238,14 @@ class LoopStore:
         commands: Sequence[Command],
         extra: Mapping[str, Any] | None = None,
         owner_pid: int | None = None,
+        drive_for: tuple[str, int] | None = None,
     ) -> int:
         """Append one line (the event, what it wrote, the new state) in ONE transaction of the
         store, at the run's version ``expected_lines + 1``; return its seq. ``extra`` is kept
-        in the event's body (an ``ItemsFound``'s payloads, a ``RecordAppended``'s record)."""
+        in the event's body (an ``ItemsFound``'s payloads, a ``RecordAppended``'s record).
+        ``drive_for`` (worker id, lease expiry): the process starts driving the run with this
+        line; its lease (a ``DriveRun`` row claimed for it in the same transaction) is then
+        ``self.drive``."""
         run = self.run(run_id)
         if run.lines != expected_lines:
             raise VersionConflictError(stream_id(run_id), expected_lines + 1, run.version)
@@ -246,8 +259,13 @@ class LoopStore:
         }
         seq = expected_lines + 1
         wake = wake_rows(stream_id(run_id), str(body["event_id"]), commands, line.at_ms, seq)
-        self.store.append(stream_id(run_id), run.version, body, run_projection(state, meta, seq), wake,
-                          terminal=state.status.is_terminal)
+        if drive_for is not None:
+            drive = DriveRun(run_id, seq)
+            wake.append(NewCommand(f"{stream_id(run_id)}:drive:{seq}", drive.type, command_to_dict(drive), line.at_ms))
+        done = self.store.append(stream_id(run_id), run.version, body, run_projection(state, meta, seq), wake,
+                                 terminal=state.status.is_terminal, claim_for=drive_for)
+        if drive_for is not None:
+            self.drive = done.claimed
         return seq
 
     def events(self, run_id: str) -> list[EventRow]:

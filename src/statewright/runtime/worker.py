@@ -50,7 +50,7 @@ from statewright.machine.events import (
     NotificationSent,
     TimerFired,
 )
-from statewright.machine.loop.events import WakeRun
+from statewright.machine.loop.events import DriveRun, WakeRun
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
 from statewright.runtime import artifacts, workspaces
@@ -70,7 +70,7 @@ SETTLED = frozenset({
     TaskStatus.AWAITING_APPROVAL,
 })  # where run_one hands a task back: ended, or waiting for a person
 
-_NOT_A_TASKS = frozenset({WakeRun.type})  # commands of other streams (a loop run's), for their handlers
+_NOT_A_TASKS = frozenset({WakeRun.type, DriveRun.type})  # commands of other streams (a loop run's), for their handlers
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0

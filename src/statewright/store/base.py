@@ -70,6 +70,9 @@ class AppendResult:
     claimed: Claim | None = None
 
 
+CLAIMABLE_AT_ONCE = frozenset({"RunStep", "RunCheck", "DriveRun"})  # what ``claim_for`` may claim as it inserts
+
+
 @dataclass(frozen=True)
 class NewCommand:
     """A command to insert: outbox row, or a timer row when ``due_at_ms`` and ``timer``."""

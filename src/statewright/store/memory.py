@@ -22,6 +22,7 @@ from statewright._canonical import canonical_json
 from statewright._crash import crash_point
 from statewright._errors import StaleLeaseError, VersionConflictError
 from statewright.store.base import (
+    CLAIMABLE_AT_ONCE,
     TASK_KIND,
     AppendRequest,
     AppendResult,
@@ -224,7 +225,7 @@ class MemoryStore(MemoryPeople, MemoryFleet):
                 txn.put(db.timers, c.command_id, TimerRow(c.command_id, task_id, c.available_at_ms, c.purpose))
                 continue
             row_c = self._new_row(task_id, c, body_json)
-            if req.claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck") and c.chainable:
+            if req.claim_for is not None and claimed is None and c.type in CLAIMABLE_AT_ONCE and c.chainable:
                 worker_id, lease_expires_ms = req.claim_for
                 row_c = replace(row_c, lease_owner=worker_id, lease_expires_ms=lease_expires_ms, token=1, deliveries=1)
                 claimed = _claim(row_c)

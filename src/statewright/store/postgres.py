@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from statewright._crash import crash_point
 from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
 from statewright.store.base import (
+    CLAIMABLE_AT_ONCE,
     TASK_KIND,
     AppendRequest,
     AppendResult,
@@ -515,7 +516,7 @@ class PostgresStore(SqlStore):
             if c.timer:
                 continue
             n_outbox += 1
-            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck") and c.chainable:
+            if claim_for is not None and claimed is None and c.type in CLAIMABLE_AT_ONCE and c.chainable:
                 worker_id, lease_expires_ms = claim_for
                 params += (c.command_id, task_id, c.type, body_json, c.available_at_ms,
                            worker_id, lease_expires_ms, 1, 1, c.priority, c.tenant, c.gates,

@@ -23,6 +23,7 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright.store.base import (
+    CLAIMABLE_AT_ONCE,
     TASK_KIND,
     AppendRequest,
     AppendResult,
@@ -365,7 +366,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
                     (c.command_id, task_id, c.available_at_ms, c.purpose),
                 )
                 continue
-            if claim_for is not None and claimed is None and c.type in ("RunStep", "RunCheck") and c.chainable:
+            if claim_for is not None and claimed is None and c.type in CLAIMABLE_AT_ONCE and c.chainable:
                 claimed = self._insert_claimed_txn(cur, task_id, c, body_json, *claim_for)
                 continue
             self._x(

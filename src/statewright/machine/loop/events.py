@@ -340,6 +340,19 @@ class WakeRun(LoopCommand):
 
 
 @dataclass(frozen=True)
+class DriveRun(LoopCommand):
+    """A process drives the run: the lease it holds while it does, from the line ``line`` it
+    started with. The driver renews it and gives it up when it stops; the reducer never asks
+    for it. Should the driver die, its lease runs out and a worker that claims this takes the
+    run up where it was, as a restarted 'loop run' would (an unclean start, counted), unless a
+    process started on the run since."""
+
+    type: ClassVar[str] = "DriveRun"
+    run_id: str
+    line: int
+
+
+@dataclass(frozen=True)
 class StopWorker(LoopCommand):
     """Stop any worker left alive from this attempt. Never followed by a relaunch."""
 
@@ -397,8 +410,8 @@ class EvaluateGoal(LoopCommand):
 
 
 Command = (
-    FindItems | BuildBrief | LaunchWorker | AwaitPass | WakeRun | StopWorker | RunChecks | RequestApproval
-    | AppendRecord | EvaluateGoal
+    FindItems | BuildBrief | LaunchWorker | AwaitPass | WakeRun | DriveRun | StopWorker | RunChecks
+    | RequestApproval | AppendRecord | EvaluateGoal
 )
 
 
@@ -412,8 +425,8 @@ EVENT_TYPES: Mapping[str, type[LoopEvent]] = {
 }
 COMMAND_TYPES: Mapping[str, type[LoopCommand]] = {
     cls.type: cls
-    for cls in (FindItems, BuildBrief, LaunchWorker, AwaitPass, WakeRun, StopWorker, RunChecks, RequestApproval,
-                AppendRecord, EvaluateGoal)
+    for cls in (FindItems, BuildBrief, LaunchWorker, AwaitPass, WakeRun, DriveRun, StopWorker, RunChecks,
+                RequestApproval, AppendRecord, EvaluateGoal)
 }
 
 
