@@ -7,6 +7,7 @@ after the run row exists). The restart must follow the resume rules.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -17,6 +18,11 @@ from pathlib import Path
 import pytest
 
 from statewright.loop.runner import local_dir
+from statewright.loop.wake import drive_run, handlers
+from statewright.runtime.clock import SystemClock
+from statewright.runtime.engine import Engine
+from statewright.runtime.worker import Worker
+from statewright.store import open_store
 from statewright.loop.store import LoopStore
 from statewright.machine.loop.model import LineKind, LoopStatus
 from store.backends import SQL_BACKENDS, fresh_pg_schema
@@ -256,3 +262,62 @@ def test_loop_stop_is_the_kill_switch(tmp_path: Path, db: Path | str) -> None:
     assert status.returncode == 0, status.stderr
     row = next(line for line in status.stdout.splitlines() if line.strip().startswith(_only_run(db)))
     assert "stopped cleanly; 'statewright loop run' resumes it" in row, status.stdout
+
+
+class _PastTheLease(SystemClock):
+    """A worker's clock a minute ahead: a lease the dead process took has run out for it."""
+
+    def now_ms(self) -> int:
+        return super().now_ms() + 60_000
+
+
+def test_a_worker_takes_up_a_run_whose_loop_process_died(tmp_path: Path, db: Path | str) -> None:
+    """Nobody starts 'loop run' again: once the dead process's lease runs out, a worker with the
+    loop's handlers takes the run up where it was (an unclean start, counted) and ends it."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "a"}, {"id": "b"}])
+    assert _run(root, db, crash_at="CHECKING") == KILLED
+    run_id = _only_run(db)
+    store = open_store(str(db))
+    engine = Engine(store, clock=_PastTheLease())
+    try:
+        with LoopStore.open(db) as loops:
+            [drive] = [c for c in store.outbox(f"loop-run-{run_id}") if c["type"] == "DriveRun"]
+            assert loops.run(run_id).status is S.CHECKING
+        Worker(engine, handlers=handlers(store)).run(until_idle=True)
+        with LoopStore.open(db) as loops:
+            run = loops.run(run_id)
+            assert run.status is S.DONE and run.owner_pid == os.getpid()
+            assert not store.outbox(f"loop-run-{run_id}")  # the run's end took every lease with it
+        assert _restarts(db) == [("CHECKING", "restart", "CHECKING")]
+        assert drive["command_id"].startswith(f"loop-run-{run_id}:drive:")
+    finally:
+        engine.close()
+
+
+def test_the_lease_of_a_process_that_died_before_another_started_is_given_up(
+    tmp_path: Path, db: Path | str
+) -> None:
+    """Two processes died on the run, one after the other: the first one's lease is stale (a
+    process started on the run after it) and is given up without a line; the second one's
+    takes the run up."""
+    root = tmp_path / "l"
+    write_loop(root, [{"id": "a"}])
+    assert _run(root, db, crash_at="CHECKING") == KILLED
+    assert _run(root, db, crash_at="RECORDING") == KILLED
+    run_id = _only_run(db)
+    store = open_store(str(db))
+    engine = Engine(store, clock=_PastTheLease())
+    try:
+        leases = sorted(int(c["command_id"].rsplit(":", 1)[1]) for c in store.outbox(f"loop-run-{run_id}")
+                        if c["type"] == "DriveRun")
+        assert len(leases) == 2
+        written = len(record(db, run_id))
+        assert drive_run(store, run_id, leases[0]) is None
+        assert len(record(db, run_id)) == written
+        Worker(engine, handlers=handlers(store)).run(until_idle=True)
+        with LoopStore.open(db) as loops:
+            assert loops.run(run_id).status is S.DONE
+        assert [r[:2] for r in _restarts(db)] == [("CHECKING", "restart"), ("RECORDING", "restart")]
+    finally:
+        engine.close()
