@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from statewright.loop.runner import local_dir
+from statewright.loop.store import LoopStore
 from statewright.loop.wake import drive_run, handlers
+from statewright.machine.loop.model import LineKind, LoopStatus
 from statewright.runtime.clock import SystemClock
 from statewright.runtime.engine import Engine
 from statewright.runtime.worker import Worker
 from statewright.store import open_store
-from statewright.loop.store import LoopStore
-from statewright.machine.loop.model import LineKind, LoopStatus
 from store.backends import SQL_BACKENDS, fresh_pg_schema
 
 from .helpers import alive, cli, command, gone, launches, record, table, token_file, write_loop
