@@ -133,7 +133,7 @@ def test_traced_run_false_report_costs_one_pass_then_done() -> None:
     d.open("#88")
     step = d.work(FAIL, "FAILED test_export_empty\n1 failed (test_export_empty)")
     assert d.state.status is S.RECORDING
-    assert step.line is not None and step.line.written["verdict"] == "FAIL"
+    assert step.line is not None and step.line.written["verdict"] == "fail"
     assert "1 failed (test_export_empty)" in str(step.line.written["output"])
     step = d.record()
     assert step.line is not None and "passes 1; since last close 1" in step.line.summary
@@ -200,7 +200,7 @@ def test_a_check_that_errors_or_times_out_is_a_fail(outcome: CheckOutcome) -> No
     d = Driver()
     d.open("a")
     step = d.work(outcome, "boom")
-    assert step.line is not None and step.line.written["verdict"] == "FAIL"
+    assert step.line is not None and step.line.written["verdict"] == "fail"
 
 
 def test_a_missing_check_result_is_a_fail() -> None:
@@ -426,7 +426,7 @@ def test_a_gate_with_a_time_limit_sets_a_wake_for_when_it_passes() -> None:
 def test_illegal_events_leave_the_state_unchanged() -> None:
     """An event the table does not allow raises, naming the state and what it accepts."""
     d = Driver()
-    with pytest.raises(IllegalEventError, match="not legal in IDLE; IDLE accepts TriggerArrived"):
+    with pytest.raises(IllegalEventError, match="not legal in idle; idle accepts TriggerArrived"):
         transition(d.state, WorkerReturned("a", 1, 1))
     d.open("a")
     with pytest.raises(IllegalEventError, match="pass in flight is 'a' attempt 1"):
@@ -504,7 +504,7 @@ def test_restart_in_running_stops_the_worker_and_never_relaunches() -> None:
     step = d(ProcessStarted(d.at()))
     assert step.commands[0] == StopWorker("a", 1)
     assert isinstance(step.commands[1], AppendRecord)
-    assert step.commands[1].verdict == "no result"
+    assert step.commands[1].verdict == "no_result"
     assert not any(isinstance(c, LaunchWorker) for c in step.commands)
     assert d.state.status is S.RECORDING and d.state.restarts_here == 0
     d.record()
@@ -617,7 +617,7 @@ def test_a_pass_whose_task_waits_for_a_person_waits_in_running() -> None:
     assert step.state.status is S.RUNNING and step.state.clean_stop and step.commands == ()
     assert step.state.current is not None and step.state.current.task_id == "t-1"
     assert step.line is not None and step.line.kind is LineKind.CLEAN_STOP
-    assert step.line.written == {"waits_for": "t-1", "step": "approve", "role": "maintainer", "resume_in": "RUNNING"}
+    assert step.line.written == {"waits_for": "t-1", "step": "approve", "role": "maintainer", "resume_in": "running"}
     step = d(ProcessStarted(d.at()))
     assert step.line is not None and step.line.kind is LineKind.START and d.state.restarts_here == 0
     assert step.commands == (AwaitPass("a", 1, "t-1"),) and d.state.status is S.RUNNING
@@ -652,8 +652,8 @@ def test_a_pass_task_that_did_not_complete_is_no_result(status: str) -> None:
     step = d(PassEnded("a", 1, "t-1", status, d.at(), reason="step_failed"))
     assert d.state.status is S.RECORDING and not d.state.clean_stop
     cur = d.state.current
-    assert cur is not None and cur.verdict == "no result" and cur.cause == f"task t-1 ended {status}: step_failed"
-    assert isinstance(step.commands[0], AppendRecord) and step.commands[0].verdict == "no result"
+    assert cur is not None and cur.verdict == "no_result" and cur.cause == f"task t-1 ended {status}: step_failed"
+    assert isinstance(step.commands[0], AppendRecord) and step.commands[0].verdict == "no_result"
 
 
 def test_a_pass_task_that_ends_after_the_run_moved_on_is_a_note() -> None:

@@ -139,7 +139,7 @@ def test_clear_only_a_stuck_run_once_with_who_and_why(store_url: str) -> None:
     """A held loop refuses new runs; a clear needs a person and a reason, once, and is a line."""
     with LoopStore.open(store_url) as store:
         run_id = _new(store)
-        with pytest.raises(InputError, match="not STUCK"):
+        with pytest.raises(InputError, match="not stuck"):
             clear_hold(store, run_id, actor="ann", reason="r", at_ms=1)
         _force(store, run_id, replace(store.run(run_id).state, status=S.STUCK, reason="restarts"))
         with pytest.raises(RunHeldError, match=f"clear {run_id}"):
@@ -181,7 +181,7 @@ def test_gate_decisions_bind_to_the_hash_and_the_role(store_url: str) -> None:
         run = store.run(run_id)
         assert run.status is S.RECORDING and run.state.clean_stop  # asleep at the gate: the next start is excused
         assert store.pending_approvals() == []
-        with pytest.raises(InputError, match="ApprovalGranted is not legal in RECORDING"):
+        with pytest.raises(InputError, match="ApprovalGranted is not legal in recording"):
             decide(pending.proposal_hash, ann)
 
 
