@@ -313,12 +313,14 @@ _STATE_KEYS = ("state", "resume_in", "run_again")  # what a line writes down tha
 def _in_todays_words(written: Mapping[str, Any]) -> dict[str, Any]:
     """What a line or a pass record wrote, its verdict and the states it names in today's
     casing (a run recorded before the loop spoke one casing wrote PASS, "no result", RUNNING)."""
-    out = {k: _in_todays_words(v) if isinstance(v, Mapping) else v for k, v in written.items()}
-    if isinstance(out.get("verdict"), str):
-        out["verdict"] = str(LEGACY_VERDICTS.get(out["verdict"], out["verdict"]))
+    out: dict[str, Any] = {k: _in_todays_words(v) if isinstance(v, Mapping) else v for k, v in written.items()}
+    verdict = out.get("verdict")
+    if isinstance(verdict, str):
+        out["verdict"] = str(LEGACY_VERDICTS.get(verdict, verdict))
     for key in _STATE_KEYS:
-        if isinstance(out.get(key), str) and out[key].upper() in LoopStatus.__members__:
-            out[key] = str(LoopStatus(out[key]))
+        named = out.get(key)
+        if isinstance(named, str) and named.upper() in LoopStatus.__members__:
+            out[key] = str(LoopStatus(named))
     return out
 
 
