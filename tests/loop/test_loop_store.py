@@ -270,6 +270,12 @@ def _old(value: object) -> object:
     return value
 
 
+def _old_casing(state: object) -> object:
+    """A run's state as the earlier release stored it: its status in upper case (IDLE)."""
+    assert isinstance(state, dict)
+    return {**state, "status": LoopStatus(state["status"]).name}
+
+
 def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path) -> None:
     """An old SQLite file's loop runs become streams that replay to their stored state (a
     decision the run had not taken up included); 'verify' passes; carrying again adds nothing."""
@@ -290,13 +296,15 @@ def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path)
         step = transition(state, event)
         assert step.line is not None
         conn.execute("INSERT INTO loop_lines VALUES (1, ?, ?, ?, ?, ?, ?, ?, '{}', ?, '[]', ?)",
-                     (seq, str(step.line.state), str(step.line.next_state), str(step.line.kind), event.type,
+                     (seq, step.line.state.name, step.line.next_state.name, str(step.line.kind), event.type,
                       step.line.event, step.line.summary, json.dumps(_old(event_to_dict(event))), event.at_ms))
         state = step.state
     assert state.current is not None
+    old_state = json.dumps(_old_casing(_old(state_to_dict(state))))
+    assert '"status": "AWAITING_HUMAN"' in old_state
     conn.execute("INSERT INTO loop_runs (run_id, loop, status, definition_path, definition_sha256, opened_at_ms,"
                  " updated_at_ms, lines, state_json) VALUES (1, 'l', ?, 'l.yaml', ?, 1, 7, 6, ?)",
-                 (str(state.status), "0" * 64, json.dumps(_old(state_to_dict(state)))))
+                 (state.status.name, "0" * 64, old_state))
     conn.execute("INSERT INTO loop_items (loop, item_id, payload_json) VALUES ('l', 'a', '{\"id\": \"a\"}')")
     conn.execute("INSERT INTO loop_approvals VALUES (1, ?, 'a', 1, 'maintainer', '{}', 6, NULL, 'approved', 'ann',"
                  " '', 8)", (state.current.proposal_hash,))
