@@ -213,6 +213,8 @@ def test_runs_are_read_from_the_loop_database(world: World, tmp_path: Path) -> N
     detail = world.get(f"/api/runs/{outcome.run_id}", "eve").json()
     assert detail["run"] == outcome.run_id and detail["lines"][0]["state"] == "idle"
     assert detail["lines"][-1]["next_state"] == "done"
+    documented = world.client.get("/openapi.json").json()["components"]["schemas"]["Run"]["properties"]["status"]
+    assert {r["status"] for r in listed} <= set(documented["enum"]) and "awaiting_human" in documented["enum"]
     for missing in ("999", "abc", "9" * 40):
         refused(world.get(f"/api/runs/{missing}", "eve"), 404)
     refused(world.get("/api/runs?limit=0", "eve"), 422)
