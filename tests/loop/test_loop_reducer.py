@@ -51,6 +51,7 @@ from statewright.machine.loop.model import (
     LoopState,
     LoopStatus,
     RecordLine,
+    Verdict,
 )
 from statewright.machine.loop.reducer import Transition, initial_state, transition
 
@@ -125,6 +126,23 @@ def test_table_has_the_25_rows_and_no_running_to_done() -> None:
     }
     assert {b for a, b in sources_to_terminals if a is not S.DECIDING} == {S.STUCK}
     assert not any(a.is_terminal for a, _ in LEGAL_MOVES)
+
+
+def test_states_and_verdicts_speak_lower_case_and_read_the_old_words() -> None:
+    """Values are lower-case snake_case, as a task's statuses are; the upper-case states and
+    the verdict words an earlier release stored decode to the same members; nothing else does."""
+    assert [str(s) for s in S] == [s.name.lower() for s in S]
+    assert [str(v) for v in Verdict] == ["pass", "fail", "no_result", "denied", "gate_timeout", "needs_person"]
+    assert S("AWAITING_HUMAN") is S.AWAITING_HUMAN and S("out_of_budget") is S.OUT_OF_BUDGET
+    old = {"PASS": Verdict.PASS, "FAIL": Verdict.FAIL, "no result": Verdict.NO_RESULT,
+           "gate timeout": Verdict.GATE_TIMEOUT, "needs a person": Verdict.NEEDS_PERSON, "denied": Verdict.DENIED}
+    assert {word: Verdict(word) for word in old} == old
+    for bad_state in ("FINISHED", "", "done "):
+        with pytest.raises(ValueError):
+            S(bad_state)
+    for bad_verdict in ("passed", "Pass", "no  result"):
+        with pytest.raises(ValueError):
+            Verdict(bad_verdict)
 
 
 def test_traced_run_false_report_costs_one_pass_then_done() -> None:
