@@ -34,19 +34,19 @@ def test_run_show_status(tmp_path: Path, db: Path) -> None:
     path = write_loop(tmp_path / "l", [{"id": "88", "fix_on_attempt": 2}])
     result = _cli("run", str(path), db=db)
     assert result.exit_code == 0, result.output
-    assert "run 1: DONE (goal met)" in result.stdout
+    assert "run 1: done (goal met)" in result.stdout
     shown = _cli("show", "1", db=db)
     assert shown.exit_code == 0
     text = shown.stdout.splitlines()
-    assert text[0] == "run 1 of loop nightly: DONE goal met"
+    assert text[0] == "run 1 of loop nightly: done goal met"
     assert text[1].split() == ["state", "event", "or", "check", "written"]
-    assert any("suite: fail (1 failed (test_export_empty))" in x and "verdict FAIL" in x for x in text)
-    assert text[-1].startswith("DECIDING") and 'DONE, reason "goal met"' in text[-1]
+    assert any("suite: fail (1 failed (test_export_empty))" in x and "verdict fail" in x for x in text)
+    assert text[-1].startswith("deciding") and 'done, reason "goal met"' in text[-1]
     data = json.loads(_cli("show", "1", "--json", db=db).stdout)
-    assert data["status"] == "DONE" and len(data["lines"]) == 13
+    assert data["status"] == "done" and len(data["lines"]) == 13
     assert data["lines"][-1]["written"]["oracle_output"][0]["outcome"] == "pass"
     status = json.loads(_cli("status", "--json", db=db).stdout)
-    assert [(r["run"], r["status"], r["passes"]) for r in status] == [("1", "DONE", 2)]
+    assert [(r["run"], r["status"], r["passes"]) for r in status] == [("1", "done", 2)]
 
 
 def test_run_exit_status_for_other_terminals(tmp_path: Path, db: Path) -> None:
@@ -54,7 +54,7 @@ def test_run_exit_status_for_other_terminals(tmp_path: Path, db: Path) -> None:
     path = write_loop(tmp_path / "l", [{"id": "7", "fix_on_attempt": None}])
     result = _cli("run", str(path), "--json", db=db)
     assert result.exit_code == 5
-    assert json.loads(result.stdout)["status"] == "ESCALATED"
+    assert json.loads(result.stdout)["status"] == "escalated"
 
 
 def test_db_from_the_environment(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_bad_loop_file_changes_nothing(tmp_path: Path, db: Path) -> None:
     [
         (("show", "99"), "no loop run with id '99'"),
         (("show", "x"), "a run id is a number"),
-        (("clear", "1", "--as", "ann", "--reason", "r", "--token-file", "{ann}"), "not STUCK"),
+        (("clear", "1", "--as", "ann", "--reason", "r", "--token-file", "{ann}"), "not stuck"),
         (("clear", "1", "--reason", "r"), "needs your token"),
         (("approve", "1", "--as", "ann", "--role", "m"), "0 pending approvals"),
     ],
@@ -125,11 +125,11 @@ def test_loop_run_on_postgresql_and_sqlite_urls(tmp_path: Path, store_url: str, 
     path = write_loop(tmp_path / "l", [{"id": "88", "fix_on_attempt": 2}])
     result = _cli("run", str(path), "--db", url)
     assert result.exit_code == 0, result.output
-    assert "run 1: DONE (goal met)" in result.stdout
+    assert "run 1: done (goal met)" in result.stdout
     shown = json.loads(_cli("show", "1", "--json", "--db", url).stdout)
-    assert shown["status"] == "DONE" and len(shown["lines"]) == 13
+    assert shown["status"] == "done" and len(shown["lines"]) == 13
     status = json.loads(_cli("status", "--json", "--db", url).stdout)
-    assert [(r["run"], r["status"]) for r in status] == [("1", "DONE")]
+    assert [(r["run"], r["status"]) for r in status] == [("1", "done")]
     verified = CliRunner().invoke(cli, ["verify", "--db", url])
     assert verified.exit_code == 0 and "verified 1 tasks: 0 differ" in verified.stdout, verified.output
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("db")) == ["l"]
@@ -148,7 +148,7 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
     path = write_loop(tmp_path / "l", [{"id": "1"}], gate={"role": "maintainer"})
     paused = _cli("run", str(path), db=db)
     assert paused.exit_code == 4  # waits for a person
-    assert "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
+    assert "paused in awaiting_human (asleep at the gate)" in paused.stdout
     assert "waiting for role maintainer to approve item 1" in paused.stdout
     shown = re.search(r"hash ([0-9a-f]{64})", paused.stdout)
     assert shown is not None, paused.stdout
@@ -172,7 +172,7 @@ def test_gate_through_the_cli(tmp_path: Path, db: Path) -> None:
                          f"waits on {h}; 'statewright loop status' shows the hash a gate shows")
     ok = _cli("approve", "1", "--as", "ann", *fp, "--token-file", str(ann), db=db)
     assert ok.exit_code == 0 and "approved by ann" in ok.stdout
-    assert "run 1: DONE" in _cli("run", str(path), db=db).stdout
+    assert "run 1: done" in _cli("run", str(path), db=db).stdout
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
@@ -183,7 +183,7 @@ def test_an_approval_through_the_cli_wakes_the_run_for_a_worker_process(
     and a 'statewright worker --until-done' process does, to DONE, with no second 'loop run'."""
     path = write_loop(tmp_path / "l", [{"id": "1"}], gate={"role": "maintainer"})
     paused = _cli("run", str(path), "--db", store_url)
-    assert paused.exit_code == 4 and "paused in AWAITING_HUMAN (asleep at the gate)" in paused.stdout
+    assert paused.exit_code == 4 and "paused in awaiting_human (asleep at the gate)" in paused.stdout
     shown = re.search(r"hash ([0-9a-f]{64})", paused.stdout)
     assert shown is not None, paused.stdout
     ann = token_file(store_url, "ann", "maintainer")
@@ -194,9 +194,9 @@ def test_an_approval_through_the_cli_wakes_the_run_for_a_worker_process(
     worker = subprocess.run([PY, "-m", "statewright", "worker", "--until-done", "--db", store_url], env=clean_env(),
                             cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
     assert worker.returncode == 0, worker.stderr
-    assert "loop run 1 woken: DONE (goal met)" in worker.stderr
+    assert "loop run 1 woken: done (goal met)" in worker.stderr
     data = json.loads(_cli("show", "1", "--json", "--db", store_url).stdout)
-    assert data["status"] == "DONE"
+    assert data["status"] == "done"
     events = [(ln["event_type"], ln["kind"]) for ln in data["lines"]]
     decided = events.index(("ApprovalGranted", "move"))
     assert events[decided + 1] == ("ProcessStarted", "start")  # the worker's start, excused as the sleep was
@@ -280,12 +280,12 @@ def test_a_parked_item_is_shown_with_its_reason_and_an_operator_unparks_it(tmp_p
     again = _one_line_error(_cli("unpark", "1", "7", "--reason", "r", "--token-file", str(ann), db=db))
     assert "is not parked (open)" in again
     after = json.loads(_cli("show", "1", "--json", db=db).stdout)
-    assert after["parked"] == [] and after["status"] == json.loads(before)["status"] == "ESCALATED"
+    assert after["parked"] == [] and after["status"] == json.loads(before)["status"] == "escalated"
     last = after["lines"][-1]
     assert last["kind"] == "operator" and last["written"]["actor"] == "ann"
     assert last["written"]["reason"] == "flaky fixture fixed"
     rerun = _cli("run", str(path), db=db)
-    assert rerun.exit_code == 0 and "run 2: DONE" in rerun.stdout
+    assert rerun.exit_code == 0 and "run 2: done" in rerun.stdout
     assert "brief, 7 in flight, attempt 3" in rerun.stdout  # attempt numbers go on: no pass key repeats
 
 
@@ -300,9 +300,9 @@ def test_a_run_is_pinned_to_its_loop_file(tmp_path: Path, db: Path) -> None:
     write_loop(root, [{"id": "1"}], kill_switch={"file": "STOP"}, budgets={"passes": 7})
     line = _one_line_error(_cli("run", str(path), db=db))
     assert "changed since run 1 opened" in line and f"'statewright loop run {path} --new-run'" in line
-    assert json.loads(_cli("show", "1", "--json", db=db).stdout)["status"] != "DONE"
+    assert json.loads(_cli("show", "1", "--json", db=db).stdout)["status"] != "done"
     fresh = _cli("run", str(path), "--new-run", db=db)
-    assert fresh.exit_code == 0 and "run 2: DONE" in fresh.stdout
+    assert fresh.exit_code == 0 and "run 2: done" in fresh.stdout
     status = _cli("status", db=db).stdout
     assert any("left unfinished; run 2 opened after it" in x for x in status.splitlines() if x.strip().startswith("1"))
 
@@ -329,7 +329,7 @@ def test_loop_run_takes_the_item_with_fewer_failed_passes(tmp_path: Path, db: Pa
     root = tmp_path / "l"
     path = write_loop(root, [{"id": "a", "fix_on_attempt": None}, {"id": "b"}])
     result = _cli("run", str(path), db=db)
-    assert "DONE" not in result.stdout, result.output  # 'a' is never fixed
+    assert "run 1: done" not in result.stdout, result.output  # 'a' is never fixed
     passes = launches(root)
     assert passes[:3] == [("a", 1), ("b", 1), ("a", 2)], passes
     assert ("b", 2) not in passes  # closed after its one pass

@@ -68,12 +68,12 @@ def _restarts(db: Path | str) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(
     ("state", "expected"),
     [
-        (S.IDLE, [("IDLE", "start", "IDLE")]),
-        (S.FINDING, [("FINDING", "restart", "FINDING")]),
-        (S.ASSIGNING, [("ASSIGNING", "restart", "ASSIGNING")]),
-        (S.CHECKING, [("CHECKING", "restart", "CHECKING")]),
-        (S.RECORDING, [("RECORDING", "restart", "RECORDING")]),
-        (S.DECIDING, [("DECIDING", "restart", "DECIDING")]),
+        (S.IDLE, [("idle", "start", "idle")]),
+        (S.FINDING, [("finding", "restart", "finding")]),
+        (S.ASSIGNING, [("assigning", "restart", "assigning")]),
+        (S.CHECKING, [("checking", "restart", "checking")]),
+        (S.RECORDING, [("recording", "restart", "recording")]),
+        (S.DECIDING, [("deciding", "restart", "deciding")]),
     ],
 )
 def test_one_crash_then_the_state_runs_again(
@@ -100,10 +100,10 @@ def test_crash_in_running_records_no_result_and_never_relaunches(tmp_path: Path,
     assert _run(root, db, crash_at="RUNNING") == KILLED
     assert launches(root) == []
     assert _run(root, db) == 0
-    assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
+    assert _restarts(db) == [("running", "restart", "recording")]
     lines = record(db, _only_run(db))
     moved = next(x for x in lines if x.kind is LineKind.RESTART)
-    assert moved.written["verdict"] == "no result"
+    assert moved.written["verdict"] == "no_result"
     assert launches(root) == [("88", 2)]
     assert lines[-1].next_state is S.DONE
 
@@ -123,7 +123,7 @@ def test_a_sigkilled_loop_leaves_no_worker_running(tmp_path: Path, db: Path | st
     assert gone(child_pid), "the pass worker's child outlived the SIGKILLed loop"
     assert _run(root, db) == 5  # attempts_per_item 1: the item parks -> ESCALATED
     assert launches(root) == [("88", 1)]
-    assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
+    assert _restarts(db) == [("running", "restart", "recording")]
     assert record(db, _only_run(db))[-1].next_state is S.ESCALATED
 
 
@@ -148,7 +148,7 @@ def test_the_restart_stops_a_worker_the_supervisor_did_not(tmp_path: Path, db: P
         if orphan.poll() is None:
             orphan.kill()
             orphan.wait()
-    assert _restarts(db) == [("RUNNING", "restart", "RECORDING")]
+    assert _restarts(db) == [("running", "restart", "recording")]
     assert launches(root) == []
 
 
@@ -161,13 +161,13 @@ def test_checking_crashing_twice_fails_the_check(tmp_path: Path, db: Path | str)
     assert _run(root, db, crash_at="CHECKING") == KILLED  # dies again after its restart line
     assert _run(root, db) == 0
     assert _restarts(db) == [
-        ("CHECKING", "restart", "CHECKING"),
-        ("CHECKING", "restart", "RECORDING"),
+        ("checking", "restart", "checking"),
+        ("checking", "restart", "recording"),
     ]
     lines = record(db, _only_run(db))
     failed = [x for x in lines if x.kind is LineKind.RESTART][-1]
     assert failed.written == {
-        "verdict": "FAIL",
+        "verdict": "fail",
         "failing_check": "check did not complete",
         "restarts": 2,
     }
@@ -193,9 +193,9 @@ def test_crash_awaiting_human_keeps_waiting(tmp_path: Path, db: Path | str) -> N
     assert approved.returncode == 0, approved.stderr
     assert _run(root, db) == 0
     assert _restarts(db) == [
-        ("AWAITING_HUMAN", "restart", "AWAITING_HUMAN"),
-        ("AWAITING_HUMAN", "clean stop", "AWAITING_HUMAN"),
-        ("RECORDING", "start", "RECORDING"),
+        ("awaiting_human", "restart", "awaiting_human"),
+        ("awaiting_human", "clean stop", "awaiting_human"),
+        ("recording", "start", "recording"),
     ]
     assert record(db, run_id)[-1].next_state is S.DONE
     assert launches(root) == [("88", 1)]
@@ -210,12 +210,12 @@ def test_third_restart_in_one_state_is_stuck_and_holds_the_loop(tmp_path: Path, 
         assert _run(root, db, crash_at="FINDING") == KILLED
     assert _run(root, db, crash_at="FINDING") == 5  # STUCK is reached without dying again
     assert _restarts(db) == [
-        ("FINDING", "restart", "FINDING"),
-        ("FINDING", "restart", "FINDING"),
-        ("FINDING", "restart", "STUCK"),
+        ("finding", "restart", "finding"),
+        ("finding", "restart", "finding"),
+        ("finding", "restart", "stuck"),
     ]
     stuck = record(db, _only_run(db))[-1]
-    assert stuck.written == {"reason": "restarts", "state": "FINDING", "restarts": 3, "stop_worker": False}
+    assert stuck.written == {"reason": "restarts", "state": "finding", "restarts": 3, "stop_worker": False}
     held = cli(root, db, "run", "loop.yaml")
     assert held.returncode == 1
     assert held.stderr.count("\n") == 1 and "Traceback" not in held.stderr
@@ -235,12 +235,12 @@ def test_sigterm_writes_a_clean_stop_line(tmp_path: Path, db: Path | str) -> Non
     root = tmp_path / "l"
     write_loop(root, [{"id": "88", "kill_parent": "TERM"}])
     assert _run(root, db) == 0
-    assert _restarts(db) == [("RUNNING", "clean stop", "RUNNING")]
+    assert _restarts(db) == [("running", "clean stop", "running")]
     write_loop(root, [{"id": "88"}])
     assert _run(root, db) == 0
     assert _restarts(db) == [
-        ("RUNNING", "clean stop", "RUNNING"),
-        ("RUNNING", "start", "RECORDING"),
+        ("running", "clean stop", "running"),
+        ("running", "start", "recording"),
     ]
     assert launches(root) == [("88", 1), ("88", 2)]
 
@@ -289,7 +289,7 @@ def test_a_worker_takes_up_a_run_whose_loop_process_died(tmp_path: Path, db: Pat
             run = loops.run(run_id)
             assert run.status is S.DONE and run.owner_pid == os.getpid()
             assert not store.outbox(f"loop-run-{run_id}")  # the run's end took every lease with it
-        assert _restarts(db) == [("CHECKING", "restart", "CHECKING")]
+        assert _restarts(db) == [("checking", "restart", "checking")]
         assert drive["command_id"].startswith(f"loop-run-{run_id}:drive:")
     finally:
         engine.close()
@@ -318,6 +318,6 @@ def test_the_lease_of_a_process_that_died_before_another_started_is_given_up(
         Worker(engine, handlers=handlers(store)).run(until_idle=True)
         with LoopStore.open(db) as loops:
             assert loops.run(run_id).status is S.DONE
-        assert [r[:2] for r in _restarts(db)] == [("CHECKING", "restart"), ("RECORDING", "restart")]
+        assert [r[:2] for r in _restarts(db)] == [("checking", "restart"), ("recording", "restart")]
     finally:
         engine.close()

@@ -127,7 +127,7 @@ def test_a_pass_that_waits_for_a_person_waits_and_takes_the_tasks_outcome(
     lines = record(store_url, run_id)
     assert lines[-1].event_type == "PassWaiting" and lines[-1].kind is LineKind.CLEAN_STOP
     assert lines[-1].written["waits_for"] == task and lines[-1].written["role"] == "maintainer"
-    assert not [ln for ln in lines if "no result" in ln.summary]
+    assert not [ln for ln in lines if "no_result" in ln.summary]
     assert engine.state(task).status is TaskStatus.AWAITING_APPROVAL
     assert children(engine, run_id) == [task]
 
@@ -150,7 +150,7 @@ def test_a_pass_that_waits_for_a_person_waits_and_takes_the_tasks_outcome(
         (task, "completed", LoopStatus.CHECKING)]
     assert children(engine, run_id) == [task] and (root / "fixed-1").exists()
     with LoopStore.open(store_url) as store:
-        assert [(p["item"], p["attempt"], p["verdict"]) for p in store.passes(run_id)] == [("1", 1, "PASS")]
+        assert [(p["item"], p["attempt"], p["verdict"]) for p in store.passes(run_id)] == [("1", 1, "pass")]
     assert verify_all(engine)[1] == []
 
 
@@ -191,7 +191,7 @@ def test_stopping_a_waiting_pass_cancels_its_task(
     tail = record(store_url, run_id)[-2:]
     assert [(ln.event_type, ln.next_state) for ln in tail] == [("KillSwitch", LoopStatus.RUNNING),
                                                              ("PassEnded", LoopStatus.RECORDING)]
-    assert tail[1].written["verdict"] == "no result" and task in tail[1].written["cause"]
+    assert tail[1].written["verdict"] == "no_result" and task in tail[1].written["cause"]
     eva = People(engine).add("eva", "maintainer")
     with pytest.raises(ApprovalError):
         engine.approve(task, eva, proposal_hash=st.current.proposal_hash if st.current else "0" * 64)
@@ -231,7 +231,7 @@ def test_a_halted_pass_is_no_result_and_its_task_cannot_be_retried_into_effect(
     assert outcome.status is LoopStatus.ESCALATED, outcome
     lines = record(store_url, outcome.run_id)
     moved = [ln for ln in lines if ln.event_type == "PassEnded" and ln.kind is LineKind.MOVE]
-    assert [(ln.written["verdict"], ln.next_state) for ln in moved] == [("no result", LoopStatus.RECORDING)] * 2
+    assert [(ln.written["verdict"], ln.next_state) for ln in moved] == [("no_result", LoopStatus.RECORDING)] * 2
     notes = [ln for ln in lines if ln.event_type == "PassEnded" and ln.kind is LineKind.NOTE]
     assert [ln.written["status"] for ln in notes] == ["cancelled"] * 2
     tasks = children(engine, outcome.run_id)
@@ -260,7 +260,7 @@ def test_loop_run_says_which_task_it_waits_for(root: Path, store_url: str, engin
     assert cur is not None
     engine.approve(task, eva, proposal_hash=cur.proposal_hash)
     done = cli.invoke(loop, ["run", str(path), "--db", store_url], catch_exceptions=False)
-    assert done.exit_code == 0 and "run 1: DONE (goal met)" in done.stdout, done.output
+    assert done.exit_code == 0 and "run 1: done (goal met)" in done.stdout, done.output
     assert children(engine, "1") == [task]
 
 
@@ -295,7 +295,7 @@ def test_a_restart_that_gives_up_the_pass_cancels_its_task(
     lines = record(store_url, "1")[before:]
     assert [(ln.event_type, ln.kind) for ln in lines[:3]] == [
         ("ProcessStarted", LineKind.RESTART), ("PassEnded", LineKind.NOTE), ("RecordAppended", LineKind.MOVE)]
-    assert lines[0].written["verdict"] == "no result" and lines[1].written["status"] == "cancelled"
+    assert lines[0].written["verdict"] == "no_result" and lines[1].written["status"] == "cancelled"
     assert verify_all(engine)[1] == []
 
 

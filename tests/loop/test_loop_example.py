@@ -21,7 +21,7 @@ def test_example_runs_to_done_after_one_false_report(tmp_path: Path) -> None:
     assert outcome.status is LoopStatus.DONE
     lines = record(db, outcome.run_id)
     verdicts = [x.written["verdict"] for x in lines if x.state is LoopStatus.CHECKING]
-    assert verdicts == ["PASS", "PASS", "FAIL", "PASS"]
+    assert verdicts == ["pass", "pass", "fail", "pass"]
     oracles = lines[-1].written["oracle_output"]
     assert [(o["name"], o["outcome"]) for o in oracles] == [("tests", "pass"), ("lint", "pass")]
     assert oracles[0]["output"].strip() == "3 passed, 0 failed"

@@ -145,7 +145,7 @@ def test_planted_secrets_are_found_nowhere_after_a_loop_run(tmp_path: Path, db: 
         "logs": ran.stderr,
     }
     record = json.loads(shown[1].stdout)
-    assert record["status"] == "DONE"
+    assert record["status"] == "done"
     last = {line["event_type"]: json.dumps(line) for line in record["lines"]}
     stored = {  # where each leak lands in the record, redacted
         "WORKER_TOKEN": last["WorkerReturned"],

@@ -64,7 +64,7 @@ def test_a_wave_works_its_items_at_once_one_record_row_each(tmp_path: Path, db: 
     assert _waves(lines) == [["i0", "i1", "i2"], ["i3", "i4", "i5"]]
     appended = [ln for ln in lines if ln.event_type == "RecordAppended"]
     assert [ln.written["outcome"]["item"] for ln in appended] == [f"i{n}" for n in range(6)]
-    assert {ln.written["outcome"]["verdict"] for ln in appended} == {"PASS"}
+    assert {ln.written["outcome"]["verdict"] for ln in appended} == {"pass"}
     # Each state is left only when the whole wave is through it: PROGRESS lines until then.
     progress = Counter((ln.state, ln.event_type) for ln in lines if ln.kind is LineKind.PROGRESS)
     assert progress == {
@@ -84,7 +84,7 @@ def test_a_waves_checks_run_at_once(tmp_path: Path, db: Path, clock: FakeClock) 
     out = run_loop(write_loop(tmp_path, items, parallel=3), db, clock)
     assert out.status is S.DONE, out
     checked = [ln for ln in record(db, out.run_id) if ln.event_type == "CheckFinished"]
-    assert [ln.written["verdict"] for ln in checked] == ["PASS"] * 3
+    assert [ln.written["verdict"] for ln in checked] == ["pass"] * 3
 
 
 def test_a_wave_never_launches_more_passes_than_the_budget_has_left(
@@ -117,7 +117,7 @@ def test_a_pass_that_spends_over_its_share_is_no_result_and_charged(
     path = write_loop(tmp_path, items, parallel=2, budgets=budgets)
     out = run_loop(path, db, clock)
     lines = record(db, out.run_id)
-    capped = [ln for ln in lines if ln.event_type == "WorkerReturned" and ln.written.get("verdict") == "no result"]
+    capped = [ln for ln in lines if ln.event_type == "WorkerReturned" and ln.written.get("verdict") == "no_result"]
     assert capped and "cap fired: the pass spent 450 tokens, over the 400 one pass may" in capped[0].written["cause"]
     counters = [ln.written["counters"] for ln in lines if ln.event_type == "RecordAppended"]
     assert counters[-1]["tokens_spent"] <= 2000

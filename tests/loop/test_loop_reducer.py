@@ -51,6 +51,7 @@ from statewright.machine.loop.model import (
     LoopState,
     LoopStatus,
     RecordLine,
+    Verdict,
 )
 from statewright.machine.loop.reducer import Transition, initial_state, transition
 
@@ -127,13 +128,30 @@ def test_table_has_the_25_rows_and_no_running_to_done() -> None:
     assert not any(a.is_terminal for a, _ in LEGAL_MOVES)
 
 
+def test_states_and_verdicts_speak_lower_case_and_read_the_old_words() -> None:
+    """Values are lower-case snake_case, as a task's statuses are; the upper-case states and
+    the verdict words an earlier release stored decode to the same members; nothing else does."""
+    assert [str(s) for s in S] == [s.name.lower() for s in S]
+    assert [str(v) for v in Verdict] == ["pass", "fail", "no_result", "denied", "gate_timeout", "needs_person"]
+    assert S("AWAITING_HUMAN") is S.AWAITING_HUMAN and S("out_of_budget") is S.OUT_OF_BUDGET
+    old = {"PASS": Verdict.PASS, "FAIL": Verdict.FAIL, "no result": Verdict.NO_RESULT,
+           "gate timeout": Verdict.GATE_TIMEOUT, "needs a person": Verdict.NEEDS_PERSON, "denied": Verdict.DENIED}
+    assert {word: Verdict(word) for word in old} == old
+    for bad_state in ("FINISHED", "", "done "):
+        with pytest.raises(ValueError):
+            S(bad_state)
+    for bad_verdict in ("passed", "Pass", "no  result"):
+        with pytest.raises(ValueError):
+            Verdict(bad_verdict)
+
+
 def test_traced_run_false_report_costs_one_pass_then_done() -> None:
     """The document's traced run: 'Done. All tests pass.' with a failing test is a FAIL; DONE later."""
     d = Driver()
     d.open("#88")
     step = d.work(FAIL, "FAILED test_export_empty\n1 failed (test_export_empty)")
     assert d.state.status is S.RECORDING
-    assert step.line is not None and step.line.written["verdict"] == "FAIL"
+    assert step.line is not None and step.line.written["verdict"] == "fail"
     assert "1 failed (test_export_empty)" in str(step.line.written["output"])
     step = d.record()
     assert step.line is not None and "passes 1; since last close 1" in step.line.summary
@@ -200,7 +218,7 @@ def test_a_check_that_errors_or_times_out_is_a_fail(outcome: CheckOutcome) -> No
     d = Driver()
     d.open("a")
     step = d.work(outcome, "boom")
-    assert step.line is not None and step.line.written["verdict"] == "FAIL"
+    assert step.line is not None and step.line.written["verdict"] == "fail"
 
 
 def test_a_missing_check_result_is_a_fail() -> None:
@@ -426,7 +444,7 @@ def test_a_gate_with_a_time_limit_sets_a_wake_for_when_it_passes() -> None:
 def test_illegal_events_leave_the_state_unchanged() -> None:
     """An event the table does not allow raises, naming the state and what it accepts."""
     d = Driver()
-    with pytest.raises(IllegalEventError, match="not legal in IDLE; IDLE accepts TriggerArrived"):
+    with pytest.raises(IllegalEventError, match="not legal in idle; idle accepts TriggerArrived"):
         transition(d.state, WorkerReturned("a", 1, 1))
     d.open("a")
     with pytest.raises(IllegalEventError, match="pass in flight is 'a' attempt 1"):
@@ -504,7 +522,7 @@ def test_restart_in_running_stops_the_worker_and_never_relaunches() -> None:
     step = d(ProcessStarted(d.at()))
     assert step.commands[0] == StopWorker("a", 1)
     assert isinstance(step.commands[1], AppendRecord)
-    assert step.commands[1].verdict == "no result"
+    assert step.commands[1].verdict == "no_result"
     assert not any(isinstance(c, LaunchWorker) for c in step.commands)
     assert d.state.status is S.RECORDING and d.state.restarts_here == 0
     d.record()
@@ -617,7 +635,7 @@ def test_a_pass_whose_task_waits_for_a_person_waits_in_running() -> None:
     assert step.state.status is S.RUNNING and step.state.clean_stop and step.commands == ()
     assert step.state.current is not None and step.state.current.task_id == "t-1"
     assert step.line is not None and step.line.kind is LineKind.CLEAN_STOP
-    assert step.line.written == {"waits_for": "t-1", "step": "approve", "role": "maintainer", "resume_in": "RUNNING"}
+    assert step.line.written == {"waits_for": "t-1", "step": "approve", "role": "maintainer", "resume_in": "running"}
     step = d(ProcessStarted(d.at()))
     assert step.line is not None and step.line.kind is LineKind.START and d.state.restarts_here == 0
     assert step.commands == (AwaitPass("a", 1, "t-1"),) and d.state.status is S.RUNNING
@@ -652,8 +670,8 @@ def test_a_pass_task_that_did_not_complete_is_no_result(status: str) -> None:
     step = d(PassEnded("a", 1, "t-1", status, d.at(), reason="step_failed"))
     assert d.state.status is S.RECORDING and not d.state.clean_stop
     cur = d.state.current
-    assert cur is not None and cur.verdict == "no result" and cur.cause == f"task t-1 ended {status}: step_failed"
-    assert isinstance(step.commands[0], AppendRecord) and step.commands[0].verdict == "no result"
+    assert cur is not None and cur.verdict == "no_result" and cur.cause == f"task t-1 ended {status}: step_failed"
+    assert isinstance(step.commands[0], AppendRecord) and step.commands[0].verdict == "no_result"
 
 
 def test_a_pass_task_that_ends_after_the_run_moved_on_is_a_note() -> None:

@@ -57,20 +57,20 @@ def test_traced_run_reproduced(tmp_path: Path, db: str, clock: FakeClock) -> Non
     assert running1.event == "launched; returns 'Done. All tests pass.'"
     assert running1.written["note"] == "Done. All tests pass."
     checking1 = lines[4]
-    assert checking1.written["verdict"] == "FAIL"
+    assert checking1.written["verdict"] == "fail"
     assert "1 failed (test_export_empty)" in checking1.written["output"]["suite"]
     assert "FAILED tests/test_export.py::test_export_empty" in checking1.written["output"]["suite"]
     assert lines[5].summary == "88 failed; open; passes 1; since last close 1"
     assert lines[6].event == "goal false; 1 workable; 1 < 5; budget left"
     assert lines[8].event == "brief complete, with the prior failure"
     assert "1 failed (test_export_empty)" in lines[8].written["brief"]
-    assert lines[10].written["verdict"] == "PASS"
+    assert lines[10].written["verdict"] == "pass"
     done = lines[-1]
     assert done.written["reason"] == "goal met"
     assert done.written["oracle_output"][0]["output"].startswith("suite: 0 failed, 1 passed")
     assert launches(tmp_path / "loop") == [("88", 1), ("88", 2)]
     with LoopStore.open(db) as store:
-        assert [p["verdict"] for p in store.passes(outcome.run_id)] == ["FAIL", "PASS"]
+        assert [p["verdict"] for p in store.passes(outcome.run_id)] == ["fail", "pass"]
         assert store.run(outcome.run_id).state.tokens_spent == 200
 
 
@@ -146,7 +146,7 @@ def test_worker_failing_to_launch_is_a_no_result_pass(tmp_path: Path, db: str) -
     lines = record(db, outcome.run_id)
     running = next(x for x in lines if x.state is S.RUNNING)
     assert running.next_state is S.RECORDING
-    assert running.written == {"verdict": "no result", "cause": "the worker exited with status 3"}
+    assert running.written == {"verdict": "no_result", "cause": "the worker exited with status 3"}
 
     loop = write_loop(
         tmp_path / "m",
@@ -228,7 +228,7 @@ def test_a_stopped_run_or_a_changed_loop_file_is_not_woken(
         before = store.run(paused.run_id).lines
     caplog.set_level(logging.INFO, logger="statewright.worker")
     assert _work(db, clock.now_ms) == 1  # claimed, and the stopped run left as it is
-    assert f"loop run {paused.run_id} not woken: it is RECORDING, and stopped" in caplog.text
+    assert f"loop run {paused.run_id} not woken: it is recording, and stopped" in caplog.text
     with LoopStore.open(db) as store:
         assert store.run(paused.run_id).lines == before and store.store.outbox() == []
 
@@ -376,14 +376,14 @@ def test_kill_switch_file_stops_cleanly_and_the_restart_never_relaunches(
     assert done.status is S.DONE
     lines = record(db, done.run_id)
     assert [k for k in table(lines) if k[1] != "move"] == [
-        ("RUNNING", "clean stop", "RUNNING"),
-        ("RUNNING", "start", "RECORDING"),
-        ("RECORDING", "clean stop", "RECORDING"),
-        ("RECORDING", "start", "RECORDING"),
+        ("running", "clean stop", "running"),
+        ("running", "start", "recording"),
+        ("recording", "clean stop", "recording"),
+        ("recording", "start", "recording"),
     ]
     no_result = next(x for x in lines if x.kind is LineKind.START and x.state is S.RUNNING)
-    assert no_result.written["verdict"] == "no result"
-    assert next(x for x in lines if x.event_type == "RecordAppended").written["outcome"]["verdict"] == "no result"
+    assert no_result.written["verdict"] == "no_result"
+    assert next(x for x in lines if x.event_type == "RecordAppended").written["outcome"]["verdict"] == "no_result"
     assert launches(root) == [("x", 1), ("x", 2)]
 
 
@@ -402,7 +402,7 @@ def test_check_assets_the_worker_writes_make_the_check_error(tmp_path: Path, db:
     outcome = run_loop(loop, db)
     assert outcome.status is S.ESCALATED
     checking = next(x for x in record(db, outcome.run_id) if x.state is S.CHECKING)
-    assert checking.written["verdict"] == "FAIL"
+    assert checking.written["verdict"] == "fail"
     assert "check asset changed" in checking.written["output"]["suite"]
 
 
@@ -416,7 +416,7 @@ def test_a_source_that_is_down_writes_nothing(tmp_path: Path, db: str) -> None:
     outcome = run_loop(loop, db)
     assert outcome.status is S.DONE
     shape = table(record(db, outcome.run_id))
-    assert shape[:2] == [("IDLE", "move", "FINDING"), ("FINDING", "restart", "FINDING")]
+    assert shape[:2] == [("idle", "move", "finding"), ("finding", "restart", "finding")]
 
 
 def test_brief_needing_a_person_parks_the_item(tmp_path: Path, db: str) -> None:
@@ -452,7 +452,7 @@ def test_kill_switch_on_before_the_trigger(tmp_path: Path, db: str, clock: FakeC
     done = run_loop(loop, db, clock)
     assert done.status is S.DONE and done.run_id == paused.run_id
     assert table(record(db, done.run_id))[:3] == [
-        ("IDLE", "clean stop", "IDLE"),
-        ("IDLE", "start", "IDLE"),
-        ("IDLE", "move", "FINDING"),
+        ("idle", "clean stop", "idle"),
+        ("idle", "start", "idle"),
+        ("idle", "move", "finding"),
     ]

@@ -14,7 +14,7 @@ import pytest
 from statewright._errors import InputError, NotAStatewrightDatabaseError, VersionConflictError
 from statewright.loop.errors import RunHeldError
 from statewright.loop.runner import clear_hold, decide_gate, unpark_item
-from statewright.loop.store import LoopStore
+from statewright.loop.store import LoopStore, line_dict, run_dict
 from statewright.machine.loop.codec import event_to_dict, state_to_dict
 from statewright.machine.loop.events import (
     ApprovalGranted,
@@ -39,6 +39,7 @@ from statewright.machine.loop.model import (
     RecordLine,
 )
 from statewright.machine.loop.reducer import initial_state, transition
+from statewright.machine.seam import StreamKind
 from statewright.runtime.engine import Engine
 from statewright.runtime.users import Principal
 from statewright.runtime.verify import verify_all
@@ -139,7 +140,7 @@ def test_clear_only_a_stuck_run_once_with_who_and_why(store_url: str) -> None:
     """A held loop refuses new runs; a clear needs a person and a reason, once, and is a line."""
     with LoopStore.open(store_url) as store:
         run_id = _new(store)
-        with pytest.raises(InputError, match="not STUCK"):
+        with pytest.raises(InputError, match="not stuck"):
             clear_hold(store, run_id, actor="ann", reason="r", at_ms=1)
         _force(store, run_id, replace(store.run(run_id).state, status=S.STUCK, reason="restarts"))
         with pytest.raises(RunHeldError, match=f"clear {run_id}"):
@@ -181,7 +182,7 @@ def test_gate_decisions_bind_to_the_hash_and_the_role(store_url: str) -> None:
         run = store.run(run_id)
         assert run.status is S.RECORDING and run.state.clean_stop  # asleep at the gate: the next start is excused
         assert store.pending_approvals() == []
-        with pytest.raises(InputError, match="ApprovalGranted is not legal in RECORDING"):
+        with pytest.raises(InputError, match="ApprovalGranted is not legal in recording"):
             decide(pending.proposal_hash, ann)
 
 
@@ -269,6 +270,12 @@ def _old(value: object) -> object:
     return value
 
 
+def _old_casing(state: object) -> object:
+    """A run's state as the earlier release stored it: its status in upper case (IDLE)."""
+    assert isinstance(state, dict)
+    return {**state, "status": LoopStatus(state["status"]).name}
+
+
 def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path) -> None:
     """An old SQLite file's loop runs become streams that replay to their stored state (a
     decision the run had not taken up included); 'verify' passes; carrying again adds nothing."""
@@ -289,13 +296,15 @@ def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path)
         step = transition(state, event)
         assert step.line is not None
         conn.execute("INSERT INTO loop_lines VALUES (1, ?, ?, ?, ?, ?, ?, ?, '{}', ?, '[]', ?)",
-                     (seq, str(step.line.state), str(step.line.next_state), str(step.line.kind), event.type,
+                     (seq, step.line.state.name, step.line.next_state.name, str(step.line.kind), event.type,
                       step.line.event, step.line.summary, json.dumps(_old(event_to_dict(event))), event.at_ms))
         state = step.state
     assert state.current is not None
+    old_state = json.dumps(_old_casing(_old(state_to_dict(state))))
+    assert '"status": "AWAITING_HUMAN"' in old_state
     conn.execute("INSERT INTO loop_runs (run_id, loop, status, definition_path, definition_sha256, opened_at_ms,"
                  " updated_at_ms, lines, state_json) VALUES (1, 'l', ?, 'l.yaml', ?, 1, 7, 6, ?)",
-                 (str(state.status), "0" * 64, json.dumps(_old(state_to_dict(state)))))
+                 (state.status.name, "0" * 64, old_state))
     conn.execute("INSERT INTO loop_items (loop, item_id, payload_json) VALUES ('l', 'a', '{\"id\": \"a\"}')")
     conn.execute("INSERT INTO loop_approvals VALUES (1, ?, 'a', 1, 'maintainer', '{}', 6, NULL, 'approved', 'ann',"
                  " '', 8)", (state.current.proposal_hash,))
@@ -315,6 +324,64 @@ def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path)
     assert again.exit_code == 0 and "carried over" not in again.stdout
     verified = CliRunner().invoke(cli, ["verify", "--db", str(path)])
     assert verified.exit_code == 0, verified.output
+
+
+OLD_CASING_RUNS = Path(__file__).with_name("old_casing_runs.json")
+
+
+def _store_old_casing_runs(store_url: str) -> dict[str, list[dict[str, object]]]:
+    """Store, as they were stored, the streams of two runs an earlier statewright recorded in
+    upper case (DONE, STUCK, verdict PASS, "no result"): restarts, a clean stop, a failed and a
+    gated pass, then DONE; and a run STUCK on restarts. Each append writes the run's final
+    projection (only the last one stays). Returns each run's event bodies by run id."""
+    runs = json.loads(OLD_CASING_RUNS.read_text(encoding="utf-8"))
+    tasks = open_store(store_url)
+    stored = {}
+    try:
+        for run in runs.values():
+            run_id = run["events"][0]["state"]["run_id"]
+            for version, body in enumerate(run["events"]):
+                tasks.append(f"loop-run-{run_id}", version, body, run["projection"], (), workflow="l",
+                             workflow_hash="0" * 64, kind=str(StreamKind.LOOP_RUN))
+            stored[run_id] = run["events"]
+    finally:
+        tasks.close()
+    return stored
+
+
+def test_runs_stored_in_the_old_casing_load_show_and_verify(store_url: str) -> None:
+    """Runs recorded with upper-case statuses and the old verdict words read back in today's
+    lower-case ones (status, lines, pass records), still hold their loop when STUCK, take a new
+    line, and verify clean with their stored events untouched."""
+    stored = _store_old_casing_runs(store_url)
+    assert '"DONE"' in json.dumps(stored["1"]) and '"no result"' in json.dumps(stored["1"])
+    with LoopStore.open(store_url) as store:
+        done, stuck = store.run("1"), store.run("2")
+        assert (done.status, stuck.status) == (S.DONE, S.STUCK)
+        assert run_dict(done, running=False)["status"] == "done"
+        lines = [line_dict(x) for x in store.lines("1")]
+        assert (lines[0]["state"], lines[0]["next_state"]) == ("idle", "finding")
+        assert lines[-1]["summary"] == 'done, reason "goal met"' and lines[-1]["next_state"] == "done"
+        assert [lines[i]["summary"] for i in (1, 2, 19, 20)] == [
+            "run finding again", "clean stop; resume in finding",
+            "clean stop; resume in awaiting_human", "run awaiting_human again"]
+        assert lines[2]["written"]["resume_in"] == "finding"
+        assert any(x["summary"].startswith("verdict no_result: the process restarted while running") for x in lines)
+        assert any(x["summary"] == "verdict fail, the check output whole" for x in lines)
+        assert [p["verdict"] for p in store.passes("1")] == ["no_result", "fail", "pass", "pass"]
+        assert store.lines("2")[-1].summary == 'stuck, reason "restarts", finding'
+        assert store.lines("2")[-1].written["state"] == "finding"
+        with pytest.raises(RunHeldError, match="ended stuck"):
+            _new(store)
+        clear_hold(store, "2", actor="ann", reason="fixed the disk", at_ms=99)
+        assert store.run("2").cleared_by == "ann"
+    tasks = open_store(store_url)
+    try:
+        assert verify_all(Engine(tasks)) == (2, [])
+        assert [row.body for row in tasks.events("loop-run-1")] == stored["1"]
+        assert [row.body for row in tasks.events("loop-run-2")][:-1] == stored["2"]
+    finally:
+        tasks.close()
 
 
 def test_wal_mode(tmp_path: Path) -> None:

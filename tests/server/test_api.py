@@ -209,10 +209,12 @@ def test_runs_are_read_from_the_loop_database(world: World, tmp_path: Path) -> N
     outcome = run_loop(write_loop(tmp_path / "loop", [{"id": "88", "fix_on_attempt": 1}]), world.loop_db,
                        FakeClock())
     listed = world.get("/api/runs", "eve").json()["runs"]
-    assert [(r["run"], r["status"]) for r in listed] == [(outcome.run_id, "DONE")]
+    assert [(r["run"], r["status"]) for r in listed] == [(outcome.run_id, "done")]
     detail = world.get(f"/api/runs/{outcome.run_id}", "eve").json()
-    assert detail["run"] == outcome.run_id and detail["lines"][0]["state"] == "IDLE"
-    assert detail["lines"][-1]["next_state"] == "DONE"
+    assert detail["run"] == outcome.run_id and detail["lines"][0]["state"] == "idle"
+    assert detail["lines"][-1]["next_state"] == "done"
+    documented = world.client.get("/openapi.json").json()["components"]["schemas"]["Run"]["properties"]["status"]
+    assert {r["status"] for r in listed} <= set(documented["enum"]) and "awaiting_human" in documented["enum"]
     for missing in ("999", "abc", "9" * 40):
         refused(world.get(f"/api/runs/{missing}", "eve"), 404)
     refused(world.get("/api/runs?limit=0", "eve"), 422)

@@ -226,8 +226,8 @@ def test_loop_runs_show_their_record_parked_items_budgets_and_terminal_reason(wo
     assert page.count("<progress ") >= 2 and 'max="20"' in page
     assert 'class="item-closed"' in page and 'class="item-parked"' in page and "1 parked" in page
     assert "test_export_empty" in page  # the parked item's last failure
-    assert page.count('<li class="line kind-') >= 5 and "IDLE" in page
-    assert outcome.status == "ESCALATED" and '<strong class="terminal-reason">no workable item left' in page
+    assert page.count('<li class="line kind-') >= 5 and "<code>idle</code> → <code>finding</code>" in page
+    assert outcome.status == "escalated" and '<strong class="terminal-reason">no workable item left' in page
     for missing in ("999", "abc", "9" * 40):
         assert world.client.get(f"/runs/{missing}").status_code == 404
 

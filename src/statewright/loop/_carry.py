@@ -18,7 +18,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from statewright.machine.loop.codec import command_to_dict, event_to_dict, line_to_dict, state_from_dict, state_to_dict
+from statewright.machine.loop.codec import (
+    casing_blind,
+    command_to_dict,
+    event_to_dict,
+    line_to_dict,
+    state_from_dict,
+    state_to_dict,
+)
 from statewright.machine.loop.events import ApprovalGranted, ApprovalRejected, Event, ItemsFound, RunOpened
 from statewright.machine.loop.events import event_from_dict as loop_event_from_dict
 from statewright.machine.loop.model import LoopState, LoopStatus
@@ -101,7 +108,7 @@ def _carry_run(
             body["record"] = _renamed(records[state.records + 1])
         state = step.state
         steps.append((body, state, step.commands))
-    if state != stored:
+    if state != stored and casing_blind(state_to_dict(state)) != casing_blind(state_to_dict(stored)):
         raise ValueError("replaying its lines does not give its stored state back")
     decided = _pending_decision(conn, number, state, f"carried-{stream}-{len(steps) + 1}")
     if decided is not None:

@@ -5,9 +5,9 @@ statewright.loop``. The database is ``--db``, else ``$STATEWRIGHT_DB``, else
 ``.statewright/state.db``. Errors go through the command line's one guard
 (``statewright._cli_guard``): one line on stderr, exit 1, nothing changed.
 
-Exit codes of ``loop run`` (the table of ``statewright run``): 0 DONE, or stopped cleanly
-(kill switch, signal); 4 asleep at a gate, waiting for a person; 5 ESCALATED, STUCK or
-OUT_OF_BUDGET; 1 the command failed (bad input, a held loop, a source that is down: a
+Exit codes of ``loop run`` (the table of ``statewright run``): 0 done, or stopped cleanly
+(kill switch, signal); 4 asleep at a gate, waiting for a person; 5 escalated, stuck or
+out_of_budget; 1 the command failed (bad input, a held loop, a source that is down: a
 crash the next start counts).
 """
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 DEFAULT_DB = ".statewright/state.db"
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_WAITING = 4  # asleep at a gate: a person decides next
-EXIT_ENDED_SHORT = 5  # ESCALATED, STUCK or OUT_OF_BUDGET: the run ended without its goal
+EXIT_ENDED_SHORT = 5  # escalated, stuck or out_of_budget: the run ended without its goal
 EXIT_PASS_WAITING = 6  # the pass's task waits for a person's approval: the run waits on it
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -306,7 +306,7 @@ def _token_option(fn: F) -> F:
 @_db_option
 @guard
 def clear_cmd(run_id: str, who: str | None, reason: str, token_file: str | None, db: str) -> None:
-    """Lift the hold a STUCK run puts on new runs of its loop (needs the operator role)."""
+    """Lift the hold a stuck run puts on new runs of its loop (needs the operator role)."""
     from statewright._errors import PermissionDeniedError
     from statewright._names import OPERATOR_ROLE
 

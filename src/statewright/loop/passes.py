@@ -41,7 +41,7 @@ class PassStatus(StrEnum):
     the run's record already (RECORDED), or it waits for a person (WAITING)."""
 
     RETURNED = "returned"
-    NO_RESULT = "no result"
+    NO_RESULT = "no_result"
     RECORDED = "recorded"
     WAITING = "waiting"
 

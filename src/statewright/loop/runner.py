@@ -214,7 +214,7 @@ class LoopRunner:
             return newest, ProcessStarted(now)
         if newest is not None and newest.held:
             msg = (
-                f"loop {d.name!r}: run {newest.run_id} ended STUCK ({newest.state.reason});"
+                f"loop {d.name!r}: run {newest.run_id} ended stuck ({newest.state.reason});"
                 f" no new run starts until someone clears it: 'statewright loop clear"
                 f" {newest.run_id} --reason TEXT' with an operator's token"
             )
@@ -330,7 +330,7 @@ class LoopRunner:
                 return moved
             if moved.status is LoopStatus.RUNNING:  # a wave's other passes are still out
                 if not pending(moved.state):  # a task's end always moves the pass it runs
-                    msg = (f"run {run.run_id}: the pass's task ended but the run still waits in RUNNING (its end"
+                    msg = (f"run {run.run_id}: the pass's task ended but the run still waits in running (its end"
                            " is not in the run's record); stop the run and start a new one")
                     raise LoopInvariantError(msg)
                 here = (moved.state, moved.lines, ())

@@ -30,6 +30,7 @@ from statewright.machine.loop.codec import (
     event_to_dict,
     line_body,
     line_from_dict,
+    recased,
     run_projection,
     state_from_dict,
     state_to_dict,
@@ -43,7 +44,7 @@ from statewright.machine.loop.events import (
     RecordAppended,
     RunOpened,
 )
-from statewright.machine.loop.model import ItemLedger, LineKind, LoopState, LoopStatus, RecordLine
+from statewright.machine.loop.model import LEGACY_VERDICTS, ItemLedger, LineKind, LoopState, LoopStatus, RecordLine
 from statewright.machine.seam import StreamKind
 from statewright.runtime.children import wake_rows
 from statewright.store.base import Claim, EventRow, NewCommand, Store, StoredTask
@@ -183,7 +184,7 @@ class LoopStore:
             newest = self.latest_run(loop)
             if newest is not None and newest.held:
                 msg = (
-                    f"loop {loop!r}: run {newest.run_id} ended STUCK ({newest.state.reason})"
+                    f"loop {loop!r}: run {newest.run_id} ended stuck ({newest.state.reason})"
                     f" and holds new runs; clear it with 'statewright loop clear"
                     f" {newest.run_id} --reason TEXT' with an operator's token"
                 )
@@ -277,7 +278,8 @@ class LoopStore:
             line = line_from_dict(row.body["line"])
             out.append(StoredLine(
                 seq=row.version - 1, state=line.state, next_state=line.next_state, kind=line.kind,
-                event_type=line.event_type, event=line.event, summary=line.summary, written=dict(line.written),
+                event_type=line.event_type, event=recased(line.event), summary=recased(line.summary),
+                written=_in_todays_words(line.written),
                 commands=list(row.body.get("commands", [])), at_ms=line.at_ms,
             ))
         return out
@@ -302,7 +304,7 @@ class LoopStore:
 
     def passes(self, run_id: str) -> list[Mapping[str, Any]]:
         """The pass records, in order (each kept with its RecordAppended line)."""
-        return [dict(row.body["record"]) for row in self.events(run_id)
+        return [_in_todays_words(row.body["record"]) for row in self.events(run_id)
                 if row.type == RecordAppended.type and isinstance(row.body.get("record"), Mapping)]
 
     # ---------------------------------------------------------------- gates
@@ -321,6 +323,23 @@ class LoopStore:
             out.append(ApprovalRow(run.run_id, cur.proposal_hash, cur.item, cur.attempt, cfg.gate_role or "",
                                    dict(cur.shown), started, timeout))
         return out
+
+
+_STATE_KEYS = ("state", "resume_in", "run_again")  # what a line writes down that names a state
+
+
+def _in_todays_words(written: Mapping[str, Any]) -> dict[str, Any]:
+    """What a line or a pass record wrote, its verdict and the states it names in today's
+    casing (a run recorded before the loop spoke one casing wrote PASS, "no result", RUNNING)."""
+    out: dict[str, Any] = {k: _in_todays_words(v) if isinstance(v, Mapping) else v for k, v in written.items()}
+    verdict = out.get("verdict")
+    if isinstance(verdict, str):
+        out["verdict"] = str(LEGACY_VERDICTS.get(verdict, verdict))
+    for key in _STATE_KEYS:
+        named = out.get(key)
+        if isinstance(named, str) and named.upper() in LoopStatus.__members__:
+            out[key] = str(LoopStatus(named))
+    return out
 
 
 def record_of(command: AppendRecord) -> dict[str, Any]:

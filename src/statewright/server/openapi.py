@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from statewright.machine.loop.model import LoopStatus
 from statewright.machine.state import TaskStatus
 
 _HASH = {"type": "string", "pattern": "^[0-9a-f]{64}$", "description": "sha256 of the canonical proposal reviewed"}
@@ -125,7 +126,8 @@ _SCHEMAS: dict[str, Any] = {
                        "created": {"type": "boolean", "description": "false: the same submission was made before"}},
     },
     "Run": {"type": "object", "required": ["run", "loop", "status"],
-            "properties": {"run": {"type": "string"}, "loop": {"type": "string"}, "status": {"type": "string"},
+            "properties": {"run": {"type": "string"}, "loop": {"type": "string"},
+                           "status": {"type": "string", "enum": [s.value for s in LoopStatus]},
                            "reason": {"type": "string"}, "passes": {"type": "integer"}, "held": {"type": "boolean"}}},
     "RunList": {"type": "object", "required": ["runs", "loop_db"],
                 "properties": {"runs": {"type": "array", "items": {"$ref": "#/components/schemas/Run"}},

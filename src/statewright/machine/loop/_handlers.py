@@ -187,7 +187,7 @@ def on_worker_returned(state: LoopState, event: WorkerReturned) -> Transition:
         rec = replace(back, verdict=Verdict.NO_RESULT, cause=over)
         written_over: dict[str, object] = {"verdict": str(Verdict.NO_RESULT), "cause": over}
         return settle(state, with_pass(state, rec), event, f"no result: {over}", written_over,
-                      f'verdict "no result", {over}')
+                      f"verdict no_result, {over}")
     written: dict[str, object] = {
         "artifacts": list(event.artifacts),
         "cost": {"tokens": event.tokens, "money_usd": event.money_usd},
@@ -233,7 +233,7 @@ def on_worker_no_result(state: LoopState, event: WorkerNoResult) -> Transition:
         event,
         f"no result: {event.cause}",
         written,
-        f'verdict "no result", {event.cause}',
+        f"verdict no_result, {event.cause}",
     )
 
 
@@ -294,7 +294,7 @@ def on_pass_ended(state: LoopState, event: PassEnded) -> Transition:
         rec = replace(spent, verdict=Verdict.NO_RESULT, cause=cause)
         written = {"verdict": str(Verdict.NO_RESULT), "cause": cause, "task": event.task_id}
         step = settle(state, with_pass(state, rec), event, f"no result: {cause}", written,
-                      f'verdict "no result", {cause}', wake)
+                      f"verdict no_result, {cause}", wake)
     return _keep_asleep(state, step)
 
 
@@ -315,13 +315,13 @@ def on_checks(state: LoopState, event: CheckFinished) -> Transition:
             "failing_checks": [r.name for r in failing],
             "output": {r.name: r.output for r in failing},
         }
-        return settle(state, with_pass(state, rec), event, text, written, "verdict FAIL, the check output whole")
+        return settle(state, with_pass(state, rec), event, text, written, "verdict fail, the check output whole")
     evidence = [r.to_dict() for r in results]
     role = state.config.gate_role
     if role is None:
         rec = replace(cur, checks=results, verdict=Verdict.PASS)
         written = {"verdict": str(Verdict.PASS), "evidence": evidence}
-        return settle(state, with_pass(state, rec), event, text, written, "verdict PASS, evidence")
+        return settle(state, with_pass(state, rec), event, text, written, "verdict pass, evidence")
     shown: dict[str, object] = {
         "run": state.run_id,
         "item": cur.item,
@@ -490,7 +490,7 @@ def on_record_appended(state: LoopState, event: RecordAppended) -> Transition:
     cur = current(state)
     verdict = cur.verdict
     if verdict is None:
-        msg = f"run {state.run_id}: RECORDING without a verdict for {cur.item}"
+        msg = f"run {state.run_id}: recording without a verdict for {cur.item}"
         raise LoopInvariantError(msg)
     cfg = state.config
     entry = state.item(cur.item) or ItemLedger(cur.item)
@@ -576,7 +576,7 @@ def on_hold_cleared(state: LoopState, event: HoldCleared) -> Transition:
     """An operator lifts the hold of a STUCK run: new runs of its loop may start. The run
     stays STUCK; the line records who and why."""
     if state.status is not S.STUCK:
-        msg = f"run {state.run_id} is {state.status}, not STUCK; only a STUCK run needs a clear"
+        msg = f"run {state.run_id} is {state.status}, not stuck; only a stuck run needs a clear"
         raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
     if state.cleared_by:
         msg = f"run {state.run_id} was already cleared by {state.cleared_by}: {state.cleared_reason}"

@@ -61,7 +61,7 @@ def entry_commands(state: LoopState) -> tuple[Command, ...]:
     if here is S.RUNNING:
         waiting = pending(state)
         if not waiting or any(not p.task_id for p in waiting):
-            msg = f"run {state.run_id}: RUNNING is never run again; resume() records 'no result'"
+            msg = f"run {state.run_id}: running is never run again; resume() records no_result"
             raise LoopInvariantError(msg)
         return tuple(AwaitPass(p.item, p.attempt, p.task_id) for p in waiting)
     return ()

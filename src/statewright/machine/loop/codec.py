@@ -7,12 +7,14 @@ with the machine's one record codec (``machine._records.record_dict``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from statewright.machine._records import record_dict
 from statewright.machine.loop.events import Command, Event
 from statewright.machine.loop.model import (
+    LEGACY_VERDICTS,
     CheckOutcome,
     CheckResult,
     ItemLedger,
@@ -168,6 +170,33 @@ def line_from_dict(d: Mapping[str, Any]) -> RecordLine:
         event_type=d["event_type"],
         at_ms=d["at_ms"],
     )
+
+
+#: The words a run recorded before the one casing wrote where today's lower-case ones go:
+#: the state names, and the verdicts PASS and FAIL (its other verdicts were phrases).
+_UPPER_WORDS = re.compile(r"\b(?:" + "|".join(s.name for s in LoopStatus) + r"|PASS|FAIL)\b")
+
+
+def recased(text: str) -> str:
+    """``text`` as a run stored it, in today's casing: upper-case state names and verdicts in
+    lower case, an old verdict phrase (``no result``, alone or quoted) as its value."""
+    legacy = LEGACY_VERDICTS.get(text)
+    if legacy is not None:
+        return str(legacy)
+    return _UPPER_WORDS.sub(lambda m: m.group(0).lower(), text).replace('"no result"', str(Verdict.NO_RESULT))
+
+
+def casing_blind(value: Any) -> Any:
+    """A stored JSON value with every string :func:`recased`. Runs recorded before the one
+    casing still replay to what they stored, but in today's words: compare both sides through
+    this, never rewrite the stored side (the hash chain covers it)."""
+    if isinstance(value, str):
+        return recased(value)
+    if isinstance(value, Mapping):
+        return {str(k): casing_blind(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [casing_blind(v) for v in value]
+    return value
 
 
 def _plain_dict(value: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,22 +19,29 @@ from statewright._errors import LoopDefinitionError
 class LoopStatus(StrEnum):
     """Where a run is: eight working states and four terminals."""
 
-    IDLE = "IDLE"
-    FINDING = "FINDING"
-    ASSIGNING = "ASSIGNING"
-    RUNNING = "RUNNING"
-    CHECKING = "CHECKING"
-    AWAITING_HUMAN = "AWAITING_HUMAN"
-    RECORDING = "RECORDING"
-    DECIDING = "DECIDING"
-    DONE = "DONE"
-    ESCALATED = "ESCALATED"
-    STUCK = "STUCK"
-    OUT_OF_BUDGET = "OUT_OF_BUDGET"
+    IDLE = "idle"
+    FINDING = "finding"
+    ASSIGNING = "assigning"
+    RUNNING = "running"
+    CHECKING = "checking"
+    AWAITING_HUMAN = "awaiting_human"
+    RECORDING = "recording"
+    DECIDING = "deciding"
+    DONE = "done"
+    ESCALATED = "escalated"
+    STUCK = "stuck"
+    OUT_OF_BUDGET = "out_of_budget"
 
     @property
     def is_terminal(self) -> bool:
         return self in TERMINALS
+
+    @classmethod
+    def _missing_(cls, value: object) -> LoopStatus | None:
+        """Runs recorded before the one casing stored the names in upper case: read them too."""
+        if not isinstance(value, str):
+            return None
+        return next((s for s in cls if s.value == value.lower()), None)
 
 
 TERMINALS = frozenset({LoopStatus.DONE, LoopStatus.ESCALATED, LoopStatus.STUCK, LoopStatus.OUT_OF_BUDGET})
@@ -61,12 +68,27 @@ class CheckOutcome(StrEnum):
 class Verdict(StrEnum):
     """What one pass came to, appended in RECORDING."""
 
-    PASS = "PASS"
-    FAIL = "FAIL"
-    NO_RESULT = "no result"
+    PASS = "pass"
+    FAIL = "fail"
+    NO_RESULT = "no_result"
     DENIED = "denied"
-    GATE_TIMEOUT = "gate timeout"
-    NEEDS_PERSON = "needs a person"
+    GATE_TIMEOUT = "gate_timeout"
+    NEEDS_PERSON = "needs_person"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Verdict | None:
+        """Runs recorded before the one casing stored these words: read them too."""
+        return LEGACY_VERDICTS.get(value) if isinstance(value, str) else None
+
+
+#: The verdicts as runs recorded before the one casing stored them.
+LEGACY_VERDICTS: Mapping[str, Verdict] = {
+    "PASS": Verdict.PASS,
+    "FAIL": Verdict.FAIL,
+    "no result": Verdict.NO_RESULT,
+    "gate timeout": Verdict.GATE_TIMEOUT,
+    "needs a person": Verdict.NEEDS_PERSON,
+}
 
 
 class LineKind(StrEnum):

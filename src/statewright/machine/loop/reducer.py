@@ -237,7 +237,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
             "restarts": count,
             "stop_worker": bool(commands),
         }
-        return move(state, new, event, text, written, f'STUCK, reason "restarts", {here}', commands, kind)
+        return move(state, new, event, text, written, f'stuck, reason "restarts", {here}', commands, kind)
     lost = in_this_process(state)  # passes whose worker died with the process
     if here is S.RUNNING and not lost:
         waits = ", ".join(p.task_id for p in pending(state))
@@ -246,7 +246,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
         waiting = line(state, event, here, text, written, f"wait on task {waits}", kind)
         return Transition(new, entry_commands(new), waiting)
     if here is S.RUNNING:
-        cause = "the process restarted while RUNNING; worker stopped, never relaunched"
+        cause = "the process restarted while running; worker stopped, never relaunched"
         after = state
         for p in lost:
             after = with_pass(after, replace(p, verdict=Verdict.NO_RESULT, cause=cause))
@@ -258,7 +258,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
         }
         if len(lost) > 1:
             written["items"] = [p.item for p in lost]
-        summary = f'verdict "no result": {cause}'
+        summary = f"verdict no_result: {cause}"
         if pending(after):  # other passes of the wave wait on their tasks: so does the run
             new = replace(after, restarts_here=count, clean_stop=False)
             still = line(state, event, here, text, written, summary, kind)
@@ -276,7 +276,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
             "failing_check": cause,
             "restarts": count,
         }
-        return move(state, new, event, text, written, f"verdict FAIL, {cause}", commands, kind)
+        return move(state, new, event, text, written, f"verdict fail, {cause}", commands, kind)
     new = replace(state, restarts_here=count, clean_stop=False)
     written = {"restarts": count, "run_again": str(here)}
     return Transition(
@@ -320,7 +320,7 @@ def decide(state: LoopState, event: GoalEvaluated) -> Transition:
             "reason": "goal met",
             "oracle_output": [r.to_dict() for r in oracles],
         }
-        return move(state, new, event, "goal predicate true", written, 'DONE, reason "goal met"')
+        return move(state, new, event, "goal predicate true", written, 'done, reason "goal met"')
     workable = state.workable()
     if not workable:
         parked = [i for i in state.plan if (e := state.item(i)) and e.status is ItemStatus.PARKED]
@@ -340,7 +340,7 @@ def decide(state: LoopState, event: GoalEvaluated) -> Transition:
             event,
             "goal false; 0 workable",
             written,
-            f"ESCALATED, parked [{', '.join(parked)}]",
+            f"escalated, parked [{', '.join(parked)}]",
         )
     since, limit = state.passes_since_last_close, cfg.stuck_after
     if since >= limit:
@@ -356,7 +356,7 @@ def decide(state: LoopState, event: GoalEvaluated) -> Transition:
             event,
             f"goal false; {len(workable)} workable; {since} >= {limit}",
             written,
-            f"STUCK, {reason}",
+            f"stuck, {reason}",
         )
     spent = spent_caps(state, event.at_ms)
     if spent:
@@ -373,7 +373,7 @@ def decide(state: LoopState, event: GoalEvaluated) -> Transition:
             event,
             f"goal false; {len(workable)} workable; {since} < {limit}; {caps} spent",
             written,
-            f"OUT_OF_BUDGET, {caps}",
+            f"out_of_budget, {caps}",
         )
     new = replace(state, status=S.FINDING)
     written = {"decision": "go again", "goal_clauses": clauses}

@@ -48,7 +48,7 @@ def _summary(run: Any) -> dict[str, Any]:
     from statewright.loop.store import run_dict
 
     d = run_dict(run, running=False)
-    terminal = run.status.value in ("DONE", "ESCALATED", "STUCK", "OUT_OF_BUDGET")
+    terminal = run.status.is_terminal
     return d | {"terminal": terminal, "opened": when(run.opened_at_ms), "updated": when(run.updated_at_ms),
                 "budgets": _budgets(run)}
 
