@@ -46,3 +46,15 @@ def test_the_exit_status_table_is_the_one_run_uses() -> None:
              "halted": "halted", "cancelled": "cancelled"}
     assert {status: rows[str(code)] for status, code in RUN_EXIT.items()} == words
     assert rows["1"] == "the command itself failed"
+
+
+def test_loop_run_speaks_the_same_exit_table() -> None:
+    """The README's table of `loop run` names only codes of the one table, each meaning the
+    same there as for a task: 4 a person decides next, 5 ended short."""
+    from statewright._exit import Exit
+
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("`loop run` exits with where the run stands"):].split("\n\n")[1]
+    codes = {int(code) for code in re.findall(r"^\| (\d) \|", table, re.M)}
+    assert codes == {Exit.OK, Exit.WAITING, Exit.ENDED_SHORT, Exit.FAILED}
+    assert "a person decides next" in table.split("| 4 |")[1].split("\n")[0]

@@ -17,6 +17,7 @@ import click
 
 from statewright._cli_guard import guard as _guard
 from statewright._errors import DefinitionError, InputError, StatewrightError
+from statewright._exit import TASK_EXIT
 from statewright.store import DEFAULT_DB
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -265,8 +266,8 @@ def worker(until_idle: bool, until_done: bool, concurrency: int, lease: float, b
 @_guard
 def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     """Submit, then work until the task ends or parks at a human step; print the history.
-    The exit status says how it ended (see RUN_EXIT): 0 completed, 3 completed early, 4
-    waiting for a person, 5 halted, 6 cancelled; 1 when the command itself failed."""
+    The exit status says how it ended (``statewright._exit``): 0 completed, 3 completed early,
+    4 waiting for a person, 5 halted, 6 cancelled; 1 when the command itself failed."""
     from statewright.definition import load_workflow
     from statewright.machine.state import TaskStatus
     from statewright.runtime.run import SETTLED
@@ -287,8 +288,7 @@ def run(file: str, input_: str | None, key: str | None, db: str) -> None:
     sys.exit(RUN_EXIT[st.status.value])
 
 
-#: ``statewright run``'s exit status by how the task ended (README: Command line).
-RUN_EXIT = {"completed": 0, "completed_early": 3, "awaiting_approval": 4, "halted": 5, "cancelled": 6}
+RUN_EXIT = TASK_EXIT  # ``statewright run``'s exit status by how the task ended (README: Exit status)
 
 
 class _Progress:

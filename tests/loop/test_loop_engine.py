@@ -242,19 +242,19 @@ def test_a_halted_pass_is_no_result_and_its_task_cannot_be_retried_into_effect(
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)  # the loop CLI refuses an in-memory database
 def test_loop_run_says_which_task_it_waits_for(root: Path, store_url: str, engine: Engine) -> None:
-    """'loop run' on a pass whose task waits for a person: one line naming the task, exit 6;
+    """'loop run' on a pass whose task waits for a person: one line naming the task, exit 4;
     after the approval, 'loop run' takes the task's outcome and exits 0 on DONE."""
     wf = workflow(root, "gated-fix", APPROVE, FIX)
     path = write_loop(root, [{"id": "1"}], workflow=str(wf))
     cli = CliRunner()
     waiting = cli.invoke(loop, ["run", str(path), "--db", store_url], catch_exceptions=False)
-    assert waiting.exit_code == 6, waiting.output
+    assert waiting.exit_code == 4, waiting.output
     task = children(engine, "1")[0]
     said = [ln for ln in waiting.stdout.splitlines() if ln.startswith("run 1:")]
     assert said == [f"run 1: waits for task {task}'s approval; once it is decided ('statewright approve {task}"
                     f" --hash HASH'), 'statewright loop run {path}' takes the task's outcome as the pass's result"]
     as_json = cli.invoke(loop, ["run", str(path), "--db", store_url, "--json"], catch_exceptions=False)
-    assert as_json.exit_code == 6 and json.loads(as_json.stdout)["waiting_on_task"] == task
+    assert as_json.exit_code == 4 and json.loads(as_json.stdout)["waiting_on_task"] == task
     eva = People(engine).add("eva", "maintainer")
     cur = engine.state(task).current
     assert cur is not None

@@ -5,10 +5,10 @@ statewright.loop``. The database is ``--db``, else ``$STATEWRIGHT_DB``, else
 ``.statewright/state.db``. Errors go through the command line's one guard
 (``statewright._cli_guard``): one line on stderr, exit 1, nothing changed.
 
-Exit codes of ``loop run`` (the table of ``statewright run``): 0 done, or stopped cleanly
-(kill switch, signal); 4 asleep at a gate, waiting for a person; 5 escalated, stuck or
-out_of_budget; 1 the command failed (bad input, a held loop, a source that is down: a
-crash the next start counts).
+Exit codes of ``loop run`` come from the one table of ``statewright._exit``: 0 done, or
+stopped cleanly (kill switch, signal); 4 a person decides next (the run is asleep at a gate,
+or its pass's task waits for an approval); 5 escalated, stuck or out_of_budget; 1 the command
+failed (bad input, a held loop, a source that is down: a crash the next start counts).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import click
 
 from statewright._cli_guard import OneLineGroup, guard
 from statewright._errors import InputError
+from statewright._exit import Exit
 from statewright.definition.durations import parse_duration_seconds
 from statewright.loop._isolation import require_secrets
 from statewright.loop.definition import load_loop
@@ -52,9 +53,6 @@ if TYPE_CHECKING:
 
 DEFAULT_DB = ".statewright/state.db"
 F = TypeVar("F", bound=Callable[..., Any])
-EXIT_WAITING = 4  # asleep at a gate: a person decides next
-EXIT_ENDED_SHORT = 5  # escalated, stuck or out_of_budget: the run ended without its goal
-EXIT_PASS_WAITING = 6  # the pass's task waits for a person's approval: the run waits on it
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -167,11 +165,9 @@ def run_cmd(file: str, db: str, trigger: str, as_json: bool, new_run: bool, leas
         else:
             click.echo(f"run {outcome.run_id}: {outcome.status} ({run.state.reason})")
     if outcome.status in (LoopStatus.ESCALATED, LoopStatus.STUCK, LoopStatus.OUT_OF_BUDGET):
-        raise SystemExit(EXIT_ENDED_SHORT)
-    if pending:
-        raise SystemExit(EXIT_WAITING)
-    if outcome.waiting_on:
-        raise SystemExit(EXIT_PASS_WAITING)
+        raise SystemExit(Exit.ENDED_SHORT)
+    if pending or outcome.waiting_on:  # a gate, or a pass's task: a person decides next
+        raise SystemExit(Exit.WAITING)
 
 
 @loop.command("status")
