@@ -340,7 +340,7 @@ class LoopRunner:
     def _noted_only(self, run_id: str, lines: int) -> RunRow | None:
         """The stored run when every line written since line ``lines`` is a note (a pass's
         task of an earlier attempt ended): the run did not move, so an event still applies."""
-        since = self.store.lines(run_id)[lines:]
+        since = self.store.lines(run_id, lines)
         if since and all(x.kind is LineKind.NOTE or (x.kind is LineKind.PROGRESS and x.event_type == PassEnded.type)
                          for x in since):
             return self.store.run(run_id)
@@ -353,7 +353,7 @@ class LoopRunner:
         the run carries on from the stored state. Any other writer is another
         driver: refused."""
         stored = self.store.run(run_id)
-        lines = self.store.lines(run_id)
+        lines = self.store.lines(run_id, max(stored.lines - 1, 0))  # the last line alone
         last = lines[-1] if lines else None
         if stored.status.is_terminal:
             return RunOutcome(run_id, stored.status, None, stored.state.reason)

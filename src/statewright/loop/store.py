@@ -272,9 +272,10 @@ class LoopStore:
     def events(self, run_id: str) -> list[EventRow]:
         return self.store.events(stream_id(run_id))
 
-    def lines(self, run_id: str) -> list[StoredLine]:
+    def lines(self, run_id: str, after: int = 0) -> list[StoredLine]:
+        """The run's record, or its lines past line ``after``."""
         out: list[StoredLine] = []
-        for row in self.events(run_id)[1:]:
+        for row in self.store.events(stream_id(run_id), after + 1):
             line = line_from_dict(row.body["line"])
             out.append(StoredLine(
                 seq=row.version - 1, state=line.state, next_state=line.next_state, kind=line.kind,

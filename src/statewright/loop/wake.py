@@ -56,7 +56,7 @@ def wake_run(store: Store, run_id: str, *, env: Mapping[str, str] | None = None,
         log.info("loop run %s not woken: it is %s%s", run_id, run.status,
                  "" if run.status.is_terminal else ", and stopped or driven by a 'loop run' process")
         return None
-    if after_line and any(x.kind is not LineKind.NOTE for x in loops.lines(run_id)[after_line:]):
+    if after_line and any(x.kind is not LineKind.NOTE for x in loops.lines(run_id, after_line)):
         log.info("loop run %s not woken: a 'loop run' process took it up after line %d", run_id, after_line)
         return None
     cur = run.state.current
@@ -78,7 +78,7 @@ def drive_run(store: Store, run_id: str, line: int, *, env: Mapping[str, str] | 
         how = "ended" if run.status.is_terminal else "stopped cleanly or sleeps"
         log.info("loop run %s not taken up: it %s (%s)", run_id, how, run.status)
         return None
-    if any(x.event_type == ProcessStarted.type for x in loops.lines(run_id)[line:]):
+    if any(x.event_type == ProcessStarted.type for x in loops.lines(run_id, line)):
         log.info("loop run %s not taken up: a process started on it after line %d", run_id, line)
         return None
     return _drive(loops, run_id, run.definition_file or run.definition_path, env, clock,

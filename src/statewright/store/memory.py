@@ -265,9 +265,9 @@ class MemoryStore(MemoryPeople, MemoryFleet):
         with self.db.lock:
             return sorted(self.db.tasks)
 
-    def events(self, task_id: str) -> list[EventRow]:
+    def events(self, task_id: str, after: int = 0) -> list[EventRow]:
         return [EventRow(r.task_id, r.version, r.event_id, r.type, json.loads(r.body), r.at_ms, r.prev_hash, r.hash)
-                for r in self.db.events.get(task_id, ())]
+                for r in self.db.events.get(task_id, ()) if r.version > after]
 
     def raw_events(self, task_id: str) -> list[RawEvent]:
         return list(self.db.events.get(task_id, ()))

@@ -470,13 +470,13 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             rows = self._x(cur, "SELECT task_id FROM sw_tasks ORDER BY task_id").fetchall()
         return [str(r[0]) for r in rows]
 
-    def events(self, task_id: str) -> list[EventRow]:
+    def events(self, task_id: str, after: int = 0) -> list[EventRow]:
         with self._stmt() as cur:
             rows = self._x(
                 cur,
                 "SELECT task_id, version, event_id, type, body, at_ms, prev_hash, hash FROM sw_events"
-                " WHERE task_id = ? ORDER BY version",
-                (task_id,),
+                " WHERE task_id = ? AND version > ? ORDER BY version",
+                (task_id, after),
             ).fetchall()
         return [
             EventRow(str(r[0]), int(r[1]), str(r[2]), str(r[3]), json.loads(r[4]), int(r[5]), str(r[6]), str(r[7]))
