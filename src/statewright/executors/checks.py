@@ -34,7 +34,8 @@ import json
 import traceback
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from .._errors import ExecutorError
@@ -77,8 +78,18 @@ def _command_check(spec: Mapping[str, Any], ctx: ExecContext, timeout: float) ->
     except ValueError as exc:
         return CheckResult(False, str(exc), reason=Reason.MISSING_REFERENCE)
     with state_exchange(ctx, "statewright-check-") as (_, state_env):
-        env = {**ctx.base_env(), **state_env}
-        outcome = run_process(argv, cwd=ctx.workspace, env=env, timeout_seconds=timeout)
+        return run_command_check(argv, cwd=ctx.workspace, env={**ctx.base_env(), **state_env}, timeout=timeout)
+
+
+def run_command_check(
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float, merge_stderr: bool = False,
+) -> CheckResult:
+    """The one command check, for a wait step and for the outer loop's checks and goal oracles:
+    exit status 0 passes, any other fails, a process that outlives ``timeout`` is killed with
+    its group and fails as a timeout; one that cannot start raises ExecutorError (the caller
+    says what that is). The output keeps its end (``cut_output``): stdout then stderr, or as
+    written with ``merge_stderr``."""
+    outcome = run_process(argv, cwd=cwd, env=env, timeout_seconds=timeout, merge_stderr=merge_stderr)
     output = cut_output("\n".join(s for s in (outcome.stdout, outcome.stderr) if s))
     if outcome.timed_out:
         detail = f"the check ran longer than {timeout:g}s; its process group was killed"

@@ -19,8 +19,9 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from statewright._errors import PermanentError
-from statewright.executors._process import run_process
+from statewright._errors import ExecutorError
+from statewright.executors.base import Reason
+from statewright.executors.checks import run_command_check
 from statewright.loop._isolation import command_env
 from statewright.loop.definition import CommandSpec
 from statewright.machine.loop.model import CheckOutcome, CheckResult
@@ -48,15 +49,15 @@ def run_check(
             return CheckResult(spec.name, CheckOutcome.ERROR, msg)
     try:
         env = command_env(spec, environ, variables)
-        done = run_process(spec.argv, cwd=cwd, env=env, timeout_seconds=spec.timeout_seconds, merge_stderr=True)
-    except PermanentError as exc:
+        done = run_command_check(spec.argv, cwd=cwd, env=env, timeout=spec.timeout_seconds, merge_stderr=True)
+    except ExecutorError as exc:  # it could not start
         return CheckResult(spec.name, CheckOutcome.ERROR, str(exc))
-    if done.timed_out:
+    if done.passed:
+        return CheckResult(spec.name, CheckOutcome.PASS, done.output)
+    if done.reason == Reason.TIMEOUT:
         why = f"timed out after {spec.timeout_seconds:g}s"
-        return CheckResult(spec.name, CheckOutcome.TIMEOUT, _join(done.stdout, why))
-    if done.returncode == 0:
-        return CheckResult(spec.name, CheckOutcome.PASS, done.stdout)
-    return CheckResult(spec.name, CheckOutcome.FAIL, _join(done.stdout, f"exit status {done.returncode}"))
+        return CheckResult(spec.name, CheckOutcome.TIMEOUT, _join(done.output, why))
+    return CheckResult(spec.name, CheckOutcome.FAIL, _join(done.output, done.detail))
 
 
 def asset_paths(spec: CommandSpec, cwd: Path) -> tuple[Path, ...]:
