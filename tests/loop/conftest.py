@@ -1,8 +1,16 @@
+"""The loop suites' fixtures. ``db`` is the database a loop's runs are kept in, on every store
+backend (``store_url``: an in-memory database, a SQLite file, a fresh PostgreSQL schema); a
+test whose loop runs in another process (the ``cli`` helper) takes ``sql_db``, the two that
+outlive a process."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from store.backends import SQL_BACKENDS, fresh_pg_schema
 
 from .helpers import FakeClock
 
@@ -13,5 +21,14 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "state.db"
+def db(store_url: str) -> str:
+    return store_url
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | str]:
+    if request.param == "sqlite":
+        yield tmp_path / "state" / "state.db"
+        return
+    with fresh_pg_schema() as (url, _name):
+        yield url

@@ -29,6 +29,13 @@ from tally import tally
 
 from .helpers import PY, SCRIPTS, FakeClock, clean_env, cli, command, person, run_loop, token_file, write_loop
 
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A SQLite file: these tests search the database file itself for planted secrets and
+    compare paths with it (what a command sees does not depend on the backend)."""
+    return tmp_path / "state" / "state.db"
+
 S = LoopStatus
 # What the runner holds that no command of the loop may see.
 CONTROL_PLANE = ("STATEWRIGHT_DB", "STATEWRIGHT_TOKEN", "STATEWRIGHT_USERS", "PGPASSWORD", "OPENAI_API_KEY",
