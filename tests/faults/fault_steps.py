@@ -43,3 +43,14 @@ def record_after_work(ctx: Any) -> bool:
 
     time.sleep(0.25)
     return record(ctx)
+
+
+def create_effects(conninfo: str, schema: str) -> None:
+    """The effects table ``record`` writes to, in ``schema`` (the test's stand-in for another
+    system: one row per idempotency key)."""
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"')
+        conn.execute("CREATE TABLE effects (key TEXT PRIMARY KEY, task_id TEXT NOT NULL, step TEXT NOT NULL,"
+                     " first_pid INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0)")

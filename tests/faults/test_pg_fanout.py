@@ -24,6 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from faults.fault_steps import create_effects
 from statewright import Engine
 from statewright.definition.loader import load_workflow
 from statewright.machine.events import ChildEnded
@@ -82,10 +83,7 @@ def test_a_map_of_fifty_children_survives_killed_workers(pg_url: str, tmp_path: 
     (tmp_path / "effect-one.yaml").write_text(CHILD, encoding="utf-8")
     (tmp_path / "fan-out.yaml").write_text(PARENT, encoding="utf-8")
     engine = Engine(open_store(pg_url), workspace_root=tmp_path / "ws")
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{schema}"')
-        conn.execute("CREATE TABLE effects (key TEXT PRIMARY KEY, task_id TEXT NOT NULL, step TEXT NOT NULL,"
-                     " first_pid INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0)")
+    create_effects(conninfo, schema)
 
     env = {
         **os.environ,

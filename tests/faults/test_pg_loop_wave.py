@@ -30,6 +30,7 @@ import psycopg
 import pytest
 import yaml
 
+from faults.fault_steps import create_effects
 from statewright import Engine
 from statewright.loop.store import LoopStore
 from statewright.machine.loop.model import LoopStatus
@@ -89,10 +90,7 @@ def test_a_wave_loop_survives_killed_workers_and_a_killed_loop_process(pg_url: s
     assert schema is not None
     path = _loop_file(tmp_path)
     open_store(pg_url).close()  # the schema and statewright's tables
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(f'SET search_path TO "{schema}"')
-        conn.execute("CREATE TABLE effects (key TEXT PRIMARY KEY, task_id TEXT NOT NULL, step TEXT NOT NULL,"
-                     " first_pid INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0)")
+    create_effects(conninfo, schema)
     env = {
         **os.environ,
         "FAULTS_PG_CONNINFO": conninfo,

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from statewright.runtime.engine import Engine
+from statewright.store import open_store
 from store.backends import SQL_BACKENDS, fresh_pg_schema
 
-from .helpers import FakeClock
+from .helpers import ENGINE_AGENT, FakeClock
 
 
 @pytest.fixture
@@ -32,3 +34,28 @@ def sql_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path | st
         return
     with fresh_pg_schema() as (url, _name):
         yield url
+
+
+# A loop whose passes are child tasks: the agent module its workflow names, and the folder
+# the loop runs in (the agent writes fixed-<id> there).
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "loop_engine_agent.py").write_text(ENGINE_AGENT)
+    monkeypatch.syspath_prepend(str(mods))
+    root = tmp_path / "loop"
+    root.mkdir()
+    monkeypatch.setenv("LOOP_ROOT", str(root))
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture
+def engine(store_url: str) -> Iterator[Engine]:
+    engine = Engine(open_store(store_url))
+    yield engine
+    engine.close()
+
+

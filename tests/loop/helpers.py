@@ -198,3 +198,20 @@ def person(store: Store, name: str, *roles: str) -> Principal:
     admin = users.authenticate(_ROOT_TOKENS[store.url])
     users.add(admin, name, roles)
     return users.authenticate(users.issue_token(admin, name).token)
+
+
+# The agent of a loop whose passes are child tasks (the ``root`` fixture puts it on the path):
+# it fixes an item (writes fixed-<id> in $LOOP_ROOT), except a ``hard`` one on its first attempt.
+ENGINE_AGENT = '''
+import os
+import pathlib
+
+def fix(brief, ctx):
+    item = brief["input"]["item"]
+    if item.get("hard") and brief["input"]["attempt"] == 1:
+        return {"verdict": None, "note": "Done. All tests pass."}  # a false report
+    pathlib.Path(os.environ["LOOP_ROOT"], f"fixed-{item['id']}").write_text("ok")
+    return {"verdict": None, "note": "fixed"}
+'''
+FIX = {"id": "fix", "kind": "ai", "owner": "t", "agent": {"type": "python", "callable": "loop_engine_agent:fix"}}
+APPROVE = {"id": "approve", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"}}

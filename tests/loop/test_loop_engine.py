@@ -6,7 +6,6 @@ record written with the task's last event, a pass whose task waits for a person 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,44 +28,9 @@ from statewright.runtime.engine import Engine
 from statewright.runtime.run import approve_and_run
 from statewright.runtime.verify import verify_all
 from statewright.runtime.worker import Worker
-from statewright.store import open_store
 from store.backends import SQL_BACKENDS
 
-from .helpers import FakeClock, record, run_loop, write_loop
-
-AGENT = '''
-import os
-import pathlib
-
-def fix(brief, ctx):
-    item = brief["input"]["item"]
-    if item.get("hard") and brief["input"]["attempt"] == 1:
-        return {"verdict": None, "note": "Done. All tests pass."}  # a false report
-    pathlib.Path(os.environ["LOOP_ROOT"], f"fixed-{item['id']}").write_text("ok")
-    return {"verdict": None, "note": "fixed"}
-'''
-FIX = {"id": "fix", "kind": "ai", "owner": "t", "agent": {"type": "python", "callable": "loop_engine_agent:fix"}}
-APPROVE = {"id": "approve", "kind": "human", "owner": "leads", "approvers": {"role": "maintainer"}}
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    mods = tmp_path / "mods"
-    mods.mkdir()
-    (mods / "loop_engine_agent.py").write_text(AGENT)
-    monkeypatch.syspath_prepend(str(mods))
-    root = tmp_path / "loop"
-    root.mkdir()
-    monkeypatch.setenv("LOOP_ROOT", str(root))
-    monkeypatch.chdir(root)
-    return root
-
-
-@pytest.fixture
-def engine(store_url: str) -> Iterator[Engine]:
-    engine = Engine(open_store(store_url))
-    yield engine
-    engine.close()
+from .helpers import APPROVE, FIX, FakeClock, record, run_loop, write_loop
 
 
 def workflow(root: Path, name: str, *steps: dict[str, object]) -> Path:

@@ -7,7 +7,6 @@ all of its wave's workers have arrived, which passes worked one at a time never 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,8 @@ from statewright.machine.loop.model import CheckOutcome, CheckResult, LineKind, 
 from statewright.machine.loop.reducer import initial_state, transition
 from statewright.runtime.engine import Engine
 from statewright.runtime.verify import verify_all
-from statewright.store import open_store
 
-from .helpers import FakeClock, record, run_loop, write_loop
+from .helpers import FIX, FakeClock, record, run_loop, write_loop
 
 S = LoopStatus
 
@@ -250,43 +248,11 @@ def test_a_single_pass_state_reads_and_writes_as_before() -> None:
 
 # ------------------------------------------------------------------ child tasks on every backend
 
-AGENT = '''
-import os
-import pathlib
-
-def fix(brief, ctx):
-    item = brief["input"]["item"]
-    pathlib.Path(os.environ["LOOP_ROOT"], f"fixed-{item['id']}").write_text("ok")
-    return {"verdict": None, "note": "fixed"}
-'''
-
-
-@pytest.fixture
-def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    mods = tmp_path / "mods"
-    mods.mkdir()
-    (mods / "loop_wave_agent.py").write_text(AGENT)
-    monkeypatch.syspath_prepend(str(mods))
-    root = tmp_path / "loop"
-    root.mkdir()
-    monkeypatch.setenv("LOOP_ROOT", str(root))
-    monkeypatch.chdir(root)
-    return root
-
-
-@pytest.fixture
-def engine(store_url: str) -> Iterator[Engine]:
-    engine = Engine(open_store(store_url))
-    yield engine
-    engine.close()
-
-
 def test_a_wave_of_child_tasks_completes_and_verifies(
     root: Path, store_url: str, engine: Engine, clock: FakeClock
 ) -> None:
-    fix = {"id": "fix", "kind": "ai", "owner": "t", "agent": {"type": "python", "callable": "loop_wave_agent:fix"}}
     wf = root / "wave-fix.yaml"
-    wf.write_text(yaml.safe_dump({"workflow": "wave-fix", "steps": [fix]}))
+    wf.write_text(yaml.safe_dump({"workflow": "wave-fix", "steps": [FIX]}))
     path = write_loop(root, [{"id": str(n)} for n in range(5)], workflow=str(wf), parallel=3)
     out = run_loop(path, store_url, clock)
     assert out.status is S.DONE, out

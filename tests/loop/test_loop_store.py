@@ -276,23 +276,20 @@ def _old_casing(state: object) -> object:
     return {**state, "status": LoopStatus(state["status"]).name}
 
 
-def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path) -> None:
-    """An old SQLite file's loop runs become streams that replay to their stored state (a
-    decision the run had not taken up included); 'verify' passes; carrying again adds nothing."""
-    from click.testing import CliRunner
+OLD_EVENTS: list[Event] = [
+    TriggerArrived("t", 2), ItemsFound(("a",), 3), BriefReady("a", "brief", 4), WorkerReturned("a", 1, 5),
+    CheckFinished("a", 1, (CheckResult("c", CheckOutcome.PASS),), 6), GateSleep(7),
+]
 
-    from statewright.cli import cli
 
-    path = tmp_path / "old.db"
-    gated = replace(CFG, gate_role="maintainer")
-    state = initial_state("1", gated)
+def _old_database(path: Path, config: LoopConfig, *, approved_by: str = "") -> LoopState:
+    """An earlier release's SQLite file holding one run asleep at its gate after OLD_EVENTS, in
+    that release's words and casing (a decision it had not taken up yet, by ``approved_by``);
+    the run's state, as today's reducer has it."""
+    state = initial_state("1", config)
     conn = sqlite3.connect(path)
     conn.executescript(OLD_SCHEMA)
-    events: list[Event] = [
-        TriggerArrived("t", 2), ItemsFound(("a",), 3), BriefReady("a", "brief", 4), WorkerReturned("a", 1, 5),
-        CheckFinished("a", 1, (CheckResult("c", CheckOutcome.PASS),), 6), GateSleep(7),
-    ]
-    for seq, event in enumerate(events, start=1):
+    for seq, event in enumerate(OLD_EVENTS, start=1):
         step = transition(state, event)
         assert step.line is not None
         conn.execute("INSERT INTO loop_lines VALUES (1, ?, ?, ?, ?, ?, ?, ?, '{}', ?, '[]', ?)",
@@ -306,24 +303,41 @@ def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path)
                  " updated_at_ms, lines, state_json) VALUES (1, 'l', ?, 'l.yaml', ?, 1, 7, 6, ?)",
                  (state.status.name, "0" * 64, old_state))
     conn.execute("INSERT INTO loop_items (loop, item_id, payload_json) VALUES ('l', 'a', '{\"id\": \"a\"}')")
-    conn.execute("INSERT INTO loop_approvals VALUES (1, ?, 'a', 1, 'maintainer', '{}', 6, NULL, 'approved', 'ann',"
-                 " '', 8)", (state.current.proposal_hash,))
+    if approved_by:
+        conn.execute("INSERT INTO loop_approvals VALUES (1, ?, 'a', 1, 'maintainer', '{}', 6, NULL, 'approved', ?,"
+                     " '', 8)", (state.current.proposal_hash, approved_by))
     conn.commit()
     conn.close()
+    return state
+
+
+def _upgrade_twice_and_verify(path: Path) -> None:
+    """'db upgrade' carries the run over once (a second time adds nothing); 'verify' passes."""
+    from click.testing import CliRunner
+
+    from statewright.cli import cli
 
     upgraded = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
     assert upgraded.exit_code == 0, upgraded.output
     assert "1 loop runs carried over" in upgraded.stdout
-    with LoopStore.open(path) as store:
-        (run,) = store.runs()
-        assert run.run_id == "1" and run.status is S.RECORDING and run.state.clean_stop
-        lines = store.lines("1")
-        assert [x.event_type for x in lines] == [e.type for e in events] + [ApprovalGranted.type]
-        assert store.item_payload("1", "a") == {"id": "a"}
     again = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
     assert again.exit_code == 0 and "carried over" not in again.stdout
     verified = CliRunner().invoke(cli, ["verify", "--db", str(path)])
     assert verified.exit_code == 0, verified.output
+
+
+def test_db_upgrade_carries_an_earlier_releases_loop_tables_over(tmp_path: Path) -> None:
+    """An old SQLite file's loop runs become streams that replay to their stored state (a
+    decision the run had not taken up included); 'verify' passes; carrying again adds nothing."""
+    path = tmp_path / "old.db"
+    _old_database(path, replace(CFG, gate_role="maintainer"), approved_by="ann")
+    _upgrade_twice_and_verify(path)
+    with LoopStore.open(path) as store:
+        (run,) = store.runs()
+        assert run.run_id == "1" and run.status is S.RECORDING and run.state.clean_stop
+        lines = store.lines("1")
+        assert [x.event_type for x in lines] == [e.type for e in OLD_EVENTS] + [ApprovalGranted.type]
+        assert store.item_payload("1", "a") == {"id": "a"}
 
 
 OLD_CASING_RUNS = Path(__file__).with_name("old_casing_runs.json")
@@ -398,46 +412,12 @@ def test_wal_mode(tmp_path: Path) -> None:
 def test_a_carried_run_asleep_at_a_timed_gate_is_woken_when_the_gate_times_out(tmp_path: Path) -> None:
     """A carried run that sleeps at a gate with a time limit gets the wake its sleep asked for: a
     WakeRun in the outbox, due when the limit passes (else nothing would ever time the gate out)."""
-    from click.testing import CliRunner
-
-    from statewright.cli import cli
-
     path = tmp_path / "old.db"
-    gated = replace(CFG, gate_role="maintainer", gate_timeout_ms=3_600_000)
-    state = initial_state("1", gated)
-    conn = sqlite3.connect(path)
-    conn.executescript(OLD_SCHEMA)
-    events: list[Event] = [
-        TriggerArrived("t", 2), ItemsFound(("a",), 3), BriefReady("a", "brief", 4), WorkerReturned("a", 1, 5),
-        CheckFinished("a", 1, (CheckResult("c", CheckOutcome.PASS),), 6), GateSleep(7),
-    ]
-    for seq, event in enumerate(events, start=1):
-        step = transition(state, event)
-        assert step.line is not None
-        conn.execute("INSERT INTO loop_lines VALUES (1, ?, ?, ?, ?, ?, ?, ?, '{}', ?, '[]', ?)",
-                     (seq, str(step.line.state), str(step.line.next_state), str(step.line.kind), event.type,
-                      step.line.event, step.line.summary, json.dumps(_old(event_to_dict(event))), event.at_ms))
-        state = step.state
-    assert state.current is not None
-    conn.execute("INSERT INTO loop_runs (run_id, loop, status, definition_path, definition_sha256, opened_at_ms,"
-                 " updated_at_ms, lines, state_json) VALUES (1, 'l', ?, 'l.yaml', ?, 1, 7, 6, ?)",
-                 (str(state.status), "0" * 64, json.dumps(_old(state_to_dict(state)))))
-    conn.execute("INSERT INTO loop_items (loop, item_id, payload_json) VALUES ('l', 'a', '{\"id\": \"a\"}')")
-    conn.commit()
-    conn.close()
-
-    upgraded = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
-    assert upgraded.exit_code == 0, upgraded.output
-    assert "1 loop runs carried over" in upgraded.stdout
+    _old_database(path, replace(CFG, gate_role="maintainer", gate_timeout_ms=3_600_000))
+    _upgrade_twice_and_verify(path)
     with LoopStore.open(path) as store:
         (run,) = store.runs()
-        assert run.run_id == "1"
-        lines = store.lines("1")
-        assert [x.event_type for x in lines] == [e.type for e in events]
-        assert store.item_payload("1", "a") == {"id": "a"}
+        assert run.status is S.AWAITING_HUMAN and [x.event_type for x in store.lines("1")] == [
+            e.type for e in OLD_EVENTS]
         [wake] = store.store.outbox("loop-run-1")
         assert wake["type"] == "WakeRun" and wake["available_at_ms"] == 6 + 3_600_000
-    again = CliRunner().invoke(cli, ["db", "upgrade", "--db", str(path)])
-    assert again.exit_code == 0 and "carried over" not in again.stdout
-    verified = CliRunner().invoke(cli, ["verify", "--db", str(path)])
-    assert verified.exit_code == 0, verified.output

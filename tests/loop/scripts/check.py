@@ -7,21 +7,16 @@ import json
 import os
 import pathlib
 import sys
-import time
+
+from _proc import meet
 
 item_id = os.environ["STATEWRIGHT_ITEM_ID"]
 barrier = json.loads(os.environ.get("STATEWRIGHT_ITEM", "{}")).get("check_barrier")
 if barrier:
     name, size = barrier
-    there = pathlib.Path(f"check-barrier-{name}")
-    there.mkdir(exist_ok=True)
-    (there / item_id).write_text("here", encoding="utf-8")
-    deadline = time.monotonic() + 30  # the others are processes started beside this one
-    while len(list(there.iterdir())) < size:
-        if time.monotonic() > deadline:
-            print(f"only {len(list(there.iterdir()))} of {size} checks met at barrier {name}")
-            sys.exit(1)
-        time.sleep(0.01)
+    if (met := meet(f"check-{name}", size, item_id)) < size:
+        print(f"only {met} of {size} checks met at barrier {name}")
+        sys.exit(1)
 if pathlib.Path(f"fixed-{item_id}").exists():
     print("suite: 0 failed")
     sys.exit(0)

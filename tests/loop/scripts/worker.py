@@ -21,9 +21,8 @@ import select
 import signal
 import subprocess
 import sys
-import time
 
-from _proc import loop_pid
+from _proc import loop_pid, meet
 
 item = json.loads(os.environ["STATEWRIGHT_ITEM"])
 attempt = int(os.environ["STATEWRIGHT_ATTEMPT"])
@@ -31,15 +30,9 @@ with open("launches.log", "a", encoding="utf-8") as log:
     log.write(f"{item['id']} {attempt} {os.getpid()}\n")
 if item.get("barrier"):
     name, size = item["barrier"]
-    there = pathlib.Path(f"barrier-{name}")
-    there.mkdir(exist_ok=True)
-    (there / f"{item['id']}-{attempt}").write_text("here", encoding="utf-8")
-    deadline = time.monotonic() + 30  # the others are processes started beside this one
-    while len(list(there.iterdir())) < size:
-        if time.monotonic() > deadline:
-            print(f"only {len(list(there.iterdir()))} of {size} workers met at barrier {name}")
-            sys.exit(3)
-        time.sleep(0.01)
+    if (met := meet(name, size, f"{item['id']}-{attempt}")) < size:
+        print(f"only {met} of {size} workers met at barrier {name}")
+        sys.exit(3)
 if item.get("run"):
     subprocess.run([os.path.expandvars(a) for a in item["run"]], check=False)
 if item.get("touch"):
