@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -216,6 +216,32 @@ class PostgresStore(SqlStore):
             yield cur
 
     @contextmanager
+    def _one_trip(self, conn: Any) -> Iterator[None]:
+        """A transaction sent as one pipeline with its BEGIN and COMMIT: its statements go
+        in as few round trips as the results it waits for (one, when it waits for none).
+        psycopg's ``transaction()`` inside a pipeline waits for its BEGIN on its own, and
+        around one sends BEGIN and COMMIT each as a round trip of its own (row locks taken
+        in the pipeline are held across it). An error rolls it back, through psycopg, which
+        then forgets the statements it took for prepared in the aborted pipeline, and is
+        raised again."""
+        failed: BaseException | None = None
+        try:
+            with conn.pipeline():
+                try:
+                    # Not prepared: after an error they are skipped, as prepared ones would be.
+                    conn.execute("BEGIN", prepare=False)
+                    yield
+                    conn.execute("COMMIT", prepare=False)
+                except BaseException as exc:  # the pipeline's end reports it aborted: rolled back below
+                    failed = exc
+        except self._psycopg.Error as exc:  # an error the pipeline's end (its sync) brought back
+            failed = failed or exc
+        if failed is not None:
+            with suppress(self._psycopg.Error):
+                conn.rollback()
+            raise failed
+
+    @contextmanager
     def _classified(self) -> Iterator[None]:
         """The one place driver errors about the connection become statewright errors."""
         errors = self._psycopg
@@ -291,8 +317,7 @@ class PostgresStore(SqlStore):
             out = super()._claim_round(worker_id, now_ms, lease_ms, limit, task_id)
             self._gated_seen = out[2]
             return out
-        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction(), \
-                conn.cursor() as cur:
+        with self._classified(), self._pool.connection() as conn, self._one_trip(conn), conn.cursor() as cur:
             self._local.cur = cur
             try:
                 self._lock_gates_txn(cur)
@@ -312,8 +337,7 @@ class PostgresStore(SqlStore):
         only where it is used)."""
         if getattr(self._local, "cur", None) is not None:
             return super()._admit(rows, now_ms)
-        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction(), \
-                conn.cursor() as cur:
+        with self._classified(), self._pool.connection() as conn, self._one_trip(conn), conn.cursor() as cur:
             self._local.cur = cur
             try:
                 return super()._admit(rows, now_ms)
@@ -327,7 +351,7 @@ class PostgresStore(SqlStore):
         if getattr(self._local, "cur", None) is not None:
             super().wake(gates, now_ms, count, command_ids=command_ids)
             return
-        with self._classified(), self._pool.connection() as conn, conn.pipeline(), conn.transaction():
+        with self._classified(), self._pool.connection() as conn, self._one_trip(conn):
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
             conn.execute(*self._wake_statement(gates, now_ms, count, command_ids))
 
@@ -453,7 +477,7 @@ class PostgresStore(SqlStore):
                 prepared.append(one)
             crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
             try:
-                with conn.transaction(), conn.pipeline():
+                with self._one_trip(conn):
                     for sql, params, _, _ in prepared:
                         conn.execute(sql, params)
                     if wake is not None:
