@@ -76,6 +76,17 @@ def pg_url() -> Iterator[str]:
         yield url
 
 
+def _stalled(engine: Engine, elapsed: float) -> str:
+    """What a run that stopped moving left: its tasks by status, and the live tasks' outbox
+    rows and timers."""
+    live = [t.task_id for t in engine.store.list_tasks() if t.status == "running"]
+    rows = [r for t in live for r in engine.store.outbox(t)]
+    timers = [r for t in live for r in engine.store.timers(t)]
+    logs = {t: [e.type for e in engine.store.events(t)][-4:] for t in live}
+    return (f"not done after {elapsed:.0f}s: {engine.store.counts_by_status()}; live {live};"
+            f" outbox {rows}; timers {timers}; their last events {logs}")
+
+
 def test_a_map_of_fifty_children_survives_killed_workers(pg_url: str, tmp_path: Path) -> None:
     """50 children through 3 worker processes with SIGKILLs: all complete, every effect once, verify passes."""
     conninfo, schema = split_url(pg_url)
@@ -121,10 +132,10 @@ def test_a_map_of_fifty_children_survives_killed_workers(pg_url: str, tmp_path: 
     started = time.monotonic()
     try:
         next_kill = time.monotonic() + 1.0
-        while engine.state(tid).status is not TaskStatus.COMPLETED:
+        while (parent := engine.state(tid)).status is not TaskStatus.COMPLETED:  # one read per look
             elapsed = time.monotonic() - started
-            assert elapsed < DEADLINE_SECONDS, f"not done after {elapsed:.0f}s: {engine.store.counts_by_status()}"
-            assert engine.state(tid).status is TaskStatus.RUNNING, engine.state(tid).halt
+            assert elapsed < DEADLINE_SECONDS, _stalled(engine, elapsed)
+            assert parent.status is TaskStatus.RUNNING, parent.halt
             for n, (proc, point) in enumerate(workers):
                 if proc.poll() is not None:
                     if point:

@@ -39,6 +39,10 @@ class Tasks(Protocol):
 
     def unit_state(self, task_id: str) -> TaskState: ...
 
+    def state(self, task_id: str) -> TaskState:
+        """The task's state as stored now."""
+        ...
+
     def child_workflow(self, content_hash: str, name: str) -> Workflow: ...
 
     def loop_parent(self, parent_id: str) -> StoredTask | None:
@@ -54,9 +58,10 @@ def spans_tasks(commands: Sequence[Command]) -> bool:
 class Unit:
     """The appends of one commit across tasks, in order; ``requests`` is what to write."""
 
-    def __init__(self, engine: Tasks, now_ms: int) -> None:
+    def __init__(self, engine: Tasks, now_ms: int, *, fresh: bool = False) -> None:
         self.engine = engine
         self.now_ms = now_ms
+        self.fresh = fresh  # read the other tasks from the store, not from what earlier units left
         self.requests: list[AppendRequest] = []
         self.states: dict[str, TaskState] = {}
         self.commands: list[tuple[str, list[Command]]] = []  # per append: the task and its commands
@@ -90,7 +95,9 @@ class Unit:
     def state(self, task_id: str) -> TaskState:
         """The task as this unit leaves it so far (the store's, before the unit touched it)."""
         known = self.states.get(task_id)
-        return known if known is not None else self.engine.unit_state(task_id)
+        if known is not None:
+            return known
+        return self.engine.state(task_id) if self.fresh else self.engine.unit_state(task_id)
 
     def _start(self, parent: TaskState, c: StartChild, at_ms: int) -> None:
         wf = self.engine.child_workflow(c.workflow_hash, c.workflow)

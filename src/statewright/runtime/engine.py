@@ -319,8 +319,9 @@ class Engine:
             raise
         if len(self._unit_states) > _UNIT_STATES_MAX:
             self._unit_states.clear()
-        if not res.duplicate:
-            self._unit_states.update((tid, st) for tid, st in unit.states.items() if not st.terminal)
+        if not res.duplicate:  # never over a newer state another thread's unit left
+            self._unit_states.update((tid, st) for tid, st in unit.states.items() if not st.terminal
+                                     and st.version >= getattr(self._unit_states.get(tid), "version", -1))
             for tid, st in unit.states.items():
                 if st.terminal:
                     self._unit_states.pop(tid, None)
@@ -402,6 +403,7 @@ class Engine:
     ) -> Applied:
         """Apply one event; retries on a lost version race; a duplicate event id returns
         the recorded result. Raises IllegalEventError (state unchanged) when refused."""
+        refused_on_cache = False
         for attempt in range(_CONFLICT_RETRIES * 8):  # a parent with many children ending is contended
             st = state if (state is not None and attempt == 0) else self.state(task_id)
             try:
@@ -413,10 +415,20 @@ class Engine:
             now = self.clock.now_ms()
             try:
                 if spans_tasks(cmds):  # children started or cancelled, or a parent told: one commit
-                    unit = Unit(self, now)
+                    unit = Unit(self, now, fresh=refused_on_cache)
                     unit.add(st, event, new, cmds, complete=complete, complete_timer=complete_timer,
                              claim_for=claim_for)
-                    res = self._commit_unit(unit)
+                    try:
+                        res = self._commit_unit(unit)
+                    except IllegalEventError:
+                        # Another task of the unit (a parent told of its child's end) refused its
+                        # part on the state this process's last unit left it in, which another
+                        # process may have moved on since: judge it once more on states read now
+                        # (the refused unit's are forgotten), before the refusal stands.
+                        if refused_on_cache:
+                            raise
+                        refused_on_cache = True
+                        continue
                 else:
                     res = self.store.append(
                         task_id, st.version, event.wire(), projection(new), to_new_commands(cmds, now, new),
