@@ -105,14 +105,8 @@ def pass_of(state: LoopState, event: Event, item: str, attempt: int | None) -> P
         if p.item == item and (attempt is None or attempt == p.attempt):
             return p
     flight = ", ".join(f"{p.item!r} attempt {p.attempt}" for p in state.wave) or "none"
-    msg = f"run {state.run_id}: {event.type} is for item {item!r} attempt {attempt}, but the passes in flight are"
-    msg += f" {flight}"
-    if len(state.wave) == 1:
-        cur = state.wave[0]
-        msg = (
-            f"run {state.run_id}: {event.type} is for item {item!r} attempt {attempt}, but"
-            f" the pass in flight is {cur.item!r} attempt {cur.attempt}"
-        )
+    which = "the pass in flight is" if len(state.wave) == 1 else "the passes in flight are"
+    msg = f"run {state.run_id}: {event.type} is for item {item!r} attempt {attempt}, but {which} {flight}"
     raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
 
 
@@ -251,16 +245,6 @@ def current(state: LoopState) -> Pass:
         msg = f"run {state.run_id}: {state.status} has no pass in flight"
         raise LoopInvariantError(msg)
     return state.current
-
-
-def expect_item(state: LoopState, event: Event, item: str, attempt: int | None) -> None:
-    cur = current(state)
-    if item != cur.item or (attempt is not None and attempt != cur.attempt):
-        msg = (
-            f"run {state.run_id}: {event.type} is for item {item!r} attempt {attempt}, but"
-            f" the pass in flight is {cur.item!r} attempt {cur.attempt}"
-        )
-        raise IllegalEventError(msg, status=str(state.status), event_type=event.type)
 
 
 def with_item(state: LoopState, entry: ItemLedger) -> tuple[ItemLedger, ...]:

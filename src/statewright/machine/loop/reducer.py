@@ -90,7 +90,6 @@ from statewright.machine.loop.model import (
     LoopConfig,
     LoopState,
     LoopStatus,
-    Pass,
     Verdict,
 )
 
@@ -197,7 +196,7 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
     here = state.status
     if here.is_terminal:
         return Transition(state, (), None)
-    state = replace(state, current=_awake(state))  # a process drives the run from here
+    state = with_asleep(state, False)  # a process drives the run from here
     if state.clean_stop:
         count, kind, how = state.restarts_here, LineKind.START, "start after a clean stop"
     else:
@@ -284,11 +283,6 @@ def resume(state: LoopState, event: ProcessStarted) -> Transition:
         entry_commands(new),
         line(state, event, here, text, written, f"run {here} again", kind),
     )
-
-
-def _awake(state: LoopState) -> Pass | None:
-    """The pass in flight as a process that now drives the run sees it: not asleep."""
-    return with_asleep(state, False).current
 
 
 # ------------------------------------------------------------------ decide
