@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from statewright._errors import PermanentError, TransientError
 from statewright.executors import ExecContext
@@ -84,3 +85,14 @@ def square(ctx: ExecContext) -> dict[str, object]:
     if item == "boom":
         return {"ok": False, "output": "refused to square a bomb"}
     return {"output": {"square": int(item) ** 2, "index": ctx.input["index"]}}
+
+
+# The engine and the task ``run_inner`` works, set by the test that uses it.
+INNER: dict[str, Any] = {}
+
+
+def run_inner(ctx: ExecContext) -> bool:
+    """A step that works another task to its end in its own thread, as a script would."""
+    from statewright.runtime.run import run_task
+
+    return run_task(INNER["engine"], INNER["task_id"]).status.value == "completed"

@@ -206,3 +206,35 @@ def test_a_long_running_worker_runs_what_it_is_handed_and_says_when_it_settled(
     assert done.status is TaskStatus.COMPLETED
     assert engine.state(tid).version == done.version
     assert (workspace / "ship.calls").exists()
+
+
+def test_calls_of_one_thread_share_a_worker_and_a_step_that_runs_a_task_gets_its_own(
+    open_engine: Callable[..., Engine], workspace: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import statewright.runtime.run as run_module
+    from runtime import rt_steps
+
+    made: list[Worker] = []
+
+    class Counted(Worker):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(run_module, "Worker", Counted)
+    engine = open_engine()
+    first = start_task(engine, EIGHT, {"workspace": str(workspace / "a")})
+    second = start_task(engine, EIGHT, {"workspace": str(workspace / "b")})
+    assert first.status is second.status is TaskStatus.COMPLETED
+    assert len(made) == 1  # the second call took up the worker the first left
+
+    inner = engine.submit(EIGHT, {"workspace": str(workspace / "inner")})
+    monkeypatch.setitem(rt_steps.INNER, "engine", engine)
+    monkeypatch.setitem(rt_steps.INNER, "task_id", inner)
+    outer = workflow("outer", code("first", "record"), code("nested", "run_inner"), code("last", "record"))
+    view = start_task(engine, outer, {"workspace": str(workspace / "outer")})
+
+    assert view.status is TaskStatus.COMPLETED, view.status
+    assert engine.state(inner).status is TaskStatus.COMPLETED
+    assert len(made) == 2  # the nested call could not share the worker in use: it made one
+    assert engine.store.outbox(inner) == [] and engine.store.outbox(view.task_id) == []
