@@ -15,6 +15,7 @@ import pytest
 
 from statewright.machine.state import TaskStatus
 from statewright.runtime.engine import Engine
+from statewright.runtime.run import run_task
 from statewright.runtime.worker import Worker
 from store.backends import SQL_BACKENDS
 
@@ -88,3 +89,30 @@ def test_no_lease_renewal_outlives_worker_run(
 
     assert renewed.is_set()
     assert engine.state(tid).status is TaskStatus.COMPLETED
+
+
+def test_a_task_worked_in_the_calling_thread_has_its_lease_renewed_and_no_renewal_outlives_the_call(
+    open_engine: Callable[..., Engine], workspace: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """run_task's leases are renewed by the process's renewal thread while a step runs, and
+    run_task returns only once a renewal in flight is done: its leases are released after."""
+    engine = open_engine()
+    renewed = threading.Event()
+    real_renew = engine.store.renew
+
+    def slow_renew(*args: object, **kwargs: object) -> bool:
+        rt_steps.HEARTBEAT_SEEN.set()  # the step ends now, while this renewal is in flight
+        time.sleep(0.3)  # a slow database round trip, in the renewal thread
+        try:
+            return real_renew(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            renewed.set()
+
+    monkeypatch.setattr(engine.store, "renew", slow_renew)
+    rt_steps.HEARTBEAT_SEEN.clear()
+    tid = engine.submit(workflow("slow", code("work", "wait_for_heartbeat")), {"workspace": str(workspace)})
+
+    assert run_task(engine, tid, lease_seconds=0.3).status is TaskStatus.COMPLETED
+
+    assert renewed.is_set()
+    assert engine.store.outbox(tid) == []

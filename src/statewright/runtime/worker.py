@@ -136,6 +136,7 @@ class Worker:
         self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
         self._ended: list[tuple[str, tuple[str, ...]]] = []  # gated claims ended, their waiters not yet woken
         self._held_lock = threading.Lock()
+        self.renewing = threading.Lock()  # held while the process's renewal thread renews our leases
         # The state a report of ours wrote, keyed by the command the same commit claimed for
         # us: performing that command then needs no read back (a stale one loses cleanly in
         # Engine.apply and is read again).
@@ -238,15 +239,16 @@ class Worker:
         outcome's commit claims the task's next step for us, and the state that commit wrote
         is the state the step starts from, so between two steps there is one commit and no
         read. Only this task's commands and timers are claimed; a step another worker holds
-        is waited for. Leases are renewed by the heartbeat thread while a step runs."""
+        is waited for. Leases are renewed by the process's renewal thread while a step runs."""
+        from statewright.runtime.renewals import RENEWALS
+
         self.stopping.clear()
-        heartbeat = threading.Thread(target=self._heartbeat, daemon=True)
-        heartbeat.start()
+        RENEWALS.join(self, self._renew_interval())
         try:
             return self._work_one(task_id)
         finally:
             self.stopping.set()
-            heartbeat.join()
+            RENEWALS.leave(self)  # no renewal touches the store after this
             self._release_all()
 
     def _work_one(self, task_id: str) -> TaskState:
@@ -1185,22 +1187,38 @@ class Worker:
     def _heartbeat(self) -> None:
         """Renew the leases we hold (every third of a lease), and give back commands that
         have waited too long for an executor."""
-        interval = max(0.05, self.lease_ms / 3000)
+        interval = self._renew_interval()
         renew_at = time.monotonic() + interval
         while not self.stopping.wait(min(interval, READY_HOLD_SECONDS / 2)):
             try:
                 self._give_back_waiting()
-                if time.monotonic() < renew_at:
-                    continue
-                renew_at = time.monotonic() + interval
-                with self._held_lock:
-                    held = list(self._held.items())
-                for cid, token in held:
-                    self.store.renew(cid, token, self.clock.now_ms(), self.lease_ms)
             except StoreError as exc:
-                log.error("lost the store (%s); stopping: held leases will expire", exc)
-                self._fail(exc)
+                self._lost_store(exc)
                 return
+            if time.monotonic() < renew_at:
+                continue
+            renew_at = time.monotonic() + interval
+            if not self.renew_held():
+                return
+
+    def _renew_interval(self) -> float:
+        return max(0.05, self.lease_ms / 3000)
+
+    def renew_held(self) -> bool:
+        """Renew every lease we hold; False when the store is lost (the worker then stops)."""
+        with self._held_lock:
+            held = list(self._held.items())
+        try:
+            for cid, token in held:
+                self.store.renew(cid, token, self.clock.now_ms(), self.lease_ms)
+        except StoreError as exc:
+            self._lost_store(exc)
+            return False
+        return True
+
+    def _lost_store(self, exc: StoreError) -> None:
+        log.error("lost the store (%s); stopping: held leases will expire", exc)
+        self._fail(exc)
 
     def _give_back_waiting(self, now: float | None = None) -> int:
         """Release the commands that have waited in our ready queue for more than
