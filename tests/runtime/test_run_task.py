@@ -238,3 +238,22 @@ def test_calls_of_one_thread_share_a_worker_and_a_step_that_runs_a_task_gets_its
     assert engine.state(inner).status is TaskStatus.COMPLETED
     assert len(made) == 2  # the nested call could not share the worker in use: it made one
     assert engine.store.outbox(inner) == [] and engine.store.outbox(view.task_id) == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # counted from SQLite's own trace of statements
+def test_a_step_that_leaves_the_status_as_it_was_does_not_write_it(
+    open_engine: Callable[..., Engine], workspace: Path,
+) -> None:
+    """SQLite rewrites an index entry for every UPDATE that names its column: the task's
+    status is written only by the commit that changes it."""
+    engine = open_engine()
+    tid = engine.submit(EIGHT, {"workspace": str(workspace)})
+
+    with traced(engine) as seen:
+        assert run_task(engine, tid).status is TaskStatus.COMPLETED
+
+    updates = [s for s in seen if s.startswith("UPDATE sw_tasks SET")]
+    assert len(updates) == 8
+    assert [s for s in updates if s.startswith("UPDATE sw_tasks SET status")] == updates[-1:]  # running -> completed
+    assert "'completed'" in updates[-1]
+    assert engine.store.load(tid).status == "completed"  # type: ignore[union-attr]

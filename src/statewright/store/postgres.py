@@ -119,7 +119,7 @@ class PostgresStore(SqlStore):
         # (version, last_hash) per task as this store last wrote or read it: the one-statement
         # append needs the previous hash before it writes; a stale entry is refused by the
         # statement's own check, and the shared append then gives the answer.
-        self._last_hash: dict[str, tuple[int, str]] = {}
+        self._last_hash: dict[str, tuple[int, str, str]] = {}
         self._fast_sql: dict[tuple[Any, ...], str] = {}
         # LISTEN side: one connection and one thread per store, shared by its callers.
         self._cond = threading.Condition()
@@ -454,7 +454,7 @@ class PostgresStore(SqlStore):
             sql, params, result, h = one
             crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
             conn.execute(sql, params)
-        self._remember(req.task_id, result.version, h)
+        self._remember(req.task_id, result.version, h, str(req.state.get("status", "")))
         return result
 
     def append_batch(
@@ -486,7 +486,7 @@ class PostgresStore(SqlStore):
             except refused:
                 return None
         for r, (_, _, result, h) in zip(requests, prepared, strict=True):
-            self._remember(r.task_id, result.version, h)
+            self._remember(r.task_id, result.version, h, str(r.state.get("status", "")))
         return [result for _, _, result, _ in prepared]
 
     def _one_statement(

@@ -56,7 +56,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
     chain: Chain = Chain()  # how event rows are linked; open_store keys it from the environment
-    _last_hash: dict[str, tuple[int, str]]
+    _last_hash: dict[str, tuple[int, str, str]]  # task -> (version, last hash, status) as stored
 
     # --- dialect hooks ---------------------------------------------------------------
     @abstractmethod
@@ -227,7 +227,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
                 raise VersionConflictError(task_id, expected_version, expected_version + 1) from None
             raise
         if not res.duplicate:
-            self._remember(task_id, res.version, h)
+            self._remember(task_id, res.version, h, str(state.get("status", "")))
         return res
 
     def encode(self, request: AppendRequest) -> AppendRequest:
@@ -255,7 +255,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             raise
         for r, (res, h) in zip(requests, done, strict=True):
             if not res.duplicate:
-                self._remember(r.task_id, res.version, h)
+                self._remember(r.task_id, res.version, h, str(r.state.get("status", "")))
         return [res for res, _ in done]
 
     def append_all(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:
@@ -276,15 +276,16 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
                 raise VersionConflictError(first.task_id, first.expected_version, -1) from None
             raise
         for r, (res, h) in zip(requests, done, strict=True):
-            self._remember(r.task_id, res.version, h)
+            self._remember(r.task_id, res.version, h, str(r.state.get("status", "")))
         return [res for res, _ in done]
 
-    def _remember(self, task_id: str, version: int, last_hash: str) -> None:
-        """Remember the hash of a task's event at ``version`` (an event never changes once
-        written), so the next append chained to it needs no read."""
+    def _remember(self, task_id: str, version: int, last_hash: str, status: str) -> None:
+        """Remember the hash of a task's event at ``version`` and the status it left (an
+        event never changes once written), so the next append chained to it needs no read,
+        and writes the status only when it changes."""
         if len(self._last_hash) >= _LAST_HASH_CACHE_MAX:
             self._last_hash.clear()
-        self._last_hash[task_id] = (version, last_hash)
+        self._last_hash[task_id] = (version, last_hash, status)
 
     def _append_txn(self, cur: Any, req: AppendRequest, encoded: _Encoded) -> tuple[AppendResult, str]:
         """The writes of one append inside the caller's transaction; raises on a refusal
@@ -312,10 +313,10 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             remembered = known is not None and known[0] == expected_version
             for _ in range(2):
                 if remembered and known is not None:
-                    prev = known[1]
+                    prev, was = known[1], known[2]
                 else:
                     row = self._x(
-                        cur, "SELECT version, last_hash FROM sw_tasks WHERE task_id = ?", (task_id,)
+                        cur, "SELECT version, last_hash, status FROM sw_tasks WHERE task_id = ?", (task_id,)
                     ).fetchone()
                     if row is None or int(row[0]) != expected_version:
                         dup = self._duplicate_txn(cur, event_id)
@@ -323,16 +324,26 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
                             return dup, ""
                         actual = int(row[0]) if row is not None else 0
                         raise VersionConflictError(task_id, expected_version, actual)
-                    prev = str(row[1])
+                    prev, was = str(row[1]), str(row[2])
                 h = self.chain.link(task_id, version, event_id, event_type, at_ms, prev, body)
                 # The link must follow the task's last one as stored, not a remembered one
                 # that was since rewritten (``rechain``) or moved on: then read it and try again.
-                upd = self._x(
-                    cur,
-                    "UPDATE sw_tasks SET status = ?, version = ?, state = ?, last_hash = ?,"
-                    " updated_at_ms = ? WHERE task_id = ? AND version = ? AND last_hash = ?",
-                    (status, version, state_json, h, at_ms, task_id, expected_version, prev),
-                )
+                # The status is set only when it changes: SQLite rewrites the status index's
+                # entry for every UPDATE that names the column, a page more in every commit.
+                if status == was:
+                    upd = self._x(
+                        cur,
+                        "UPDATE sw_tasks SET version = ?, state = ?, last_hash = ?, updated_at_ms = ?"
+                        " WHERE task_id = ? AND version = ? AND last_hash = ? AND status = ?",
+                        (version, state_json, h, at_ms, task_id, expected_version, prev, status),
+                    )
+                else:
+                    upd = self._x(
+                        cur,
+                        "UPDATE sw_tasks SET status = ?, version = ?, state = ?, last_hash = ?,"
+                        " updated_at_ms = ? WHERE task_id = ? AND version = ? AND last_hash = ?",
+                        (status, version, state_json, h, at_ms, task_id, expected_version, prev),
+                    )
                 if upd.rowcount == 1:
                     break
                 if not remembered:
@@ -429,7 +440,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             ).fetchall()
         out = {}
         for row in rows:
-            self._remember(str(row[0]), int(row[4]), str(row[8]))
+            self._remember(str(row[0]), int(row[4]), str(row[8]), str(row[3]))
             out[str(row[0])] = _task(row)
         return out
 
