@@ -131,7 +131,10 @@ class Worker:
         self.rng = rng or random.Random()
         self._notifier = notifier  # made on first use: most workers never send one
         self.stats = WorkerStats()
-        self.stopping = threading.Event()
+        # Set when work is handed to us or we stop: an idle executor waits on it, so a
+        # command a submit or a commit of ours claimed for us starts at once.
+        self._wake = threading.Event()
+        self.stopping: threading.Event = _Stopping(self._wake)
         self._held: dict[str, int] = {}
         self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
         self._ended: list[tuple[str, tuple[str, ...]]] = []  # gated claims ended, their waiters not yet woken
@@ -163,6 +166,8 @@ class Worker:
         self._staged: list[Report] = []  # performed, waiting for the committer
         self._pending = 0  # outcomes staged or being committed
         self._busy = 0  # executors performing a command or claiming
+        self._claiming = 0  # of those, the ones claiming
+        self._idle = 0  # executors waiting for work in _wait_idle
         self._commits = 0  # commits of outcomes done (each may have made work due)
         self._claimed_at = 0  # what _commits was when the last claim began
         self._executors_done = False
@@ -392,6 +397,7 @@ class Worker:
             if in_flight and (in_flight >= self._prefetch() or time.monotonic() < self._fresh_after):
                 return False
             self._busy += 1
+            self._claiming += 1
             self._claimed_at = self._commits
         try:
             fired = self._fire_timers()
@@ -408,6 +414,8 @@ class Worker:
         finally:
             with self._cv:
                 self._busy -= 1
+                self._claiming -= 1
+                self._cv.notify_all()  # a waiting commit need not wait for this claim
 
     def _settle(self, until_idle: bool) -> None:
         """Nothing to start: wait for the committer while outcomes are pending; otherwise
@@ -462,13 +470,27 @@ class Worker:
             for c in claims:
                 self._ready_since[c.command_id] = now
             self._cv.notify_all()
+            self._wake.set()
+            idle = self._idle
+        if idle:
+            self.store.interrupt_waits()
 
     def _wait_idle(self) -> None:
-        """Idle: PostgreSQL wakes us by LISTEN/NOTIFY; otherwise poll briefly."""
-        if isinstance(self.clock, SystemClock) and self.store.announces_work:
-            self.store.wait_for_work(self._idle_wait(IDLE_WAIT_MAX_SECONDS), self.stopping)
-        else:
-            self.clock.sleep(self._idle_wait(self.idle_poll_seconds), self.stopping)
+        """Idle: wait until work is handed to us (``_hand_over`` sets ``_wake``), we stop, or
+        new work may be due. PostgreSQL wakes us by LISTEN/NOTIFY; otherwise poll briefly."""
+        with self._cv:
+            self._wake.clear()  # under _cv: a hand-over from now on sets it again
+            if self._ready or self.stopping.is_set():
+                return
+            self._idle += 1
+        try:
+            if isinstance(self.clock, SystemClock) and self.store.announces_work:
+                self.store.wait_for_work(self._idle_wait(IDLE_WAIT_MAX_SECONDS), self._wake)
+            else:
+                self.clock.sleep(self._idle_wait(self.idle_poll_seconds), self._wake)
+        finally:
+            with self._cv:
+                self._idle -= 1
 
     def _idle_wait(self, cap: float) -> float:
         due = self.store.next_due_ms()
@@ -910,9 +932,10 @@ class Worker:
         """With _cv held and an outcome staged: while executors are still producing outcomes
         (performing, or with commands ready to start), wait up to COMMIT_DELAY_SECONDS for
         them to join this commit, as PostgreSQL's commit_delay does. A lone outcome, with
-        nothing else under way, is committed at once."""
+        nothing else under way, is committed at once (an executor that is claiming is not
+        producing one: the commit does not wait for its claim)."""
         deadline = time.monotonic() + COMMIT_DELAY_SECONDS
-        while (len(self._staged) < self.batch and (self._busy or self._ready)
+        while (len(self._staged) < self.batch and (self._busy > self._claiming or self._ready)
                and not self._executors_done and not self.stopping.is_set()):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -967,9 +990,10 @@ class Worker:
         with self._cv:
             self._awaited.add(task_id)
         try:
-            state = self.engine.state(task_id)
-            if state.status in SETTLED and not self._handed_or_held(task_id):
-                return state
+            if not self._handed_or_held(task_id):  # else our commit says when it settles
+                state = self.engine.state(task_id)
+                if state.status in SETTLED and not self._handed_or_held(task_id):
+                    return state
             deadline = None if timeout is None else time.monotonic() + timeout
             look_again = time.monotonic() + 1.0
             with self._cv:
@@ -1252,6 +1276,19 @@ class Worker:
                 self.store.release(cid, token, self.clock.now_ms(), failed=False, started=cid not in unstarted)
         except StoreError:
             return  # the store is gone; the leases expire on their own
+
+
+class _Stopping(threading.Event):
+    """``Worker.stopping``: setting it also sets the worker's wake event, so an idle wait
+    ends at once however the stop was asked for (a signal handler, ``until``, a caller)."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        super().__init__()
+        self._also = wake
+
+    def set(self) -> None:
+        super().set()
+        self._also.set()
 
 
 def _log_claim(claim: Claim) -> None:

@@ -391,6 +391,12 @@ class Store(Protocol):
 
     def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool: ...
 
+    def interrupt_waits(self) -> None:
+        """Make every ``wait_for_work`` in progress look at its ``wake`` event now (one that
+        waits on the event itself needs nothing): work was handed to a waiting worker
+        in-process, where no announcement reaches it."""
+        ...
+
     # --- people (store/people.py) ----------------------------------------------------------
     def change_people(
         self, changes: Sequence[PeopleChange], *, by_token_hash: str | None, at_ms: int

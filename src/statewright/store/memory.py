@@ -81,6 +81,9 @@ class MemoryStore(MemoryPeople, MemoryFleet):
             time.sleep(timeout_seconds)
         return False
 
+    def interrupt_waits(self) -> None:
+        return None  # wait_for_work waits on its wake event itself
+
     # --- definitions -------------------------------------------------------------------
     def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None:
         with self.db.lock:

@@ -619,6 +619,12 @@ class PostgresStore(SqlStore):
                     return False
                 self._cond.wait(min(remaining, 0.05) if wake is not None else remaining)
 
+    def interrupt_waits(self) -> None:
+        """The waits above look at ``wake`` only when the condition is notified (or every
+        50 ms, for a ``wake`` set where the store cannot be told, as a signal handler does)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def _ensure_listener(self) -> None:
         with self._cond:
             if self._listener is not None or self._listen_error is not None or self._closed:

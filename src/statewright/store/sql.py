@@ -105,6 +105,9 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
             time.sleep(timeout_seconds)
         return False
 
+    def interrupt_waits(self) -> None:
+        return None  # wait_for_work waits on its wake event itself
+
     def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         cur.execute(self._sql(sql), tuple(params))
         return cur
