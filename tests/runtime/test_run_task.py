@@ -4,6 +4,8 @@ one commit per step, and no read between two steps of the task it holds."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -186,8 +188,6 @@ def test_a_long_running_worker_runs_what_it_is_handed_and_says_when_it_settled(
 ) -> None:
     """A worker running in another thread: ``wait_for`` returns the state its commit left
     at the human step, and again at the end, with no claim of its own between."""
-    import threading
-
     engine = open_engine()
     alice = People(engine).add("alice", "maintainer")
     worker = Worker(engine)
@@ -257,3 +257,40 @@ def test_a_step_that_leaves_the_status_as_it_was_does_not_write_it(
     assert [s for s in updates if s.startswith("UPDATE sw_tasks SET status")] == updates[-1:]  # running -> completed
     assert "'completed'" in updates[-1]
     assert engine.store.load(tid).status == "completed"  # type: ignore[union-attr]
+
+
+class NotingClock:
+    """Wall time, whose sleep says when a worker has gone idle."""
+
+    def __init__(self) -> None:
+        self.asleep = threading.Event()
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+    def sleep(self, seconds: float, wake: threading.Event | None = None) -> None:
+        self.asleep.set()
+        if wake is not None:
+            wake.wait(seconds)
+
+
+def test_an_idle_worker_starts_a_step_handed_to_it_at_once(
+    open_engine: Callable[..., Engine], workspace: Path,
+) -> None:
+    """A worker waiting for work (here for up to an hour) is woken by a submit that holds
+    a step for it: the step starts then, not when the idle wait ends, and the stop ends the
+    wait too."""
+    clock = NotingClock()
+    engine = open_engine(clock=clock)
+    worker = Worker(engine, idle_poll_seconds=3600)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert clock.asleep.wait(timeout=30)
+        tid = engine.submit(EIGHT, {"workspace": str(workspace)}, hold_for=worker)
+        done = worker.wait_for(tid, timeout=30)
+    finally:
+        worker.stopping.set()
+        thread.join(timeout=30)
+    assert done.status is TaskStatus.COMPLETED
+    assert not thread.is_alive()

@@ -430,6 +430,25 @@ def test_wait_for_work_returns_by_the_timeout_or_the_wake_event(store: Store) ->
     assert store.wait_for_work(0.0) is False
 
 
+def test_interrupt_waits_ends_a_wait_whose_wake_event_was_set_meanwhile(store: Store) -> None:
+    """A wait in progress ends when its wake event is set and the store is told so (work
+    handed to the waiting worker in-process); with nothing waiting, telling it is harmless."""
+    store.interrupt_waits()
+    store.wait_for_work(0.0)
+    wake, ended = threading.Event(), threading.Event()
+
+    def idle() -> None:
+        store.wait_for_work(3600.0, wake)
+        ended.set()
+
+    waiter = threading.Thread(target=idle, daemon=True)
+    waiter.start()
+    wake.set()
+    store.interrupt_waits()
+    assert ended.wait(timeout=30)
+    waiter.join(timeout=30)
+
+
 def test_stores_close_cleanly_and_open_again(store_url: str, store: Store) -> None:
     """Closing a store and opening the same database again sees what was written."""
     submit(store, "t1")
