@@ -525,8 +525,7 @@ class Worker:
             if applied.claimed is not None:
                 self._chained[applied.claimed.command_id] = applied.state
                 self._hand_over([applied.claimed])
-            else:
-                self._note_settled(t.task_id, applied.state)
+            self._note_settled(t.task_id, applied.state)
         return bool(timers)
 
     # --- commands ----------------------------------------------------------------------
@@ -970,8 +969,7 @@ class Worker:
                 if res.claimed is not None:
                     self._chained[res.claimed.command_id] = res.state
                     nexts.append(res.claimed)
-                else:
-                    self._note_settled(report.task_id, res.state)
+                self._note_settled(report.task_id, res.state)  # its waiter wakes now, whatever was claimed
             self._unhold(command_id, token, wake=False)
         self._wake_waiters()  # once for the whole batch
         self._hand_over(nexts)
