@@ -166,7 +166,6 @@ class Worker:
         self._staged: list[Report] = []  # performed, waiting for the committer
         self._pending = 0  # outcomes staged or being committed
         self._busy = 0  # executors performing a command or claiming
-        self._claiming = 0  # of those, the ones claiming
         self._idle = 0  # executors waiting for work in _wait_idle
         self._commits = 0  # commits of outcomes done (each may have made work due)
         self._claimed_at = 0  # what _commits was when the last claim began
@@ -397,7 +396,6 @@ class Worker:
             if in_flight and (in_flight >= self._prefetch() or time.monotonic() < self._fresh_after):
                 return False
             self._busy += 1
-            self._claiming += 1
             self._claimed_at = self._commits
         try:
             fired = self._fire_timers()
@@ -414,8 +412,7 @@ class Worker:
         finally:
             with self._cv:
                 self._busy -= 1
-                self._claiming -= 1
-                self._cv.notify_all()  # a waiting commit need not wait for this claim
+                self._cv.notify_all()  # a commit gathering outcomes waits for this claim to end
 
     def _settle(self, until_idle: bool) -> None:
         """Nothing to start: wait for the committer while outcomes are pending; otherwise
@@ -931,10 +928,10 @@ class Worker:
         """With _cv held and an outcome staged: while executors are still producing outcomes
         (performing, or with commands ready to start), wait up to COMMIT_DELAY_SECONDS for
         them to join this commit, as PostgreSQL's commit_delay does. A lone outcome, with
-        nothing else under way, is committed at once (an executor that is claiming is not
-        producing one: the commit does not wait for its claim)."""
+        nothing else under way, is committed at once; one staged while an executor claims is
+        committed when the claim ends with nothing claimed (``_find_work`` notifies)."""
         deadline = time.monotonic() + COMMIT_DELAY_SECONDS
-        while (len(self._staged) < self.batch and (self._busy > self._claiming or self._ready)
+        while (len(self._staged) < self.batch and (self._busy or self._ready)
                and not self._executors_done and not self.stopping.is_set()):
             left = deadline - time.monotonic()
             if left <= 0:
