@@ -17,12 +17,13 @@ def trivial(ctx: Any) -> bool:
     return True
 
 
-def build(directory: Path) -> tuple[Any, Any, Any]:
-    """The engine on a new database, the workload's workflow, and alice who approves."""
+def build(directory: Path, url: str | None = None) -> tuple[Any, Any, Any]:
+    """The engine on a new database (a SQLite file in ``directory`` unless ``url`` names
+    one), the workload's workflow, and alice who approves."""
     from statewright import Engine, WorkflowBuilder
     from statewright.store import open_store
 
-    engine = Engine(open_store(f"sqlite:///{directory / 'statewright.db'}"))
+    engine = Engine(open_store(url or f"sqlite:///{directory / 'statewright.db'}"))
     admin = engine.users.authenticate(engine.users.bootstrap("root").token)
     engine.users.add(admin, "alice", ["approver"])
     alice = engine.users.authenticate(engine.users.issue_token(admin, "alice").token)
