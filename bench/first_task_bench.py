@@ -10,7 +10,13 @@ approve_and_run``; then open a new SQLite store, build the peer workload's workf
 ``start_task`` it to the approval, where it parks. No users are bootstrapped: the target is
 what every script pays before its first step, not the account set-up. ``first_task_ms`` is
 the total from the child's first line to the parked task. The parent prints the median and
-the range of each figure over the N processes.
+the range of each figure over the N processes, twice:
+
+- without bytecode cache: ``PYTHONDONTWRITEBYTECODE=1`` and no ``__pycache__`` beside the
+  sources (a checkout run with that setting), so every statewright module is compiled from
+  source in every process; the standard library's cached bytecode is used as usual;
+- with bytecode cache: the ``.pyc`` files an installed package has (pip writes them at
+  install), kept under a temporary ``PYTHONPYCACHEPREFIX`` and written by one untimed process.
 """
 
 from __future__ import annotations
@@ -62,26 +68,42 @@ print(ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t0, t3))
 FIGURES = ("import_statewright_ms", "import_api_ms", "open_and_first_task_ms", "first_task_ms")
 
 
-def one_process() -> list[float]:
+def one_process(env: dict[str, str]) -> list[float]:
     with tempfile.TemporaryDirectory() as directory:
         out = subprocess.run([sys.executable, "-c", CHILD, directory], check=True,
-                             capture_output=True, text=True, env=os.environ).stdout
+                             capture_output=True, text=True, env=env).stdout
     return [float(x) for x in out.split()]
 
 
-def main(argv: list[str]) -> int:
-    n = int(argv[0]) if argv else 9
-    runs = [one_process() for _ in range(n)]
-    import statewright
-
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}  {platform.machine()} {os.cpu_count()} cores"
-          f"  load {load}  python {platform.python_version()}  {n} processes"
-          f"  statewright from {os.path.dirname(statewright.__file__)}")
+def report(title: str, runs: list[list[float]]) -> None:
+    print(f" {title}")
     for i, name in enumerate(FIGURES):
         values = [run[i] for run in runs]
         print(f"  {name:24} median {statistics.median(values):7.1f}"
               f"  (min {min(values):.1f}, max {max(values):.1f})")
+
+
+def main(argv: list[str]) -> int:
+    n = int(argv[0]) if argv else 9
+    import statewright
+
+    package = os.path.dirname(statewright.__file__)
+    if any(os.path.isdir(os.path.join(root, "__pycache__")) for root, _, _ in os.walk(package)):
+        print(f"note: {package} holds __pycache__ directories; the first block is not uncached")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{datetime.now(UTC):%Y-%m-%d %H:%M UTC}  {platform.machine()} {os.cpu_count()} cores"
+          f"  load {load}  python {platform.python_version()}  {n} processes"
+          f"  statewright from {package}")
+    cold = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    cold["PYTHONDONTWRITEBYTECODE"] = "1"
+    report("without bytecode cache", [one_process(cold) for _ in range(n)])
+    with tempfile.TemporaryDirectory() as cache:
+        warm = {k: v for k, v in cold.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        warm["PYTHONPYCACHEPREFIX"] = cache
+        one_process(warm)  # writes the cache
+        report("with bytecode cache", [one_process(warm) for _ in range(n)])
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f" load at the end {load}")
     return 0
 
 

@@ -50,7 +50,7 @@ from statewright.machine.events import (
     NotificationSent,
     TimerFired,
 )
-from statewright.machine.loop.events import DriveRun, WakeRun
+from statewright.machine.seam import LOOP_RUN_COMMANDS
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
 from statewright.runtime import artifacts, workspaces
@@ -70,7 +70,6 @@ SETTLED = frozenset({
     TaskStatus.AWAITING_APPROVAL,
 })  # where run_one hands a task back: ended, or waiting for a person
 
-_NOT_A_TASKS = frozenset({WakeRun.type, DriveRun.type})  # commands of other streams (a loop run's), for their handlers
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0
@@ -614,7 +613,7 @@ class Worker:
         if claim.type == "SyncLabels":  # the task's labels on GitHub: a projection, never its state
             self._sync_labels(claim)
             return None
-        if claim.type in self.handlers or claim.type in _NOT_A_TASKS:
+        if claim.type in self.handlers or claim.type in LOOP_RUN_COMMANDS:
             self._handle(claim)
             return None
         if claim.type == "RequestApproval":
@@ -1269,9 +1268,17 @@ def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _default_worker_id(worker: Worker) -> str:
-    import socket  # only here: importing it is a noticeable part of ``import statewright``
+    return f"{_host_name()}:{os.getpid()}:{id(worker):x}"
 
-    return f"{socket.gethostname()}:{os.getpid()}:{id(worker):x}"
+
+def _host_name() -> str:
+    """``socket.gethostname()``: on POSIX the node name ``uname`` gives, read without
+    importing socket (a noticeable part of a new process's first task)."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
 
 
 def _stopped(what: str, exc: BaseException) -> WorkerStoppedError:
