@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright.definition.durations import parse_duration_seconds
-from statewright.definition.github import GithubProjection
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 from statewright.definition.notify import NotifyEvent, NotifyTarget
+
+if TYPE_CHECKING:  # the loader imports github.py for a workflow that has a github section
+    from statewright.definition.github import GithubProjection
 
 
 class StepKind(StrEnum):

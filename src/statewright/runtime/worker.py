@@ -19,7 +19,6 @@ import copy
 import logging
 import os
 import random
-import signal
 import threading
 import time
 from collections import deque
@@ -182,6 +181,7 @@ class Worker:
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
         """SIGTERM / Ctrl-C: stop claiming, finish what is held, exit cleanly."""
+        import signal  # here: a script that runs a task in its own thread never needs it
 
         def handler(signum: int, frame: object) -> None:
             self.stopping.set()
