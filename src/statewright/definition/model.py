@@ -41,6 +41,9 @@ class OutcomeRoute(StrEnum):
 
 @dataclass(frozen=True)
 class Route:
+    """Where a step's outcome leads: halt, continue, complete, or loop back to ``target`` at most
+    ``max_attempts`` times."""
+
     kind: RouteKind
     target: str | None = None
     max_attempts: int | None = None
@@ -119,6 +122,8 @@ class MapSpec:
 
 @dataclass(frozen=True)
 class Step:
+    """One step of a workflow, as the loader checked it."""
+
     id: str
     kind: StepKind
     owner: str
@@ -172,6 +177,8 @@ DEFAULT_REJECT_CODES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Workflow:
+    """A checked workflow definition: its steps in order, named by ``content_hash``."""
+
     name: str
     version: int
     steps: tuple[Step, ...]

@@ -62,6 +62,8 @@ _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class Applied:
+    """What applying one event gave: the task's new state, its commands, and the command it claimed."""
+
     state: TaskState
     commands: Sequence[Command]
     claimed: Claim | None = None

@@ -86,6 +86,8 @@ MAX_DELIVERIES = 5  # starts without an outcome after which a command is failed,
 
 @dataclass
 class WorkerStats:
+    """What a worker did: commands performed, timers fired, retries, and stale reports refused."""
+
     commands: int = 0
     timers: int = 0
     retries: int = 0

@@ -31,6 +31,9 @@ from statewright.machine.state import Outcome, TaskState
 
 @dataclass(frozen=True)
 class AttemptSpace:
+    """The directory an attempt works in, the commit it started from and the paths it may not
+    change."""
+
     path: Path
     base_commit: str = ""
     protected: tuple[str, ...] = ()
