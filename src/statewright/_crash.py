@@ -9,7 +9,6 @@ sent, its outcome not yet recorded)."""
 from __future__ import annotations
 
 import os
-import signal
 
 CRASH_POINTS = frozenset(
     {"after_claim", "before_effect", "after_effect", "in_append_txn", "after_append", "after_notify"}
@@ -24,7 +23,7 @@ def crash_point(name: str) -> None:
     if _TARGET and name == _TARGET:
         _passes += 1
         if _passes >= _AT_PASS:
-            os.kill(os.getpid(), signal.SIGKILL)
+            _die()
 
 
 # The outer loop's crash points are its states: ``STATEWRIGHT_LOOP_CRASH_AT=RUNNING`` makes
@@ -36,4 +35,10 @@ LOOP_CRASH_ENV = "STATEWRIGHT_LOOP_CRASH_AT"
 def loop_crash_point(target: str | None, state: str) -> None:
     """Die here when ``target`` (the value of STATEWRIGHT_LOOP_CRASH_AT) names ``state``."""
     if target and target.strip().upper() == str(state).upper():
-        os.kill(os.getpid(), signal.SIGKILL)
+        _die()
+
+
+def _die() -> None:
+    import signal  # here: only a crash test ever gets this far
+
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -49,6 +49,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 @dataclass(frozen=True)
 class JsonLimits:
+    """The bounds a JSON value is checked against: nesting depth, node count, string length, integer
+    size."""
+
     max_depth: int = MAX_JSON_DEPTH
     max_nodes: int = MAX_JSON_NODES
     max_string_chars: int = MAX_STRING_CHARS

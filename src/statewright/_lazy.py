@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING: ``import statewright`` does not import typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 def lazy(package: str, table: Mapping[str, str]) -> Callable[[str], Any]:

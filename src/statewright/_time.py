@@ -3,13 +3,13 @@ milliseconds."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 
 def when(ms: int | None) -> str:
     """``2026-12-03 10:42 UTC`` (the local zone's name, or its offset)."""
     if ms is None:
         return ""
+    from datetime import datetime  # here: the task machine imports this module, few tasks read a time
+
     moment = datetime.fromtimestamp(ms / 1000).astimezone()
     zone = moment.strftime("%Z") or moment.strftime("%z")
     return moment.strftime("%Y-%m-%d %H:%M ") + zone

@@ -73,3 +73,14 @@ def test_pure_core_imports_no_io() -> None:
                 continue  # only under TYPE_CHECKING, for the annotation
             bad = {n for n in names if n.split(".")[0] in banned_modules or n.startswith(banned_packages)}
             assert not bad, f"{module} imports {bad}"
+
+
+def test_the_seam_names_the_runs_outbox_commands_and_prefix() -> None:
+    """The task runtime knows a loop run's outbox commands and stream ids by the seam's names
+    (without loading the loop); they are the loop's own."""
+    from statewright.loop.passes import run_stream
+    from statewright.machine.loop.events import DriveRun, WakeRun
+    from statewright.machine.seam import LOOP_RUN_COMMANDS, RUN_STREAM_PREFIX
+
+    assert {WakeRun.type, DriveRun.type} == LOOP_RUN_COMMANDS
+    assert run_stream("7") == f"{RUN_STREAM_PREFIX}7" == "loop-run-7"

@@ -124,6 +124,8 @@ class TenantShare:
 
 @dataclass(frozen=True)
 class FleetConfig:
+    """The fleet's configuration: its named limits and its tenants' shares, by name."""
+
     limits: Mapping[str, NamedLimit] = field(default_factory=dict)
     tenants: Mapping[str, TenantShare] = field(default_factory=dict)
 

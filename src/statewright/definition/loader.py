@@ -21,7 +21,6 @@ from statewright.definition._env import parse_step_env
 from statewright.definition._schemas import schema_problems
 from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.fleet import step_scheduling, workflow_scheduling
-from statewright.definition.github import parse_github
 from statewright.definition.limits import (
     DEFINITION_JSON_LIMITS,
     MAX_ATTEMPTS,
@@ -254,7 +253,11 @@ def workflow_from_dict(data: object, source: str = "<dict>") -> Workflow:
             problems.add(f"step {step_id!r}", problem)
         for step_id, problem in items_problems(steps, input_schema):
             problems.add(f"step {step_id!r}", problem)
-    github = parse_github(data["github"], steps, problems.add, reject_codes) if "github" in data else None
+    github = None
+    if "github" in data:
+        from statewright.definition.github import parse_github  # here: few workflows have one
+
+        github = parse_github(data["github"], steps, problems.add, reject_codes)
     wf_concurrency, tenant_ref = workflow_scheduling(data, lambda p: problems.add("", p))
     if problems.items:
         raise DefinitionError(problems.items, source)

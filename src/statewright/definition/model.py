@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright.definition.durations import parse_duration_seconds
-from statewright.definition.github import GithubProjection
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 from statewright.definition.notify import NotifyEvent, NotifyTarget
+
+if TYPE_CHECKING:  # the loader imports github.py for a workflow that has a github section
+    from statewright.definition.github import GithubProjection
 
 
 class StepKind(StrEnum):
@@ -39,6 +41,9 @@ class OutcomeRoute(StrEnum):
 
 @dataclass(frozen=True)
 class Route:
+    """Where a step's outcome leads: halt, continue, complete, or loop back to ``target`` at most
+    ``max_attempts`` times."""
+
     kind: RouteKind
     target: str | None = None
     max_attempts: int | None = None
@@ -117,6 +122,8 @@ class MapSpec:
 
 @dataclass(frozen=True)
 class Step:
+    """One step of a workflow, as the loader checked it."""
+
     id: str
     kind: StepKind
     owner: str
@@ -170,6 +177,8 @@ DEFAULT_REJECT_CODES: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class Workflow:
+    """A checked workflow definition: its steps in order, named by ``content_hash``."""
+
     name: str
     version: int
     steps: tuple[Step, ...]

@@ -50,6 +50,9 @@ class NotifyEvent(StrEnum):
 
 @dataclass(frozen=True)
 class NotifyTarget:
+    """Where a notification goes: a webhook URL or an email address (and a webhook's signing
+    secret)."""
+
     kind: NotifyKind
     address: str  # the URL, or the email address
     secret_env: str = ""  # a webhook's signing secret: the name of a worker variable

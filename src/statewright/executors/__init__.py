@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from statewright._lazy import lazy
 
 if TYPE_CHECKING:
-    from ._process import OUTPUT_LIMIT_CHARS
     from ._spec import (
         parse_duration,
         validate_agent_spec,
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
     )
     from ._verdict import VerdictSchema, close_schema
     from .agents import run_agent
-    from .base import AgentResult, CheckResult, CodeResult, Cost, ExecContext, Reason
+    from .base import OUTPUT_LIMIT_CHARS, AgentResult, CheckResult, CodeResult, Cost, ExecContext, Reason
     from .checks import run_check
     from .code import run_code
     from .mcp_verdict import mcp_verdict_command
@@ -42,7 +41,7 @@ if TYPE_CHECKING:
 # Each executor is imported when first used: a code step does not load the HTTP client of
 # the checks, the OpenAI agent or jsonschema.
 _LAZY = {
-    "OUTPUT_LIMIT_CHARS": "._process",
+    "OUTPUT_LIMIT_CHARS": ".base",
     "parse_duration": "._spec",
     "validate_agent_spec": "._spec",
     "validate_check_spec": "._spec",

@@ -30,11 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import PermanentError
-from .base import Reason
+from .base import OUTPUT_LIMIT_CHARS, Reason, cut_output
 
-# Output kept per stream: the last OUTPUT_LIMIT_CHARS characters (the end is where the
-# failing assertion or the traceback is).
-OUTPUT_LIMIT_CHARS = 20_000
 # After a timeout the group gets SIGTERM, then SIGKILL this many seconds later.
 KILL_GRACE_SECONDS = 1.0
 _PR_SET_PDEATHSIG = 1
@@ -53,13 +50,6 @@ class ProcessOutcome:
     stderr: str
     timed_out: bool
     seconds: float
-
-
-def cut_output(text: str, limit: int = OUTPUT_LIMIT_CHARS) -> str:
-    """The last ``limit`` characters, with a marker saying how much was cut."""
-    if len(text) <= limit:
-        return text
-    return f"[... {len(text) - limit} earlier characters cut ...]\n" + text[-limit:]
 
 
 def run_process(

@@ -32,7 +32,7 @@ from typing import Any
 from .._errors import ExecutorError, InputError, PermanentError
 from .._json_limits import read_regular_file
 from .._jsonsafe import MAX_JSON_BYTES, MAX_JSON_INT
-from ._process import cut_output, run_process
+from ._process import run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
     DEFAULT_MODEL_TIMEOUT_SECONDS,
@@ -43,7 +43,7 @@ from ._spec import (
 )
 from ._state import resolved_argv, state_exchange
 from ._verdict import AnyVerdict, VerdictSchema
-from .base import AgentResult, Cost, ExecContext, Reason
+from .base import AgentResult, Cost, ExecContext, Reason, cut_output
 
 _RESULT_KEYS = frozenset({"verdict", "artifacts", "note", "cost"})
 _COST_KEYS = frozenset({"tokens_in", "tokens_out", "money_usd"})

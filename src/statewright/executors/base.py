@@ -24,6 +24,18 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+# Output kept per stream: the last OUTPUT_LIMIT_CHARS characters (the end is where the
+# failing assertion or the traceback is).
+OUTPUT_LIMIT_CHARS = 20_000
+
+
+def cut_output(text: str, limit: int = OUTPUT_LIMIT_CHARS) -> str:
+    """The last ``limit`` characters, with a marker saying how much was cut. Here, not in
+    _process.py, so that a Python callable's step does not import the process machinery."""
+    if len(text) <= limit:
+        return text
+    return f"[... {len(text) - limit} earlier characters cut ...]\n" + text[-limit:]
+
 
 def _nothing() -> Mapping[str, Any]:
     return MappingProxyType({})

@@ -41,7 +41,7 @@ from typing import Any
 from .._errors import ExecutorError
 from .._jsonsafe import loads_plain
 from ._jsonpath import json_equal, parse_json_path, resolve_json_path
-from ._process import cut_output, run_process
+from ._process import run_process
 from ._spec import (
     DEFAULT_CHECK_TIMEOUT_SECONDS,
     load_callable,
@@ -49,7 +49,7 @@ from ._spec import (
     validate_check_spec,
 )
 from ._state import resolved_argv, state_exchange
-from .base import CheckResult, ExecContext, Reason
+from .base import CheckResult, ExecContext, Reason, cut_output
 
 MAX_BODY_BYTES = 1_000_000
 BODY_EXCERPT_CHARS = 2_000

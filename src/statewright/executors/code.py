@@ -45,7 +45,6 @@ from typing import Any
 from .._errors import ExecutorError, InputError
 from .._json_limits import loads_json_object, read_regular_file
 from ..definition.limits import MAX_RESULT_LIMIT_BYTES
-from ._process import cut_output, run_process
 from ._spec import (
     DEFAULT_COMMAND_TIMEOUT_SECONDS,
     load_callable,
@@ -53,8 +52,7 @@ from ._spec import (
     resolve_timeout,
     validate_code_spec,
 )
-from ._state import resolved_argv, state_exchange
-from .base import CodeResult, Cost, ExecContext, Reason
+from .base import CodeResult, Cost, ExecContext, Reason, cut_output
 
 #: Specs already checked, by identity: a step's spec object is checked once per process, not
 #: once per attempt (the spec is kept alive here, so an id is never reused for another one).
@@ -83,6 +81,8 @@ def run_code(spec: Mapping[str, Any], ctx: ExecContext) -> CodeResult:
         if ctx.timeout_seconds != timeout:
             ctx = dataclasses.replace(ctx, timeout_seconds=timeout)
         return _run_callable(spec["callable"], ctx)
+    from ._state import resolved_argv, state_exchange  # here: a callable needs neither
+
     try:
         argv = resolved_argv(spec, ctx)
     except ValueError as exc:
@@ -95,6 +95,8 @@ def _run_command(
     argv: list[str], ctx: ExecContext, timeout: float, exchange: Path, state_env: Mapping[str, str],
     conflict_exit: object = None,
 ) -> CodeResult:
+    from ._process import run_process
+
     output_path = exchange / "output.json"
     env = {**ctx.base_env(), **state_env, "STATEWRIGHT_OUTPUT": str(output_path)}
     outcome = run_process(argv, cwd=ctx.workspace, env=env, timeout_seconds=timeout)

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import PermanentError, TransientError
 from .._jsonsafe import clean_text
-from ._process import cut_output
 from ._spec import (
     DEFAULT_MODEL_TIMEOUT_SECONDS,
     require_valid,
@@ -40,7 +39,7 @@ from ._spec import (
     validate_agent_spec,
 )
 from ._verdict import VerdictSchema
-from .base import AgentResult, Cost, ExecContext, Reason
+from .base import AgentResult, Cost, ExecContext, Reason, cut_output
 
 if TYPE_CHECKING:
     import httpx

@@ -291,7 +291,7 @@ def cancel_pass_task(store: Any, item: WorkItem, attempt: int) -> bool:
 
 def run_stream(run_id: str) -> str:
     """The stream id of loop run ``run_id`` (its child tasks name it as their parent)."""
-    from statewright.machine.loop.codec import RUN_STREAM_PREFIX
+    from statewright.machine.seam import RUN_STREAM_PREFIX
 
     return f"{RUN_STREAM_PREFIX}{run_id}"
 

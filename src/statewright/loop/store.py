@@ -25,7 +25,6 @@ from typing import Any
 from statewright._errors import InputError, VersionConflictError
 from statewright.loop.errors import RunHeldError
 from statewright.machine.loop.codec import (
-    RUN_STREAM_PREFIX,
     command_to_dict,
     event_to_dict,
     line_body,
@@ -45,7 +44,7 @@ from statewright.machine.loop.events import (
     RunOpened,
 )
 from statewright.machine.loop.model import LEGACY_VERDICTS, ItemLedger, LineKind, LoopState, LoopStatus, RecordLine
-from statewright.machine.seam import StreamKind
+from statewright.machine.seam import RUN_STREAM_PREFIX, StreamKind
 from statewright.runtime.children import wake_rows
 from statewright.store.base import Claim, EventRow, NewCommand, Store, StoredTask
 

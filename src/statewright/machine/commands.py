@@ -15,6 +15,8 @@ from statewright.machine.seam import Record
 
 @dataclass(frozen=True)
 class Command(Record):
+    """A request of the task machine, performed once the transition that asked for it is stored."""
+
     type: ClassVar[str] = ""
     command_id: str
     task_id: str

@@ -16,6 +16,8 @@ from statewright.machine.seam import Record
 
 @dataclass(frozen=True)
 class Event(Record):
+    """A fact of a task, appended to its log; ``event_id`` makes the append idempotent."""
+
     type: ClassVar[str] = ""
     event_id: str
     at_ms: int
@@ -107,12 +109,16 @@ class ArtifactsCaptured(Event):
 
 @dataclass(frozen=True)
 class TimerFired(Event):
+    """A timer the task set (``timer_id``) came due."""
+
     type: ClassVar[str] = "TimerFired"
     timer_id: str = ""
 
 
 @dataclass(frozen=True)
 class ApprovalGranted(Event):
+    """A person holding ``roles`` approved the proposal the step waits on."""
+
     type: ClassVar[str] = "ApprovalGranted"
     step: str = ""
     actor: str = ""
@@ -124,6 +130,8 @@ class ApprovalGranted(Event):
 
 @dataclass(frozen=True)
 class ApprovalRejected(Event):
+    """A person holding ``roles`` rejected the proposal the step waits on (``reason_code``)."""
+
     type: ClassVar[str] = "ApprovalRejected"
     step: str = ""
     actor: str = ""
@@ -159,6 +167,8 @@ class TaskRetried(Event):
 
 @dataclass(frozen=True)
 class TaskCancelled(Event):
+    """The task was cancelled: by ``actor``, or with its parent (``by_parent``)."""
+
     type: ClassVar[str] = "TaskCancelled"
     actor: str = ""
     reason: str = ""

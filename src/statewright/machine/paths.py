@@ -18,6 +18,8 @@ MISSING_REFERENCE = "missing_reference"  # the reason code of a reference that f
 
 @dataclass(frozen=True)
 class Ref:
+    """A parsed reference into a task's ``input`` or ``results`` (for results, the step id first)."""
+
     text: str
     root: str  # input | results
     parts: tuple[str, ...]  # for results: the step id first

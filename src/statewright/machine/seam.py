@@ -33,6 +33,15 @@ class StreamKind(StrEnum):
     LOOP_RUN = "loop_run"
 
 
+#: A loop run's stream id is this and its number: ``loop-run-1``. Here, not in the loop's
+#: codec, so that the task runtime tells a run's id from a task's without loading the loop.
+RUN_STREAM_PREFIX = "loop-run-"
+
+#: The types of the commands a loop run's stream puts in the outbox (``WakeRun``,
+#: ``DriveRun``): a worker hands them to their handlers, never to a task's executor.
+LOOP_RUN_COMMANDS = frozenset({"WakeRun", "DriveRun"})
+
+
 @dataclass(frozen=True)
 class Record:
     """An event or a command: a frozen record with a stable ``type`` name."""

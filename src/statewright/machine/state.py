@@ -94,6 +94,8 @@ class LoopBack:
 
 @dataclass(frozen=True)
 class Approval:
+    """An approval the task recorded: who approved which proposal at which step, and when."""
+
     step: str
     actor: str
     proposal_hash: str
@@ -103,6 +105,8 @@ class Approval:
 
 @dataclass(frozen=True)
 class OperatorAction:
+    """An operator's retry or cancel, as the task recorded it."""
+
     action: str  # retry | cancel
     actor: str
     reason: str
@@ -122,6 +126,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class HaltInfo:
+    """Where the task halted, and why."""
+
     step: str
     reason: str
     detail: str = ""
@@ -129,6 +135,8 @@ class HaltInfo:
 
 @dataclass(frozen=True)
 class TaskState:
+    """A task's state: what its events, applied in order from ``new_task``, add up to."""
+
     task_id: str
     workflow: Workflow = field(compare=False, repr=False)
     status: TaskStatus = TaskStatus.NEW

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,6 +149,9 @@ def _work_diff(workspace: Path, base: str) -> tuple[str, bytes]:
 
 
 def _git(workspace: Path, *args: str) -> bytes:
+    import subprocess  # here: most steps record no diff
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="statewright-git-") as home:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "LC_ALL": "C",

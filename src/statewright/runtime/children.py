@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statewright._errors import LoopInvariantError
 from statewright._names import person_name_problem
@@ -23,13 +23,13 @@ from statewright.definition.model import Workflow
 from statewright.machine.children import INLINE_COMMANDS, ParentRef, child_ended
 from statewright.machine.commands import CancelChild, Command, StartChild, TellParent
 from statewright.machine.events import Event, TaskCancelled, TaskSubmitted
-from statewright.machine.loop.codec import command_to_dict, line_body, run_projection, state_from_dict
-from statewright.machine.loop.events import LoopCommand, PassEnded, WakeRun
-from statewright.machine.loop.reducer import transition as loop_transition
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime.outbox import remote_closed, to_new_commands
 from statewright.store.base import AppendRequest, NewCommand, StoredTask
+
+if TYPE_CHECKING:
+    from statewright.machine.loop.events import LoopCommand
 
 
 class Tasks(Protocol):
@@ -132,6 +132,10 @@ def pass_ended(run: StoredTask, tell: TellParent, child: TaskState | None, at_ms
     ``PassEnded`` (the pass's item and attempt are the child's parent reference) moved through
     the loop's reducer, appended at the run's stored version, as ``LoopStore.append`` does. A
     run that slept on the task gets a ``WakeRun`` row in the outbox, in the same commit."""
+    from statewright.machine.loop.codec import line_body, run_projection, state_from_dict
+    from statewright.machine.loop.events import PassEnded
+    from statewright.machine.loop.reducer import transition as loop_transition
+
     ref = ParentRef.from_dict(tell.parent)
     cost = child.cost if child is not None else {}
     ev = PassEnded(
@@ -157,6 +161,9 @@ def wake_rows(stream: str, event_id: str, commands: Sequence[Command | LoopComma
     event is ``event_id``, at ``at_ms``): claimable at once, or a gate's timer not before its
     ``due_at_ms``. Each names the line (``after_line``): a run that moved on past it since
     (a 'loop run' took it up) is not woken by it."""
+    from statewright.machine.loop.codec import command_to_dict
+    from statewright.machine.loop.events import WakeRun
+
     return [NewCommand(f"{stream}:wake:{event_id}", c.type, {**command_to_dict(c), "after_line": line_no},
                        c.due_at_ms if c.due_at_ms is not None else at_ms)
             for c in commands if isinstance(c, WakeRun)]

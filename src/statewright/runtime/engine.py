@@ -4,6 +4,7 @@ event, the new projection and the commands in one store transaction."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,9 +42,8 @@ from statewright.machine.events import (
     TaskSubmitted,
     event_from_dict,
 )
-from statewright.machine.loop.codec import RUN_STREAM_PREFIX
 from statewright.machine.paths import RefError, parse_ref, resolve
-from statewright.machine.seam import StreamKind
+from statewright.machine.seam import RUN_STREAM_PREFIX, StreamKind
 from statewright.machine.state import TaskState, TaskStatus, new_task, projection
 from statewright.machine.task import transition
 from statewright.runtime import inputs, workspaces
@@ -62,6 +62,8 @@ _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
 
 @dataclass(frozen=True)
 class Applied:
+    """What applying one event gave: the task's new state, its commands, and the command it claimed."""
+
     state: TaskState
     commands: Sequence[Command]
     claimed: Claim | None = None
@@ -92,11 +94,10 @@ class Holder(Protocol):
 
 
 def _random_hex(n: int) -> str:
-    """The first ``n`` hex digits of a uuid4. uuid is imported on first use: importing it
-    (and the platform module it pulls in) is a noticeable part of ``import statewright``."""
-    import uuid
-
-    return uuid.uuid4().hex[:n]
+    """``n`` random hex digits from ``os.urandom``, as the leading digits of a uuid4 are
+    (not uuid itself: importing it, and the platform module it pulls in, is a noticeable
+    part of a new process's first task)."""
+    return os.urandom((n + 1) // 2).hex()[:n]
 
 
 def _why_not(st: TaskState, act: str, rule: str) -> str:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from statewright.definition.model import Workflow
+from statewright.definition.model import Step, Workflow
 from statewright.machine.children import INLINE_COMMANDS
 from statewright.machine.commands import Command, RequestApproval, StartTimer
 from statewright.machine.state import TaskState
-from statewright.store.admission import Gate, gates_json
 from statewright.store.base import NewCommand
 
 
@@ -47,16 +46,24 @@ def step_gates(workflow: Workflow, step_id: str) -> str | None:
             step = workflow.step(step_id)
         except KeyError:
             return None
-        gates = []
-        if workflow.concurrency is not None:
-            gates.append(Gate(f"workflow:{workflow.name}", workflow.concurrency))
-        if step.concurrency is not None:
-            gates.append(Gate(f"step:{workflow.name}/{step.id}", step.concurrency))
-        gates += [Gate(f"limit:{name}") for name in step.limits]
         if len(_STEP_GATES) > 10_000:
             _STEP_GATES.clear()
-        _STEP_GATES[key] = gates_json(gates)
+        _STEP_GATES[key] = _gates_json(workflow, step)
     return _STEP_GATES[key]
+
+
+def _gates_json(workflow: Workflow, step: Step) -> str | None:
+    if workflow.concurrency is None and step.concurrency is None and not step.limits:
+        return None  # admission is imported for the steps that have gates only
+    from statewright.store.admission import Gate, gates_json
+
+    gates = []
+    if workflow.concurrency is not None:
+        gates.append(Gate(f"workflow:{workflow.name}", workflow.concurrency))
+    if step.concurrency is not None:
+        gates.append(Gate(f"step:{workflow.name}/{step.id}", step.concurrency))
+    gates += [Gate(f"limit:{name}") for name in step.limits]
+    return gates_json(gates)
 
 
 def remote_closed(old: TaskState, new: TaskState) -> str | None:

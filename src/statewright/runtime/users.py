@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,6 +191,8 @@ class Users:
 
 
 def _new_token(name: str) -> Issued:
+    import secrets  # here: issuing a token is rare, and secrets pulls in base64 and hmac
+
     return Issued(name, f"tk_{secrets.token_hex(6)}", f"swt_{secrets.token_urlsafe(32)}")
 
 

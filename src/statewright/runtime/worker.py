@@ -19,7 +19,6 @@ import copy
 import logging
 import os
 import random
-import signal
 import threading
 import time
 from collections import deque
@@ -50,7 +49,7 @@ from statewright.machine.events import (
     NotificationSent,
     TimerFired,
 )
-from statewright.machine.loop.events import DriveRun, WakeRun
+from statewright.machine.seam import LOOP_RUN_COMMANDS
 from statewright.machine.state import TaskState, TaskStatus
 from statewright.machine.task import APPROVAL_REVOKED, ARTIFACT_CHANGED
 from statewright.runtime import artifacts, workspaces
@@ -70,7 +69,6 @@ SETTLED = frozenset({
     TaskStatus.AWAITING_APPROVAL,
 })  # where run_one hands a task back: ended, or waiting for a person
 
-_NOT_A_TASKS = frozenset({WakeRun.type, DriveRun.type})  # commands of other streams (a loop run's), for their handlers
 DEFAULT_LEASE_SECONDS = 30.0
 IDLE_POLL_SECONDS = 0.02
 IDLE_WAIT_MAX_SECONDS = 1.0
@@ -88,6 +86,8 @@ MAX_DELIVERIES = 5  # starts without an outcome after which a command is failed,
 
 @dataclass
 class WorkerStats:
+    """What a worker did: commands performed, timers fired, retries, and stale reports refused."""
+
     commands: int = 0
     timers: int = 0
     retries: int = 0
@@ -188,6 +188,7 @@ class Worker:
     # --- lifecycle ---------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
         """SIGTERM / Ctrl-C: stop claiming, finish what is held, exit cleanly."""
+        import signal  # here: a script that runs a task in its own thread never needs it
 
         def handler(signum: int, frame: object) -> None:
             self.stopping.set()
@@ -634,7 +635,7 @@ class Worker:
         if claim.type == "SyncLabels":  # the task's labels on GitHub: a projection, never its state
             self._sync_labels(claim)
             return None
-        if claim.type in self.handlers or claim.type in _NOT_A_TASKS:
+        if claim.type in self.handlers or claim.type in LOOP_RUN_COMMANDS:
             self._handle(claim)
             return None
         if claim.type == "RequestApproval":
@@ -1319,9 +1320,17 @@ def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _default_worker_id(worker: Worker) -> str:
-    import socket  # only here: importing it is a noticeable part of ``import statewright``
+    return f"{_host_name()}:{os.getpid()}:{id(worker):x}"
 
-    return f"{socket.gethostname()}:{os.getpid()}:{id(worker):x}"
+
+def _host_name() -> str:
+    """``socket.gethostname()``: on POSIX the node name ``uname`` gives, read without
+    importing socket (a noticeable part of a new process's first task)."""
+    if hasattr(os, "uname"):
+        return os.uname().nodename
+    import socket
+
+    return socket.gethostname()
 
 
 def _stopped(what: str, exc: BaseException) -> WorkerStoppedError:

@@ -31,6 +31,9 @@ from statewright.machine.state import Outcome, TaskState
 
 @dataclass(frozen=True)
 class AttemptSpace:
+    """The directory an attempt works in, the commit it started from and the paths it may not
+    change."""
+
     path: Path
     base_commit: str = ""
     protected: tuple[str, ...] = ()
@@ -56,12 +59,12 @@ def pin_base(wf: Workflow, data: dict[str, Any]) -> dict[str, Any]:
     Raises InputError when ``base_ref`` names no commit in the repository. A repository that
     is not (yet) a git repository is left as it is (it is copied per attempt instead).
     """
-    from statewright.executors.workspace import base_commit_of
-
     key = repo_key(wf)
     repo = data.get(key)
     if not repo or not isinstance(repo, str):
         return data
+    from statewright.executors.workspace import base_commit_of  # here: most tasks have no repo
+
     ref = str(data.get("base_ref") or data.get("base_commit") or "HEAD")
     try:
         commit = base_commit_of(Path(repo), ref)
@@ -94,11 +97,11 @@ def for_ai_attempt(root: Path, state: TaskState, step: Step, attempt: int) -> At
 def for_check(state: TaskState, step: Step) -> AttemptSpace | None:
     """The worktree a code step or check runs in, protected paths restored; None when the
     task has no ``repo``."""
-    from statewright.executors.workspace import restore_protected
-
     repo = repo_of(state)
     if repo is None:
         return None
+    from statewright.executors.workspace import restore_protected  # here: most tasks have no repo
+
     for a in reversed(state.attempts):
         if a.kind == StepKind.AI.value and a.outcome is Outcome.PASSED and "workspace" in a.artifacts:
             producer = state.workflow.step(a.step)

@@ -24,6 +24,9 @@ TASK_KIND = "task"  # the kind of stream a task is (statewright.machine.seam.Str
 
 @dataclass(frozen=True)
 class StoredTask:
+    """A stored stream (a task, or a loop run): its projected state as of ``version``, its
+    workflow and its status."""
+
     task_id: str
     workflow: str
     workflow_hash: str
@@ -56,6 +59,8 @@ class Claim:
 
 @dataclass(frozen=True)
 class TimerClaim:
+    """A due timer a worker claimed, with the fencing token that claim holds."""
+
     timer_id: str
     task_id: str
     due_at_ms: int
@@ -65,6 +70,8 @@ class TimerClaim:
 
 @dataclass(frozen=True)
 class AppendResult:
+    """What an append did: the new version, whether it was a duplicate, and the command it claimed."""
+
     version: int
     duplicate: bool = False
     claimed: Claim | None = None
@@ -131,6 +138,8 @@ class Wake:
 
 @dataclass(frozen=True)
 class EventRow:
+    """One row of a task's event log, with its hash chain link."""
+
     task_id: str
     version: int
     event_id: str
@@ -166,6 +175,8 @@ class PeopleChange:
 
 @dataclass(frozen=True)
 class Person:
+    """A person: their name, their roles, and whether they are active."""
+
     name: str
     roles: tuple[str, ...]
     active: bool
@@ -173,6 +184,8 @@ class Person:
 
 @dataclass(frozen=True)
 class TokenRow:
+    """An issued token: its id, its holder, and when it was issued and revoked (never the token)."""
+
     token_id: str
     name: str
     issued_at_ms: int

@@ -16,11 +16,13 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
-from statewright.store.admission import Gate, Ledger, gates_of, usage_gates, with_tenant
 from statewright.store.base import Claim
+
+if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
+    from statewright.store.admission import Gate
 
 CLAIM_RETURNING = (
     "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms, gates, tenant,"
@@ -150,6 +152,8 @@ class FleetSql:
         """The admission of ``rows`` inside the caller's transaction, which holds the gates'
         lock and sent ``reads`` (``_admission_reads``). The new slots and rate log rows are
         written together."""
+        from statewright.store.admission import Gate, Ledger
+
         admitted, slot_rows, rate_rows, waits = [], [], [], []
         config_cur, in_use_cur, totals_cur = reads
         claimed = [(r, _gates_of_row(r)) for r in rows]
@@ -284,6 +288,8 @@ class FleetSql:
     ) -> None:
         if not gates or (tokens <= 0 and money_usd <= 0):
             return
+        from statewright.store.admission import usage_gates
+
         with self._tx() as cur:
             counts = usage_gates(gates, self._fleet_txn(cur))
             for gate, counted in counts.items():
@@ -374,6 +380,8 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
 
 def _gates_of_row(r: Any) -> tuple[Gate, ...]:
     """A claimed row's gates, with its tenant's when the tenant has a limit or a budget."""
+    from statewright.store.admission import gates_of, with_tenant
+
     return with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))
 
 

@@ -28,9 +28,6 @@ from statewright.machine.loop.model import (
     Verdict,
 )
 
-#: A loop run's stream id is this and its number: ``loop-run-1``.
-RUN_STREAM_PREFIX = "loop-run-"
-
 
 def line_body(event: Event, line: RecordLine, commands: Sequence[Command],
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
