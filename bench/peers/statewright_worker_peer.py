@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from _common import main
 from statewright_peer import build
@@ -18,6 +19,12 @@ def setup(directory: Path) -> Callable[[int], None]:
     engine, workflow, alice = build(directory)
     worker = Worker(engine)
     threading.Thread(target=worker.run, daemon=True).start()  # works until the process ends
+
+    return handing_to(worker, engine, workflow, alice)
+
+
+def handing_to(worker: Any, engine: Any, workflow: Any, alice: Any) -> Callable[[int], None]:
+    """Task ``i`` of the workload, its steps handed to ``worker`` running in another thread."""
 
     def run_one(i: int) -> None:
         task_id = engine.submit(workflow, {"n": i}, hold_for=worker)

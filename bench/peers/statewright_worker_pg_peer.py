@@ -17,6 +17,7 @@ from pathlib import Path
 
 from _common import main
 from statewright_peer import build
+from statewright_worker_peer import handing_to
 
 SERVER = os.environ.get("STATEWRIGHT_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -42,15 +43,7 @@ def setup(directory: Path) -> Callable[[int], None]:
 
     atexit.register(drop)
 
-    def run_one(i: int) -> None:
-        task_id = engine.submit(workflow, {"n": i}, hold_for=worker)
-        state = worker.wait_for(task_id, timeout=60)
-        assert state.status == "awaiting_approval", state.status
-        engine.approve(task_id, alice, proposal_hash=state.current.proposal_hash, hold_for=worker)
-        state = worker.wait_for(task_id, timeout=60)
-        assert state.status == "completed", state.status
-
-    return run_one
+    return handing_to(worker, engine, workflow, alice)
 
 
 if __name__ == "__main__":

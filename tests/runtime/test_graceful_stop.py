@@ -64,45 +64,30 @@ def test_sigterm_mid_command_finishes_it_releases_every_lease_and_exits_0(
     assert engine.state(tid).status is TaskStatus.COMPLETED
 
 
-def test_no_lease_renewal_outlives_worker_run(
-    open_engine: Callable[..., Engine], workspace: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """run() returns only when its heartbeat thread is done with the store, so closing the
-    engine right after cannot break a renewal still in flight."""
-    engine = open_engine()
-    renewed = threading.Event()
-    real_renew = engine.store.renew
-
-    def slow_renew(*args: object, **kwargs: object) -> bool:
-        rt_steps.HEARTBEAT_SEEN.set()
-        time.sleep(0.3)  # a slow database round trip, in the heartbeat thread
-        try:
-            return real_renew(*args, **kwargs)  # type: ignore[arg-type]
-        finally:
-            renewed.set()
-
-    monkeypatch.setattr(engine.store, "renew", slow_renew)
-    rt_steps.HEARTBEAT_SEEN.clear()
-    tid = engine.submit(workflow("slow", code("work", "wait_for_heartbeat")), {"workspace": str(workspace)})
-
+def _run(engine: Engine, tid: str) -> None:
     Worker(engine, lease_seconds=0.3).run(until=lambda: engine.state(tid).terminal)
 
-    assert renewed.is_set()
-    assert engine.state(tid).status is TaskStatus.COMPLETED
+
+def _run_task(engine: Engine, tid: str) -> None:
+    run_task(engine, tid, lease_seconds=0.3)
 
 
-def test_a_task_worked_in_the_calling_thread_has_its_lease_renewed_and_no_renewal_outlives_the_call(
+@pytest.mark.parametrize("work", [_run, _run_task], ids=["worker_run", "run_task"])
+def test_no_lease_renewal_outlives_the_call_that_worked_the_task(
     open_engine: Callable[..., Engine], workspace: Path, monkeypatch: pytest.MonkeyPatch,
+    work: Callable[[Engine, str], None],
 ) -> None:
-    """run_task's leases are renewed by the process's renewal thread while a step runs, and
-    run_task returns only once a renewal in flight is done: its leases are released after."""
+    """Leases are renewed while a step runs (by run()'s heartbeat thread, or by the process's
+    renewal thread for run_task), and the call returns only when a renewal in flight is done
+    with the store: closing the engine right after cannot break it, and the leases it
+    released stay released."""
     engine = open_engine()
     renewed = threading.Event()
     real_renew = engine.store.renew
 
     def slow_renew(*args: object, **kwargs: object) -> bool:
         rt_steps.HEARTBEAT_SEEN.set()  # the step ends now, while this renewal is in flight
-        time.sleep(0.3)  # a slow database round trip, in the renewal thread
+        time.sleep(0.3)  # a slow database round trip, in the renewing thread
         try:
             return real_renew(*args, **kwargs)  # type: ignore[arg-type]
         finally:
@@ -112,7 +97,8 @@ def test_a_task_worked_in_the_calling_thread_has_its_lease_renewed_and_no_renewa
     rt_steps.HEARTBEAT_SEEN.clear()
     tid = engine.submit(workflow("slow", code("work", "wait_for_heartbeat")), {"workspace": str(workspace)})
 
-    assert run_task(engine, tid, lease_seconds=0.3).status is TaskStatus.COMPLETED
+    work(engine, tid)
 
     assert renewed.is_set()
+    assert engine.state(tid).status is TaskStatus.COMPLETED
     assert engine.store.outbox(tid) == []
