@@ -124,7 +124,10 @@ def test_a_wave_loop_survives_killed_workers_and_a_killed_loop_process(pg_url: s
     worker_kills = driver_kills = 0
     started = time.monotonic()
     next_kill = started + 1.0
-    driver_kill_at = [started + 1.5, started + 3.5]  # early: the run takes longer than that
+    # The loop process is killed twice once its run exists (a start slowed by a loaded machine
+    # must not be killed before it made one): early, as the run takes longer than that.
+    driver_kill_at: list[float] = []
+    seen_run = False
     try:
         while True:
             elapsed = time.monotonic() - started
@@ -132,6 +135,9 @@ def test_a_wave_loop_survives_killed_workers_and_a_killed_loop_process(pg_url: s
             status = run_status()
             if status is not None and status[1].is_terminal:
                 break
+            if status is not None and not seen_run:
+                seen_run = True
+                driver_kill_at = [time.monotonic() + 0.5, time.monotonic() + 2.5]
             if driver is not None and driver.poll() is not None:
                 assert driver.returncode == 0, (driver.returncode, _tail(logs, "driver"))
                 driver = None  # it ended the run, or it sleeps: nothing to start again
