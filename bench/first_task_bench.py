@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from datetime import UTC, datetime
+from pathlib import Path
 
 CHILD = r"""
 import time
@@ -39,25 +40,11 @@ t2 = time.perf_counter()
 import sys
 from statewright.store import open_store
 
+sys.path.insert(0, sys.argv[2])  # bench/peers: the workload's workflow and steps
+import workload
 
-def trivial(ctx):
-    return True
-
-
-def review(ctx):
-    return ctx.attempt > 1
-
-
-sys.modules["first_task_child"] = sys.modules["__main__"]
 engine = Engine(open_store("sqlite:///" + sys.argv[1] + "/statewright.db"))
-b = WorkflowBuilder("peer-workload")
-b.code("implement", owner="dev", run={"callable": "first_task_child:trivial"})
-b.code("check", owner="dev", run={"callable": "first_task_child:trivial"})
-b.code("review", owner="dev", run={"callable": "first_task_child:review"},
-       on_failure={"loop_back": "implement", "max_attempts": 3})
-b.human("approve", owner="leads", approvers={"role": "approver"})
-b.code("merge", owner="dev", run={"callable": "first_task_child:trivial"})
-state = start_task(engine, b.build(), {"n": 0})
+state = start_task(engine, workload.workflow(), {"n": 0})
 t3 = time.perf_counter()
 if state.status != "awaiting_approval":
     raise SystemExit(f"first task ended {state.status}, expected awaiting_approval")
@@ -65,12 +52,13 @@ ms = lambda a, b: round((b - a) * 1000, 2)
 print(ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t0, t3))
 """
 
+PEERS = Path(__file__).resolve().parent / "peers"
 FIGURES = ("import_statewright_ms", "import_api_ms", "open_and_first_task_ms", "first_task_ms")
 
 
 def one_process(env: dict[str, str]) -> list[float]:
     with tempfile.TemporaryDirectory() as directory:
-        out = subprocess.run([sys.executable, "-c", CHILD, directory], check=True,
+        out = subprocess.run([sys.executable, "-c", CHILD, directory, str(PEERS)], check=True,
                              capture_output=True, text=True, env=env).stdout
     return [float(x) for x in out.split()]
 

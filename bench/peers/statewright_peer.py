@@ -6,35 +6,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import workload
 from _common import main
-
-
-def review(ctx: Any) -> bool:
-    return ctx.attempt > 1  # rejects once: the loop back to implement
-
-
-def trivial(ctx: Any) -> bool:
-    return True
 
 
 def build(directory: Path, url: str | None = None) -> tuple[Any, Any, Any]:
     """The engine on a new database (a SQLite file in ``directory`` unless ``url`` names
     one), the workload's workflow, and alice who approves."""
-    from statewright import Engine, WorkflowBuilder
+    from statewright import Engine
     from statewright.store import open_store
 
     engine = Engine(open_store(url or f"sqlite:///{directory / 'statewright.db'}"))
     admin = engine.users.authenticate(engine.users.bootstrap("root").token)
     engine.users.add(admin, "alice", ["approver"])
     alice = engine.users.authenticate(engine.users.issue_token(admin, "alice").token)
-    b = WorkflowBuilder("peer-workload")
-    b.code("implement", owner="dev", run={"callable": "statewright_peer:trivial"})
-    b.code("check", owner="dev", run={"callable": "statewright_peer:trivial"})
-    b.code("review", owner="dev", run={"callable": "statewright_peer:review"},
-           on_failure={"loop_back": "implement", "max_attempts": 3})
-    b.human("approve", owner="leads", approvers={"role": "approver"})
-    b.code("merge", owner="dev", run={"callable": "statewright_peer:trivial"})
-    return engine, b.build(), alice
+    return engine, workload.workflow(), alice
 
 
 def setup(directory: Path) -> Callable[[int], None]:
