@@ -26,10 +26,10 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from statewright._errors import InputError
+from statewright._record import record
 
 MAX_JSON_DEPTH = 64
 """Containers (objects and arrays) nested inside one another, the outermost counted."""
@@ -47,7 +47,7 @@ _INT_DIGITS = len(str(MAX_JSON_INT))
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-@dataclass(frozen=True)
+@record
 class JsonLimits:
     """The bounds a JSON value is checked against: nesting depth, node count, string length, integer
     size."""

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from typing import Any
 
 from statewright._json_limits import MAX_JSON_DEPTH, MAX_JSON_INT
+from statewright._record import record
 
 __all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_INT", "JsonProblem", "clean_text", "loads_plain", "plain_json"]
 
 MAX_JSON_BYTES = 1_000_000  # a verdict's size written as JSON (UTF-8 bytes)
 
 
-@dataclass(frozen=True)
+@record
 class JsonProblem:
     """Why a value is not plain JSON. ``too_large`` tells a size problem from a malformed one."""
 

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TypeGuard
 
 from statewright._errors import DefinitionError
+from statewright._record import record
 from statewright.definition.limits import MAX_COUNT, MAX_MONEY_USD, NAME, NAME_RULE, is_name
 
 MIN_PRIORITY = -1000
@@ -51,7 +52,7 @@ _RATE = re.compile(r"\s*([0-9]{1,15})\s*/\s*([a-z]+)\s*")
 RATE_RULE = "a whole number, '/', and s, min, hour or day (60/min, 5/s, 100000/hour)"
 
 
-@dataclass(frozen=True)
+@record
 class Rate:
     """``amount`` per ``window_ms``, over any sliding window of that length."""
 
@@ -75,7 +76,7 @@ def parse_rate(value: object) -> Rate:
     return Rate(amount, _WINDOWS[unit], f"{amount}/{unit}")
 
 
-@dataclass(frozen=True)
+@record
 class NamedLimit:
     """A limit steps draw on by name (``limits: [model-api]``)."""
 
@@ -95,7 +96,7 @@ class NamedLimit:
         return out
 
 
-@dataclass(frozen=True)
+@record
 class TenantShare:
     """A tenant's weight in the fair share of claims, its concurrency and its daily budgets."""
 
@@ -122,7 +123,7 @@ class TenantShare:
         return out
 
 
-@dataclass(frozen=True)
+@record
 class FleetConfig:
     """The fleet's configuration: its named limits and its tenants' shares, by name."""
 

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from statewright._record import record
 from statewright.machine.paths import RefError, parse_ref
 
 TERMINAL_KEYS = ("completed", "completed_early", "halted", "cancelled")
@@ -39,7 +40,7 @@ _FIELDS = (
 MAX_LABEL_CHARS = 50  # GitHub's limit on a label's name
 
 
-@dataclass(frozen=True)
+@record
 class GithubProjection:
     repo: str
     labels: Mapping[str, str] = field(default_factory=dict)  # step id -> label

@@ -4,10 +4,11 @@ builder), which checks every rule first; nothing here does I/O."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from statewright._record import record
 from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.limits import DEFAULT_RESULT_LIMIT_BYTES
 from statewright.definition.notify import NotifyEvent, NotifyTarget
@@ -39,7 +40,7 @@ class OutcomeRoute(StrEnum):
     HALT = "halt"  # a policy stop that no loop budget overrides
 
 
-@dataclass(frozen=True)
+@record
 class Route:
     """Where a step's outcome leads: halt, continue, complete, or loop back to ``target`` at most
     ``max_attempts`` times."""
@@ -59,7 +60,7 @@ CONTINUE = Route(RouteKind.CONTINUE)
 COMPLETE = Route(RouteKind.COMPLETE)
 
 
-@dataclass(frozen=True)
+@record
 class RetryPolicy:
     """Retries of one *command* on transient errors, apart from step failures.
     ``max_deliveries``: starts of the command that may end without an outcome (each
@@ -88,7 +89,7 @@ class RetryPolicy:
 DEFAULT_HEARTBEAT_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
+@record
 class RemoteAgent:
     """``agent: {type: remote, queue: NAME, heartbeat: 30s}``: the attempt parks on the queue
     until a remote agent claims it, and fails when the agent misses a heartbeat."""
@@ -97,7 +98,7 @@ class RemoteAgent:
     heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS
 
 
-@dataclass(frozen=True)
+@record
 class MapSpec:
     """A map step: one child task of ``workflow`` per element of the list ``items`` (a
     reference into the task's state), each on the input ``{"item": ELEMENT, "index": I}``, at
@@ -120,7 +121,7 @@ class MapSpec:
         return int(n_items * self.tolerated_percent / 100)
 
 
-@dataclass(frozen=True)
+@record
 class Step:
     """One step of a workflow, as the loader checked it."""
 
@@ -175,7 +176,7 @@ DEFAULT_REJECT_CODES: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Workflow:
     """A checked workflow definition: its steps in order, named by ``content_hash``."""
 

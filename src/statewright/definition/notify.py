@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
 from statewright._canonical import sha256_hex
+from statewright._record import record
 from statewright.definition._env import env_name_problem
 
 MAX_TARGETS = 20  # targets in one list
@@ -48,7 +48,7 @@ class NotifyEvent(StrEnum):
     STUCK = "stuck"  # the task is at one step longer than its stuck_after
 
 
-@dataclass(frozen=True)
+@record
 class NotifyTarget:
     """Where a notification goes: a webhook URL or an email address (and a webhook's signing
     secret)."""

@@ -26,9 +26,9 @@ import os
 import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from statewright._record import record
 from statewright.definition.model import Step, StepKind
 from statewright.machine.paths import Ref, parse_ref, resolve
 
@@ -42,7 +42,7 @@ MAX_ARGUMENT_BYTES = 128 * 1024 - 1
 _REFERENCE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)((?:\.[A-Za-z0-9_-]+)*)\}")
 
 
-@dataclass(frozen=True)
+@record
 class Reference:
     """One ``{ROOT.PATH}`` in an argument; ``text`` is how it was written."""
 

@@ -26,8 +26,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from statewright._record import record
 
 from .._errors import PermanentError
 from .base import OUTPUT_LIMIT_CHARS, Reason, cut_output
@@ -41,7 +42,7 @@ _PR_SET_PDEATHSIG = 1
 _SUPERVISOR = 'exec 3<&0; trap "kill -KILL 0" HUP; "$@" <&3 3<&- & wait $!'
 
 
-@dataclass(frozen=True)
+@record
 class ProcessOutcome:
     """What a finished (or killed) command left behind. Output is already cut."""
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import exceptions as js_exceptions
 from jsonschema import validators
+
+from statewright._record import record
 
 from .._errors import PermanentError
 from .._jsonsafe import JsonProblem, loads_plain, plain_json
@@ -60,7 +61,7 @@ def _close_in_place(node: dict[str, Any]) -> None:
         _close_in_place(items)
 
 
-@dataclass(frozen=True)
+@record
 class Checked:
     """A verdict that passed (``verdict``, a plain copy) or why not (``problem`` and the
     reason code it fails with: ``no_verdict`` or ``output_too_large``)."""

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from statewright._record import record
 
 # Output kept per stream: the last OUTPUT_LIMIT_CHARS characters (the end is where the
 # failing assertion or the traceback is).
@@ -41,7 +43,7 @@ def _nothing() -> Mapping[str, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@record
 class Cost:
     """What one attempt cost. Adapters fill what they know."""
 
@@ -73,7 +75,7 @@ def step_base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-@dataclass(frozen=True)
+@record
 class ExecContext:
     """Everything an executor may know about the command it performs.
 
@@ -120,7 +122,7 @@ class ExecContext:
         return out
 
 
-@dataclass(frozen=True)
+@record
 class AgentResult:
     """One agent turn: the verdict (only ever from the typed channel), artifacts,
     cost, and the agent's own words kept as a note (never read as a verdict).
@@ -135,7 +137,7 @@ class AgentResult:
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class CodeResult:
     """A deterministic step's outcome; ``output`` is kept (cut) for loop-back briefs;
     ``result`` is the step's output object, kept in the task's state."""
@@ -148,7 +150,7 @@ class CodeResult:
     result: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@record
 class CheckResult:
     """A check's outcome. An error or a timeout is ``passed=False``, never a pass. ``body`` is
     an HTTP check's answer when it was plain JSON (None otherwise, and for a JSON null)."""

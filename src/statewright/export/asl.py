@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from statewright._errors import InputError
+from statewright._record import record
 from statewright.definition.model import OutcomeRoute, Route, RouteKind, Step, StepKind, Workflow
 from statewright.machine.paths import parse_ref
 
@@ -59,7 +60,7 @@ LAMBDA_TRANSIENT = ("Lambda.ServiceException", "Lambda.AWSLambdaException", "Lam
                     "Lambda.TooManyRequestsException")
 
 
-@dataclass(frozen=True)
+@record
 class Queues:
     """Where each step's messages go: one queue for all, or one per owner; and where a
     halted task's dead letter goes (default: the default queue)."""

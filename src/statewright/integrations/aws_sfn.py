@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewright._errors import InputError, PermanentError, TransientError
 from statewright._names import is_agent_name, person_name_problem
+from statewright._record import record
 from statewright.definition.model import Step, StepKind, Workflow
 from statewright.export.asl import TRANSIENT
 from statewright.machine.commands import RunStep
@@ -41,7 +42,7 @@ log = logging.getLogger("statewright.sfn")
 MAX_CAUSE = 32_000  # Step Functions takes at most 32768 characters of cause
 
 
-@dataclass(frozen=True)
+@record
 class Answer:
     """What the worker sends for one task token."""
 
@@ -59,7 +60,7 @@ class _Held:
     execution: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Repair:
     """The verdict did not match its schema: one more turn of the agent, with this brief."""
 

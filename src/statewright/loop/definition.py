@@ -49,13 +49,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import StrEnum
 from pathlib import Path
 
 import yaml
 
 from statewright._errors import DefinitionError
+from statewright._record import record
 from statewright.definition._env import parse_step_env
 from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.definition.durations import parse_duration_seconds
@@ -104,7 +105,7 @@ class SourceKind(StrEnum):
     DIRECTORY = "directory"
 
 
-@dataclass(frozen=True)
+@record
 class CommandSpec:
     """A command to run: argv (no shell), a timeout, a name for the record, and the
     variables it declares (``env`` values, ``secrets`` names from the runner's environment)."""
@@ -117,14 +118,14 @@ class CommandSpec:
     secrets: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class SourceSpec:
     kind: SourceKind
     path: Path | None = None
     command: CommandSpec | None = None
 
 
-@dataclass(frozen=True)
+@record
 class WorkerSpec:
     """Either a workflow file for the task engine, or a command run per item."""
 
@@ -132,19 +133,19 @@ class WorkerSpec:
     command: CommandSpec | None = None
 
 
-@dataclass(frozen=True)
+@record
 class GateSpec:
     role: str
     timeout_seconds: float | None = None
 
 
-@dataclass(frozen=True)
+@record
 class GoalSpec:
     all_items_closed: bool
     oracles: tuple[CommandSpec, ...]
 
 
-@dataclass(frozen=True)
+@record
 class BudgetSpec:
     passes: int
     tokens: int | None = None
@@ -154,7 +155,7 @@ class BudgetSpec:
     pass_money_usd: float | None = None
 
 
-@dataclass(frozen=True)
+@record
 class LoopDefinition:
     """A validated loop file."""
 

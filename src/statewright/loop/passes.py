@@ -22,13 +22,13 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
 from statewright._errors import InputError, PermanentError
 from statewright._json_limits import loads_json_object, read_regular_file
+from statewright._record import record
 from statewright.executors._process import run_process
 from statewright.loop._isolation import command_env
 from statewright.loop.definition import CommandSpec
@@ -46,7 +46,7 @@ class PassStatus(StrEnum):
     WAITING = "waiting"
 
 
-@dataclass(frozen=True)
+@record
 class PassResult:
     """What a pass produced. ``cause`` says why there is no result. ``task_id`` names the
     pass's task (an engine pass); ``step`` and ``role``: where it waits for a person."""

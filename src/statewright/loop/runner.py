@@ -39,13 +39,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from statewright._crash import LOOP_CRASH_ENV, loop_crash_point
 from statewright._errors import IllegalEventError, InputError, VersionConflictError
+from statewright._record import record
 from statewright.loop._isolation import loop_redactor, require_secrets
 from statewright.loop.definition import LoopDefinition
 from statewright.loop.errors import LoopInvariantError, RunHeldError, SourceError
@@ -132,7 +132,7 @@ def system_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True)
+@record
 class RunOutcome:
     """Where a process left the run: a terminal, or paused at a clean stop. ``waiting_on``
     names the pass's task the run waits on in RUNNING (it waits for a person's approval)."""

@@ -25,16 +25,16 @@ Pure: the Monte-Carlo estimate takes a ``random.Random`` from its caller.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from statewright._errors import InputError
+from statewright._record import record
 
 if TYPE_CHECKING:
     import random
 
 
-@dataclass(frozen=True)
+@record
 class SimInputs:
     """The loop's numbers. Probabilities are between 0 and 1."""
 
@@ -71,7 +71,7 @@ class SimInputs:
         return (1.0 - self.success) * self.false_pass
 
 
-@dataclass(frozen=True)
+@record
 class Figures:
     """What a dashboard shows (closed, escalated, passes) and what it hides."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import yaml
 
 from statewright._errors import InputError, PermanentError
 from statewright._json_limits import check_json_value, loads_json
+from statewright._record import record
 from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.executors._process import run_process
 from statewright.loop._isolation import command_env
@@ -34,7 +35,7 @@ from statewright.loop.errors import SourceError
 MAX_SOURCE_OUTPUT_CHARS = 1_000_000
 
 
-@dataclass(frozen=True)
+@record
 class WorkItem:
     """One item of the backlog: its id, what the source said, and the run working it."""
 

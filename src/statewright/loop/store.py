@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from statewright._errors import InputError, VersionConflictError
+from statewright._record import record
 from statewright.loop.errors import RunHeldError
 from statewright.machine.loop.codec import (
     command_to_dict,
@@ -53,7 +53,7 @@ LOOP_RUN = str(StreamKind.LOOP_RUN)
 _ALL_RUNS = 1_000_000
 
 
-@dataclass(frozen=True)
+@record
 class RunRow:
     """A run as stored: its newest state and its bookkeeping."""
 
@@ -85,7 +85,7 @@ class RunRow:
         return self.state.cleared_reason or None
 
 
-@dataclass(frozen=True)
+@record
 class StoredLine:
     seq: int
     state: LoopStatus
@@ -99,7 +99,7 @@ class StoredLine:
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class ApprovalRow:
     """A gate waiting for a person: the run's pass in AWAITING_HUMAN."""
 

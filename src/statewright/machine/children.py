@@ -14,14 +14,14 @@ Child ids are the parent's id, step, attempt and index: ``PARENT.STEP.ATTEMPT.IN
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from statewright._record import record
 from statewright.machine.commands import CancelChild, StartChild, TellParent
 from statewright.machine.events import ChildEnded
 
 
-@dataclass(frozen=True)
+@record
 class ParentRef:
     """Who started a child: the parent's task id, the step and attempt, and the child's
     index among that attempt's children."""
@@ -55,7 +55,7 @@ class ChildStatus:
     SUCCEEDED = frozenset({"completed", "completed_early"})
 
 
-@dataclass(frozen=True)
+@record
 class Child:
     """One child in its parent's state. ``result`` is the child's ``results`` (step ->
     result) when it ended; ``reason``: why a halted or cancelled child stopped."""

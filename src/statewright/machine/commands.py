@@ -6,14 +6,15 @@ idempotency key and a duplicate report is a duplicate event."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, ClassVar
 
+from statewright._record import record
 from statewright.machine._records import record_dict
 from statewright.machine.seam import Record
 
 
-@dataclass(frozen=True)
+@record
 class Command(Record):
     """A request of the task machine, performed once the transition that asked for it is stored."""
 
@@ -32,7 +33,7 @@ class Command(Record):
         return {"type": self.type, **self.__dict__}
 
 
-@dataclass(frozen=True)
+@record
 class RunStep(Command):
     """Run one attempt of an ai or code step."""
 
@@ -43,7 +44,7 @@ class RunStep(Command):
     repair_error: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class RunCheck(Command):
     """Run check number ``check_number`` of a wait step."""
 
@@ -52,7 +53,7 @@ class RunCheck(Command):
     idempotency_key: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class CaptureArtifacts(Command):
     """Read a human step's declared artifacts and report their content hashes, before the
     proposal is built and shown."""
@@ -61,7 +62,7 @@ class CaptureArtifacts(Command):
     artifacts: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class RequestApproval(Command):
     """A proposal waits for its approvers. The engine logs it when the transition commits;
     the step's Notify commands tell the people (it is never an outbox row)."""
@@ -72,7 +73,7 @@ class RequestApproval(Command):
     expires_at_ms: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class StartTimer(Command):
     """A durable timer: the store keeps it as a row; a worker fires it as TimerFired."""
 
@@ -82,7 +83,7 @@ class StartTimer(Command):
     purpose: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Notify(Command):
     """Tell one target (``NotifyTarget.to_dict()``) of ``event`` (``NotifyEvent``): a task
     waits for approval, halted, or is stuck. ``idempotency_key`` is TASK/EVENT/TARGET: a
@@ -97,7 +98,7 @@ class Notify(Command):
     facts: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record
 class SyncLabels(Command):
     """Make the labels of the task's issue or pull request in ``repo`` show its state as of
     ``version`` (``machine.labels``): remove the stale ones, add the current. A worker reads
@@ -110,7 +111,7 @@ class SyncLabels(Command):
     version: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class StartChild(Command):
     """Start task ``child_id`` of the workflow ``workflow_hash`` (or, when empty, the latest
     registered workflow named ``workflow``) on ``input``; ``task_id``, ``step`` and
@@ -124,7 +125,7 @@ class StartChild(Command):
     input: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record
 class CancelChild(Command):
     """Cancel the live child ``child_id``: its parent was cancelled by ``actor``, or the
     parent's step that started it ended (``actor`` is then ``statewright:map``)."""
@@ -135,7 +136,7 @@ class CancelChild(Command):
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TellParent(Command):
     """The child ``task_id`` ended: append ChildEnded to its parent (``parent``)."""
 

@@ -6,15 +6,16 @@ An event's ``event_id`` makes its append idempotent."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, ClassVar
 
 from statewright._errors import IllegalEventError
+from statewright._record import record
 from statewright.machine._records import record_dict
 from statewright.machine.seam import Record
 
 
-@dataclass(frozen=True)
+@record
 class Event(Record):
     """A fact of a task, appended to its log; ``event_id`` makes the append idempotent."""
 
@@ -31,7 +32,7 @@ class Event(Record):
         return {"type": self.type, **self.__dict__}
 
 
-@dataclass(frozen=True)
+@record
 class TaskSubmitted(Event):
     """A task starts. ``priority`` (higher is claimed first) and ``tenant`` (whose fair share
     and limits its steps count against) hold for all its steps."""
@@ -43,7 +44,7 @@ class TaskSubmitted(Event):
     tenant: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class AttemptReported(Event):
     """An ai or code step's command finished. ``error`` is a reason code when the executor
     produced no usable result (``timeout``, ``exit_status``, ``no_verdict``,
@@ -69,7 +70,7 @@ class AttemptReported(Event):
     retries: int = 0  # transient errors retried before this outcome
 
 
-@dataclass(frozen=True)
+@record
 class CheckReported(Event):
     """One check of a wait step finished. An errored or timed-out check is ``passed=False``.
     ``error`` is a reason code when the check's outcome could not be recorded
@@ -91,7 +92,7 @@ class CheckReported(Event):
     body: Any = None
 
 
-@dataclass(frozen=True)
+@record
 class ArtifactsCaptured(Event):
     """A human step's declared artifacts were read: ``artifacts`` maps each name to
     ``{"sha256", "bytes", "text"}`` (``text``: the start of the content for the review, cut
@@ -107,7 +108,7 @@ class ArtifactsCaptured(Event):
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TimerFired(Event):
     """A timer the task set (``timer_id``) came due."""
 
@@ -115,7 +116,7 @@ class TimerFired(Event):
     timer_id: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class ApprovalGranted(Event):
     """A person holding ``roles`` approved the proposal the step waits on."""
 
@@ -128,7 +129,7 @@ class ApprovalGranted(Event):
     token_id: str = ""  # the token the person proved who they are with (never the token)
 
 
-@dataclass(frozen=True)
+@record
 class ApprovalRejected(Event):
     """A person holding ``roles`` rejected the proposal the step waits on (``reason_code``)."""
 
@@ -142,7 +143,7 @@ class ApprovalRejected(Event):
     token_id: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class EvidenceAdded(Event):
     """A person supplied evidence to the task (a JSON object), with a note of what it is. A
     proposal waiting for approval is built again with it, so an approval of the old one is
@@ -156,7 +157,7 @@ class EvidenceAdded(Event):
     token_id: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TaskRetried(Event):
     """An operator re-runs the halted step, with a recorded reason."""
 
@@ -165,7 +166,7 @@ class TaskRetried(Event):
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TaskCancelled(Event):
     """The task was cancelled: by ``actor``, or with its parent (``by_parent``)."""
 
@@ -175,7 +176,7 @@ class TaskCancelled(Event):
     by_parent: str = ""  # a child cancelled with its parent, or when the step that started it ended
 
 
-@dataclass(frozen=True)
+@record
 class NotificationSent(Event):
     """A Notify command ended: ``delivered``, or given up with ``error`` (a reason code:
     ``retries_exhausted``, ``refused``, ``secret_missing``, ``not_configured``,
@@ -196,7 +197,7 @@ class NotificationSent(Event):
     tries: int = 1
 
 
-@dataclass(frozen=True)
+@record
 class ChildEnded(Event):
     """Child ``child_id`` (started by ``step``'s attempt ``attempt``, item ``index``) ended
     with ``status``. Written in the same transaction as the child's terminal event; its

@@ -8,9 +8,9 @@ it tolerates (failed). Children still running when the step or the task ends are
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from statewright._record import record
 from statewright.definition.model import Step
 from statewright.machine._records import replace
 from statewright.machine.children import Child, ChildStatus, ParentRef, child_task_id
@@ -78,7 +78,7 @@ def start_more(state: TaskState, step: Step, attempt: int, items: list[Any]) -> 
     return replace(state, children=(*state.children, *new)), cmds
 
 
-@dataclass(frozen=True)
+@record
 class MapEnd:
     """How a map step's attempt ends: ``passed``, with the gathered ``result``, or failed
     with ``reason`` and ``detail``."""

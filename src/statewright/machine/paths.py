@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from statewright._record import record
 
 ROOTS = ("input", "results")
 _SEGMENT = re.compile(r"[A-Za-z0-9_-]+")
 MISSING_REFERENCE = "missing_reference"  # the reason code of a reference that found nothing
 
 
-@dataclass(frozen=True)
+@record
 class Ref:
     """A parsed reference into a task's ``input`` or ``results`` (for results, the step id first)."""
 

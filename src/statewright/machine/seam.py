@@ -14,10 +14,10 @@ into plain JSON types. Nothing here, nor in any machine, does I/O or reads a clo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, NamedTuple, Protocol, TypeVar
 
+from statewright._record import record
 from statewright.machine._records import record_dict
 
 StateT = TypeVar("StateT")
@@ -42,7 +42,7 @@ RUN_STREAM_PREFIX = "loop-run-"
 LOOP_RUN_COMMANDS = frozenset({"WakeRun", "DriveRun"})
 
 
-@dataclass(frozen=True)
+@record
 class Record:
     """An event or a command: a frozen record with a stable ``type`` name."""
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from enum import StrEnum
 from typing import Any
 
+from statewright._record import record
 from statewright.definition.model import Workflow
 from statewright.machine._records import record_dict
 from statewright.machine.children import Child, ParentRef
@@ -34,7 +35,7 @@ class Outcome(StrEnum):
     HALTED = "halted"  # a policy stop (verdict outcome mapped to halt)
 
 
-@dataclass(frozen=True)
+@record
 class Attempt:
     """One recorded attempt of one step: written once, when it ends."""
 
@@ -61,7 +62,7 @@ class Attempt:
     retries: int = 0  # transient errors retried before it ended
 
 
-@dataclass(frozen=True)
+@record
 class Current:
     """The step in flight and what the reducer expects to hear about it next."""
 
@@ -79,7 +80,7 @@ class Current:
     stuck_timer_id: str = ""  # the step's stuck_after timer, until it fires
 
 
-@dataclass(frozen=True)
+@record
 class LoopBack:
     """A failure that sent the task back: the memory the next brief carries."""
 
@@ -92,7 +93,7 @@ class LoopBack:
     output: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Approval:
     """An approval the task recorded: who approved which proposal at which step, and when."""
 
@@ -103,7 +104,7 @@ class Approval:
     token_id: str = ""  # checked again before the approved work runs
 
 
-@dataclass(frozen=True)
+@record
 class OperatorAction:
     """An operator's retry or cancel, as the task recorded it."""
 
@@ -114,7 +115,7 @@ class OperatorAction:
     step: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class Evidence:
     """Evidence a person supplied to the task, in the order given."""
 
@@ -124,7 +125,7 @@ class Evidence:
     note: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class HaltInfo:
     """Where the task halted, and why."""
 
@@ -133,7 +134,7 @@ class HaltInfo:
     detail: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TaskState:
     """A task's state: what its events, applied in order from ``new_task``, add up to."""
 

@@ -7,7 +7,6 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +25,7 @@ from statewright._errors import (
 )
 from statewright._json_limits import check_json_value
 from statewright._names import AGENT_ROLE, OPERATOR_ROLE, is_agent_identity
+from statewright._record import record
 from statewright.definition.fleet import check_priority, check_tenant, is_tenant
 from statewright.definition.loader import load_workflow, workflow_from_dict
 from statewright.definition.model import Workflow
@@ -60,7 +60,7 @@ _UNIT_STATES_MAX = 1_000  # states remembered from multi-task commits (then forg
 _PROPOSAL_HASH = re.compile(r"[0-9a-f]{64}")
 
 
-@dataclass(frozen=True)
+@record
 class Applied:
     """What applying one event gave: the task's new state, its commands, and the command it claimed."""
 
@@ -70,7 +70,7 @@ class Applied:
     duplicate: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Report:
     """One event for ``Engine.apply_many``: ``state`` is the task's state it applies to, and
     ``complete`` the (command id, fencing token) of the command it reports on."""

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright._errors import IllegalEventError, InputError, PermissionDeniedError, TaskTokenError
 from statewright._names import AGENT_ROLE, holds_role, queue_name_problem, remote_timer_ids
+from statewright._record import record
 from statewright._time import when
 from statewright.definition.model import StepKind
 from statewright.machine.commands import RunStep
@@ -44,7 +44,7 @@ REMOTE_ACTOR = "remote:"  # a remote agent's reports are recorded as remote:NAME
 MAX_TOKEN_CHARS = 100
 
 
-@dataclass(frozen=True)
+@record
 class RemoteWork:
     """One claimed attempt, as its agent receives it. ``token`` is shown this once."""
 
@@ -69,7 +69,7 @@ class RemoteWork:
         }
 
 
-@dataclass(frozen=True)
+@record
 class RemoteOutcome:
     """What a report did: the task's status after it, and the repair problem when the
     verdict broke the schema and the attempt went back to the queue for its repair turn."""

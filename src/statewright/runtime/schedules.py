@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewright._errors import DefinitionError, InputError, StatewrightError, VersionConflictError
+from statewright._record import record
 from statewright.definition.durations import parse_duration_seconds
 from statewright.definition.limits import NAME_RULE, is_name
 from statewright.definition.loader import load_workflow, read_definition_text
@@ -57,7 +58,7 @@ class CatchUp(StrEnum):
     ONE = "one"  # the latest missed slot is started once
 
 
-@dataclass(frozen=True)
+@record
 class Schedule:
     name: str
     workflow: Workflow = field(repr=False)
@@ -104,7 +105,7 @@ def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-@dataclass(frozen=True)
+@record
 class Fired:
     """A slot's task: ``started`` False when another scheduler started it first."""
 

@@ -15,11 +15,12 @@ import json
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from statewright._errors import AuthenticationError, InputError, PermissionDeniedError
 from statewright._names import ADMIN_ROLE, holds_role, is_agent_name, person_name_problem
+from statewright._record import record
 from statewright.definition.model import Step, StepKind
 from statewright.machine.paths import RefError
 from statewright.machine.state import Outcome, TaskState
@@ -31,7 +32,7 @@ TOKEN_ENV = "STATEWRIGHT_TOKEN"
 _TOKEN = re.compile(r"swt_[A-Za-z0-9_-]{43}")
 
 
-@dataclass(frozen=True)
+@record
 class Principal:
     """A person who proved who they are with a token (``Users.authenticate``). Each act
     authenticates the token again: holding a Principal grants nothing once it is revoked."""
@@ -42,7 +43,7 @@ class Principal:
     token: str = field(repr=False, compare=False)
 
 
-@dataclass(frozen=True)
+@record
 class Issued:
     """A new token: ``token`` is shown once and never stored (only its sha256 is)."""
 

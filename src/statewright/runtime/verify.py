@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from statewright._canonical import canonical_json
+from statewright._record import record
 from statewright.definition.loader import workflow_from_dict
 from statewright.machine.events import event_from_dict
 from statewright.machine.loop import LOOP_MACHINE
@@ -40,7 +40,7 @@ OLDER_PROJECTION = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     task_id: str
     problem: str

@@ -20,16 +20,16 @@ from, it is ``checkout``."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from statewright._errors import InputError, PermanentError
+from statewright._record import record
 from statewright.definition.model import Step, StepKind, Workflow
 from statewright.machine.state import Outcome, TaskState
 
 
-@dataclass(frozen=True)
+@record
 class AttemptSpace:
     """The directory an attempt works in, the commit it started from and the paths it may not
     change."""

@@ -23,13 +23,14 @@ import hmac
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from statewright._errors import AuthenticationError, DefinitionError, InputError
+from statewright._record import record
 from statewright.definition._yaml import load_yaml, yaml_problem
 from statewright.definition.loader import load_workflow, read_definition_text
 from statewright.definition.model import Workflow
@@ -40,7 +41,7 @@ DELIVERY_HEADER = "X-Statewright-Delivery"
 _MIN_SECRET_BYTES = 16
 
 
-@dataclass(frozen=True)
+@record
 class Hook:
     name: str
     workflow: Workflow

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from statewright._record import record
 from statewright.definition.fleet import DAY_MS, FleetConfig, Rate
 
 CONCURRENCY_RECHECK_MS = 2_000
@@ -28,7 +29,7 @@ CONCURRENCY_RECHECK_MS = 2_000
 (the holder's worker died and its lease must expire first)."""
 
 
-@dataclass(frozen=True)
+@record
 class Gate:
     """One gate a command passes: ``workflow:W``, ``step:W/S``, ``limit:L`` or ``tenant:T``;
     ``capacity`` is the concurrency a definition gave (0: from the fleet config)."""
@@ -48,7 +49,7 @@ def gates_of(text: str | None) -> tuple[Gate, ...]:
     return tuple(Gate(str(n), int(c)) for n, c in json.loads(text))
 
 
-@dataclass(frozen=True)
+@record
 class Waiting:
     """Why a command may not start now: ``reason`` for people, due again at ``until_ms``;
     ``gate`` is what wakes it earlier (a slot's gate, ``budget:T``), or ""."""

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from statewright._errors import StoreUnavailableError as StoreUnavailableError  # re-export
+from statewright._record import record
 from statewright.store.chain import Chain, RawEvent, RawPeopleRow
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 TASK_KIND = "task"  # the kind of stream a task is (statewright.machine.seam.StreamKind.TASK)
 
 
-@dataclass(frozen=True)
+@record
 class StoredTask:
     """A stored stream (a task, or a loop run): its projected state as of ``version``, its
     workflow and its status."""
@@ -38,7 +39,7 @@ class StoredTask:
     kind: str = TASK_KIND  # what the stream is the history of: a task, or a loop run
 
 
-@dataclass(frozen=True)
+@record
 class Claim:
     """A command held under a lease. ``token`` is the fencing token of this claim;
     ``deliveries`` counts the times it was started, this one included (a give-back before
@@ -57,7 +58,7 @@ class Claim:
     tenant: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class TimerClaim:
     """A due timer a worker claimed, with the fencing token that claim holds."""
 
@@ -68,7 +69,7 @@ class TimerClaim:
     token: int
 
 
-@dataclass(frozen=True)
+@record
 class AppendResult:
     """What an append did: the new version, whether it was a duplicate, and the command it claimed."""
 
@@ -80,7 +81,7 @@ class AppendResult:
 CLAIMABLE_AT_ONCE = frozenset({"RunStep", "RunCheck", "DriveRun"})  # what ``claim_for`` may claim as it inserts
 
 
-@dataclass(frozen=True)
+@record
 class NewCommand:
     """A command to insert: outbox row, or a timer row when ``due_at_ms`` and ``timer``."""
 
@@ -101,7 +102,7 @@ class NewCommand:
         return self.gates is None and not self.tenant
 
 
-@dataclass(frozen=True)
+@record
 class AppendRequest:
     """One append of a batch (``Store.append_batch``): the arguments of ``Store.append``
     past version 0."""
@@ -125,7 +126,7 @@ class AppendRequest:
     kind: str = TASK_KIND  # what the new stream is the history of: a task, or a loop run
 
 
-@dataclass(frozen=True)
+@record
 class Wake:
     """Claims under limits that ended, to be told in the commit of their outcomes
     (``Store.append_batch``): ``Store.wake``'s arguments."""
@@ -136,7 +137,7 @@ class Wake:
     command_ids: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class EventRow:
     """One row of a task's event log, with its hash chain link."""
 
@@ -161,7 +162,7 @@ class PeopleAction(StrEnum):
     REVOKE_TOKEN = "revoke_token"
 
 
-@dataclass(frozen=True)
+@record
 class PeopleChange:
     """One change to people, roles or tokens, asked of ``Store.change_people``. ``subject``
     is the person's name (for REVOKE_TOKEN the store fills in the token's owner)."""
@@ -173,7 +174,7 @@ class PeopleChange:
     token_hash: str = ""  # sha256 of the token; the token itself is never stored
 
 
-@dataclass(frozen=True)
+@record
 class Person:
     """A person: their name, their roles, and whether they are active."""
 
@@ -182,7 +183,7 @@ class Person:
     active: bool
 
 
-@dataclass(frozen=True)
+@record
 class TokenRow:
     """An issued token: its id, its holder, and when it was issued and revoked (never the token)."""
 
@@ -192,7 +193,7 @@ class TokenRow:
     revoked_at_ms: int | None
 
 
-@dataclass(frozen=True)
+@record
 class PeopleLogEntry:
     """One row of the append-only people log, linked by the same chain as a task's events."""
 

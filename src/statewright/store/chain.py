@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from statewright._errors import StoreError
+from statewright._record import record
 
 GENESIS_HASH = "0" * 64
 KEY_ENV = "STATEWRIGHT_CHAIN_KEY"
@@ -97,7 +98,7 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"statewright chain key id\0" + key).hexdigest()[:8]
 
 
-@dataclass(frozen=True)
+@record
 class LinkFormat:
     """What a stored link's text says about how it was made."""
 

@@ -15,12 +15,13 @@ import json
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._crash import crash_point
 from statewright._errors import StaleLeaseError, VersionConflictError
+from statewright._record import record
 from statewright.store.base import (
     CLAIMABLE_AT_ONCE,
     TASK_KIND,
@@ -453,7 +454,7 @@ class MemoryStore(MemoryPeople, MemoryFleet):
         return sorted(rows, key=lambda r: (r.parked_at_ms, r.command_id))
 
 
-@dataclass(frozen=True)
+@record
 class _Encoded:
     """The JSON text of one append, made before its transaction opens."""
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from statewright._errors import NotAStatewrightDatabaseError
+from statewright._record import record
 from statewright.store.chain import RawEvent
 from statewright.store.remote import RemoteRow
 
 _MISSING = object()
 
 
-@dataclass(frozen=True)
+@record
 class TaskRow:
     task_id: str
     workflow: str
@@ -32,7 +32,7 @@ class TaskRow:
     kind: str = "task"
 
 
-@dataclass(frozen=True)
+@record
 class CommandRow:
     command_id: str
     task_id: str
@@ -53,7 +53,7 @@ class CommandRow:
     wait_gate: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class TimerRow:
     timer_id: str
     task_id: str
@@ -64,7 +64,7 @@ class TimerRow:
     token: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class RemoteEntry:
     row: RemoteRow
     token_hash: str | None = None

@@ -18,17 +18,17 @@ import json
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any
 
 from statewright._canonical import canonical_json
 from statewright._errors import StaleLeaseError
 from statewright._names import remote_timer_ids
+from statewright._record import record
 
 _COLS = "command_id, task_id, queue, body, parked_at_ms, heartbeat_ms, agent, claimed_at_ms"
 
 
-@dataclass(frozen=True)
+@record
 class RemoteRow:
     """One parked attempt: its RunStep command's body (the brief among it), the queue, and
     who claimed it (``agent`` is None while it waits)."""

@@ -11,7 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from statewright._canonical import canonical_json
@@ -22,6 +22,7 @@ from statewright._errors import (
     StaleLeaseError,
     VersionConflictError,
 )
+from statewright._record import record
 from statewright.store.base import (
     CLAIMABLE_AT_ONCE,
     TASK_KIND,
@@ -653,7 +654,7 @@ class _Refused(Exception):
     """A batch holds an event that is already recorded: the batch is rolled back."""
 
 
-@dataclass(frozen=True)
+@record
 class _Encoded:
     """The JSON text of one append, made before its transaction opens."""
 

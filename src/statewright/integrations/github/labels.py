@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from statewright._record import record
 from statewright.definition.github import GithubProjection
 from statewright.definition.model import RouteKind, Workflow
 from statewright.integrations.github.client import GitHub
@@ -32,7 +33,7 @@ class Synced:
     commented: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Target:
     """Where a task's labels go: ``number``, the pull request a step opened (the key's
     ``pull_request``) once its result names one, else ``started_on``, the issue or pull

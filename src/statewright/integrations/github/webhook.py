@@ -50,7 +50,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from statewright._errors import (
@@ -61,6 +61,7 @@ from statewright._errors import (
     VersionConflictError,
 )
 from statewright._names import OPERATOR_ROLE
+from statewright._record import record
 from statewright.definition.github import GithubProjection
 from statewright.definition.model import Workflow
 from statewright.integrations.github.client import GitHub, GitHubError
@@ -84,7 +85,7 @@ log = logging.getLogger("statewright.github")
 Answer = tuple[int, dict[str, Any]]
 
 
-@dataclass(frozen=True)
+@record
 class WebhookConfig:
     """The workflows whose ``github: {repo: ...}`` the receiver serves, one per repository,
     the webhook secret, and how to reach GitHub for a refusal's cleanup."""
@@ -180,7 +181,7 @@ class _Malformed(Exception):
     """The payload lacks a field the event needs."""
 
 
-@dataclass(frozen=True)
+@record
 class _Undo:
     """What a refused act is undone by: removing the label the person applied, reopening
     what they closed, or nothing (a merge)."""

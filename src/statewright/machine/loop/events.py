@@ -11,31 +11,32 @@ enter the outbox. Never let one stand for the other: ``LaunchWorker`` asks for a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Any, ClassVar
 
 from statewright._errors import IllegalEventError
+from statewright._record import record
 from statewright.machine.loop.model import CheckOutcome, CheckResult, Verdict
 from statewright.machine.seam import Record
 
 # ---------------------------------------------------------------- events
 
 
-@dataclass(frozen=True)
+@record
 class LoopEvent(Record):
     """A fact of a loop run. ``event_id`` makes its append idempotent."""
 
     event_id: str = field(default="", kw_only=True)
 
 
-@dataclass(frozen=True)
+@record
 class LoopCommand(Record):
     """A request a loop run makes. ``command_id`` names it in the outbox."""
 
     command_id: str = field(default="", kw_only=True)
 
 
-@dataclass(frozen=True)
+@record
 class TriggerArrived(LoopEvent):
     """A schedule, an event or a message asks the idle run to start (kill switch off)."""
 
@@ -44,7 +45,7 @@ class TriggerArrived(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class ItemsFound(LoopEvent):
     """The source listed these item ids, in source order."""
 
@@ -53,7 +54,7 @@ class ItemsFound(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class BriefReady(LoopEvent):
     """The brief for the picked item is complete; the launch comes next."""
 
@@ -63,7 +64,7 @@ class BriefReady(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class BriefNeedsPerson(LoopEvent):
     """The brief cannot be written without a person's decision; the item parks."""
 
@@ -73,7 +74,7 @@ class BriefNeedsPerson(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class WorkerReturned(LoopEvent):
     """The worker came back with a result. ``note`` is its own words, never a verdict."""
 
@@ -88,7 +89,7 @@ class WorkerReturned(LoopEvent):
     money_usd: float = 0.0
 
 
-@dataclass(frozen=True)
+@record
 class WorkerNoResult(LoopEvent):
     """The cap fired, the launch failed, or the worker produced nothing usable."""
 
@@ -101,7 +102,7 @@ class WorkerNoResult(LoopEvent):
     money_usd: float = 0.0
 
 
-@dataclass(frozen=True)
+@record
 class PassWaiting(LoopEvent):
     """The pass's task ``task_id`` waits for a person (an approval at ``step``): the run waits
     in RUNNING on the task's end, and the process goes to sleep there (a clean stop)."""
@@ -115,7 +116,7 @@ class PassWaiting(LoopEvent):
     role: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class PassEnded(LoopEvent):
     """The pass's task ``task_id`` (a child task of the run) ended with ``status`` (a task
     status: completed, completed_early, halted, cancelled). Written in the same transaction as
@@ -140,7 +141,7 @@ class PassEnded(LoopEvent):
         return self.status in ("completed", "completed_early")
 
 
-@dataclass(frozen=True)
+@record
 class CheckFinished(LoopEvent):
     """The checks of one pass ran; each result is pass, fail, error or timeout."""
 
@@ -151,7 +152,7 @@ class CheckFinished(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class ApprovalGranted(LoopEvent):
     """A person approved the proposal with this hash. ``roles`` are the roles the store says
     the person holds (the reducer checks the gate's role among them)."""
@@ -163,7 +164,7 @@ class ApprovalGranted(LoopEvent):
     roles: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class ApprovalRejected(LoopEvent):
     """A person refused the proposal; the item parks."""
 
@@ -175,7 +176,7 @@ class ApprovalRejected(LoopEvent):
     roles: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class GateTimedOut(LoopEvent):
     """The gate's time limit passed without a decision; the item parks."""
 
@@ -183,7 +184,7 @@ class GateTimedOut(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class GateSleep(LoopEvent):
     """No decision yet: the process goes to sleep at the gate (a clean stop)."""
 
@@ -191,7 +192,7 @@ class GateSleep(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class RecordAppended(LoopEvent):
     """The store acknowledged the pass record; ``receipt`` names the stored row."""
 
@@ -200,7 +201,7 @@ class RecordAppended(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class GoalEvaluated(LoopEvent):
     """The goal oracles ran (or none were asked for); their output, whole."""
 
@@ -209,7 +210,7 @@ class GoalEvaluated(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class ProcessStarted(LoopEvent):
     """A process took up the run: the first act of every start, handled by resume()."""
 
@@ -217,7 +218,7 @@ class ProcessStarted(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class KillSwitch(LoopEvent):
     """The kill switch (file, ``loop stop`` or a signal) stops the process here."""
 
@@ -226,7 +227,7 @@ class KillSwitch(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class ItemUnparked(LoopEvent):
     """A person reopened a parked item (audited: who and why); the run does not move."""
 
@@ -237,7 +238,7 @@ class ItemUnparked(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class HoldCleared(LoopEvent):
     """A person (an operator) lifted the hold a STUCK run puts on new runs of its loop."""
 
@@ -247,7 +248,7 @@ class HoldCleared(LoopEvent):
     at_ms: int
 
 
-@dataclass(frozen=True)
+@record
 class RunOpened(LoopEvent):
     """The first event of every run's stream: the state it opened with (IDLE, its config and
     the item ledger carried from earlier runs) and the loop file it is pinned to. It is the
@@ -287,14 +288,14 @@ Event = (
 # ---------------------------------------------------------------- commands
 
 
-@dataclass(frozen=True)
+@record
 class FindItems(LoopCommand):
     """Read the source and report the item ids."""
 
     type: ClassVar[str] = "FindItems"
 
 
-@dataclass(frozen=True)
+@record
 class BuildBrief(LoopCommand):
     """Write the brief for this attempt, with why earlier attempts failed."""
 
@@ -304,7 +305,7 @@ class BuildBrief(LoopCommand):
     prior_failure: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class LaunchWorker(LoopCommand):
     """Launch the one worker of this attempt. Emitted only on the normal entry to RUNNING."""
 
@@ -314,7 +315,7 @@ class LaunchWorker(LoopCommand):
     brief: str
 
 
-@dataclass(frozen=True)
+@record
 class AwaitPass(LoopCommand):
     """Wait for the end of the pass's task ``task_id`` (work it here while it can run; sleep
     while it waits for a person). Never a new launch."""
@@ -325,7 +326,7 @@ class AwaitPass(LoopCommand):
     task_id: str
 
 
-@dataclass(frozen=True)
+@record
 class WakeRun(LoopCommand):
     """The run sleeps (on its pass's task, or at the gate) and something moved it: the task
     ended, or a person decided at the gate. A worker that claims this (from the outbox, by its
@@ -339,7 +340,7 @@ class WakeRun(LoopCommand):
     proposal_hash: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class DriveRun(LoopCommand):
     """A process drives the run: the lease it holds while it does, from the line ``line`` it
     started with. The driver renews it and gives it up when it stops; the reducer never asks
@@ -352,7 +353,7 @@ class DriveRun(LoopCommand):
     line: int
 
 
-@dataclass(frozen=True)
+@record
 class StopWorker(LoopCommand):
     """Stop any worker left alive from this attempt. Never followed by a relaunch."""
 
@@ -361,7 +362,7 @@ class StopWorker(LoopCommand):
     attempt: int
 
 
-@dataclass(frozen=True)
+@record
 class RunChecks(LoopCommand):
     """Run the named checks against assets the worker cannot write."""
 
@@ -371,7 +372,7 @@ class RunChecks(LoopCommand):
     checks: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class RequestApproval(LoopCommand):
     """Ask a person with ``role`` to approve the proposal ``shown`` (by proposal_hash)."""
 
@@ -384,7 +385,7 @@ class RequestApproval(LoopCommand):
     timeout_at_ms: int | None = None
 
 
-@dataclass(frozen=True)
+@record
 class AppendRecord(LoopCommand):
     """Append the pass record (idempotent by ``record_no``) and report the receipt."""
 
@@ -401,7 +402,7 @@ class AppendRecord(LoopCommand):
     decided_by: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class EvaluateGoal(LoopCommand):
     """Run these goal oracles now. Empty when the item clause is already false."""
 

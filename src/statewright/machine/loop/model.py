@@ -10,10 +10,11 @@ refuses to make any move that is not one of its rows.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 
 from statewright._errors import LoopDefinitionError
+from statewright._record import record
 
 
 class LoopStatus(StrEnum):
@@ -115,7 +116,7 @@ class BudgetCap(StrEnum):
 S = LoopStatus
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     """One row of the outer-loop state table."""
 
@@ -162,7 +163,7 @@ TABLE: tuple[Row, ...] = (
 LEGAL_MOVES: frozenset[tuple[LoopStatus, LoopStatus]] = frozenset((r.source, r.target) for r in TABLE)
 
 
-@dataclass(frozen=True)
+@record
 class LoopConfig:
     """What the reducer needs from a loop definition: names, thresholds and caps.
 
@@ -228,7 +229,7 @@ class LoopConfig:
             raise LoopDefinitionError(problems, source=f"loop {self.loop!r}")
 
 
-@dataclass(frozen=True)
+@record
 class ItemLedger:
     """An item's standing; carried into the next run (parked stays parked).
 
@@ -246,7 +247,7 @@ class ItemLedger:
         return per_item - (self.attempts - self.reopened_after)
 
 
-@dataclass(frozen=True)
+@record
 class CheckResult:
     """One check or goal oracle: its name, outcome and the output whole."""
 
@@ -262,7 +263,7 @@ class CheckResult:
         return {"name": self.name, "outcome": str(self.outcome), "output": self.output}
 
 
-@dataclass(frozen=True)
+@record
 class Pass:
     """The pass in flight: filled in state by state, cleared in RECORDING."""
 
@@ -288,7 +289,7 @@ class Pass:
     returned: bool = False  # the worker came back with a result that the checks have yet to judge
 
 
-@dataclass(frozen=True)
+@record
 class LoopState:
     """A run's state. Build the next one with ``dataclasses.replace``."""
 
@@ -343,7 +344,7 @@ class LoopState:
         return tuple(i for i in self.plan if (e := self.item(i)) is None or e.status is not ItemStatus.CLOSED)
 
 
-@dataclass(frozen=True)
+@record
 class RecordLine:
     """One line of the record: the state, the event or check, what was written."""
 
