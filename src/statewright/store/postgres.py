@@ -344,28 +344,33 @@ class PostgresStore(SqlStore):
             finally:
                 self._local.cur = None
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
-        """The shared wake as one statement: forget the ended claim's slots, make the first
-        waiters due, and announce them when there were any; after the gates' lock, so that
-        what an admission under way gives back to wait is seen (one pipelined round trip)."""
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
+        """The shared wake as one statement: make the first waiters due, and announce them
+        when there were any; after the gates' lock, so that what an admission under way
+        gives back to wait is seen (one pipelined round trip)."""
         if getattr(self._local, "cur", None) is not None:
-            super().wake(gates, now_ms, count, command_ids=command_ids)
+            super().wake(gates, now_ms, count)
             return
         with self._classified(), self._pool.connection() as conn, self._one_trip(conn):
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
-            conn.execute(*self._wake_statement(gates, now_ms, count, command_ids))
+            conn.execute(*self._wake_statement(gates, now_ms, count))
 
-    def _wake_statement(
-        self, gates: Sequence[str], now_ms: int, count: int, command_ids: Sequence[str]
-    ) -> tuple[str, tuple[Any, ...]]:
+    def _wake_statement(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[str, tuple[Any, ...]]:
         marks = ", ".join(["%s"] * len(gates))
         return (
-            "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
-            " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
-            f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
-            " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
-            (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
+            "WITH u AS (UPDATE sw_outbox SET available_at_ms = %s WHERE command_id IN (SELECT command_id"
+            f" FROM sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s"
+            " ORDER BY priority DESC, fair LIMIT %s) RETURNING 1)"
+            " SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
+            (now_ms, *gates, now_ms, count * len(gates), CHANNEL),
         )
+
+    def _hold_slots_txn(self, cur: Any, holders: list[tuple[str, int]]) -> None:
+        """The shared marking as one statement (in a pipeline, one costs far less than one
+        per row)."""
+        self._x(cur, "UPDATE sw_outbox o SET slot_token = o.token FROM unnest(?::text[], ?::int[]) AS h (id, token)"
+                     " WHERE o.command_id = h.id AND o.token = h.token",
+                ([c for c, _ in holders], [t for _, t in holders]))
 
     def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
         """All of ``rows`` in one multi-row INSERT: in a pipeline, one statement costs far
@@ -482,7 +487,7 @@ class PostgresStore(SqlStore):
                         conn.execute(sql, params)
                     if wake is not None:
                         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
-                        conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count, wake.command_ids))
+                        conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count))
             except refused:
                 return None
         for r, (_, _, result, h) in zip(requests, prepared, strict=True):
