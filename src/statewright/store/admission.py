@@ -222,9 +222,11 @@ def _utc(ms: int) -> str:
 
 
 @lru_cache(maxsize=1024)
-def with_tenant(gates: tuple[Gate, ...], tenant: str, gating: bool) -> tuple[Gate, ...]:
-    """A claim's gates with its tenant's when the tenant has a limit or a budget."""
-    return (*gates, Gate(f"tenant:{tenant}")) if gating and tenant else tuple(gates)
+def claim_gates(text: str | None, tenant: str, gating: bool) -> tuple[Gate, ...]:
+    """The gates a claim passes: its command's (``text``, the column), with its tenant's
+    when the tenant has a limit or a budget (made once per distinct text and tenant)."""
+    gates = gates_of(text)
+    return (*gates, Gate(f"tenant:{tenant}")) if gating and tenant else gates
 
 
 def usage_gates(gates: Sequence[str], config: FleetConfig) -> Mapping[str, bool]:
@@ -247,9 +249,9 @@ __all__ = [
     "Gate",
     "Ledger",
     "Waiting",
+    "claim_gates",
     "gates_json",
     "gates_of",
     "slots_in_use",
     "usage_gates",
-    "with_tenant",
 ]

@@ -25,6 +25,10 @@ from statewright.store.base import Claim
 if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
     from statewright.store.admission import Gate
 
+_HOLDS = (  # a claimed row under gates holds their slots with the claim's new token
+    ", slot_token = CASE WHEN gates IS NOT NULL OR (SELECT gating FROM sw_tenants"
+    " WHERE sw_tenants.tenant = sw_outbox.tenant) = 1 THEN token + 1 END"
+)
 CLAIM_RETURNING = (
     "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms, gates, tenant,"
     " (SELECT gating FROM sw_tenants WHERE sw_tenants.tenant = sw_outbox.tenant), priority, fair"
@@ -41,6 +45,7 @@ class FleetSql:
     _prune_after_ms: int = 0
     _windows_ms: dict[str, dict[int, bool]] = {}  # per limit gate, its rate windows in the last config read
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
+    _claim_holds: bool = True  # the claim runs in its admission's transaction (see _claim_query)
 
     @abstractmethod
     def _tx(self) -> AbstractContextManager[Any]: ...
@@ -97,7 +102,7 @@ class FleetSql:
         rows = self._claim_rows(worker_id, now_ms, lease_ms, limit, task_id)
         plain = [claim_of(r) for r in rows if not is_gated(r)]
         gated = [r for r in rows if is_gated(r)]
-        return (plain + self._admit(gated, now_ms) if gated else plain), len(rows), bool(gated)
+        return (plain + self._admit(gated, now_ms, self._claim_holds) if gated else plain), len(rows), bool(gated)
 
     def _claim_scope(self) -> AbstractContextManager[Any]:
         """What a claim and its admission run in: one transaction on SQLite (one commit for
@@ -107,32 +112,38 @@ class FleetSql:
 
     def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
         with self._stmt() as cur:
-            return in_claim_order(self._claim_query(cur, worker_id, now_ms, lease_ms, limit, task_id).fetchall())
+            return in_claim_order(self._claim_query(
+                cur, worker_id, now_ms, lease_ms, limit, task_id, holds=self._claim_holds).fetchall())
 
     def _claim_query(
-        self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
+        self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool
     ) -> Any:
+        """The claim. With ``holds`` (the admission runs in the same transaction) a claimed
+        row under gates takes their slots with its lease (``slot_token``, the new token); the
+        admission gives back what must wait, and with it the slots."""
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
         return self._x(
             cur,
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-            " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
+            f" deliveries = deliveries + 1{_HOLDS if holds else ''}"
+            " WHERE command_id IN (SELECT command_id FROM sw_outbox"
             f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
             f" ORDER BY priority DESC, fair LIMIT ?{self.skip_locked}) RETURNING {CLAIM_RETURNING}",
             (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
         )
 
-    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+    def _admit(self, rows: list[Any], now_ms: int, held: bool) -> list[Claim]:
         """Admit each row in claim order, or give it back waiting: one transaction, a few
         statements whatever the number of rows. Every read is sent before any is waited for
-        (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip)."""
+        (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip). ``held``:
+        the claim of ``rows`` took their slots (``_claim_query``)."""
         with self._tx() as cur:
             self._lock_gates_txn(cur)
             names = sorted({g.name for r in rows for g in _gates_of_row(r)})
-            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms))
+            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms), held)
 
     def _admission_reads(self, cur: Any, names: Sequence[str] | None, now_ms: int) -> tuple[Any, Any, Any]:
-        """Send what an admission reads, after the gates' lock: the config, the gates and
+        """Send what an admission reads, after the gates' lock: the config, the id, gates and
         tenant of every command that holds slots (its admitted claim's lease is alive), and
         the rate log totals of each named limit among ``names`` (None: every one) over the
         windows the last config read gave it. Cursors, not yet waited for."""
@@ -140,26 +151,31 @@ class FleetSql:
         limits = [g for g in (expected if names is None else names) if g.startswith("limit:") and g in expected]
         config_cur = self._x(self._cursor(cur), "SELECT 'l', name, body FROM sw_limits UNION ALL"
                                                 " SELECT 't', tenant, body FROM sw_tenants")
-        holders_cur = self._x(self._cursor(cur), "SELECT gates, tenant FROM sw_outbox WHERE slot_token IS NOT NULL"
-                                                 " AND slot_token = token AND lease_expires_ms > ?", (now_ms,))
+        holders_cur = self._x(self._cursor(cur), "SELECT command_id, gates, tenant FROM sw_outbox WHERE slot_token"
+                                                 " IS NOT NULL AND slot_token = token AND lease_expires_ms > ?",
+                              (now_ms,))
         totals_cur = self._totals_query(
             self._cursor(cur), [(g, now_ms - w, tokens) for g in limits for w, tokens in expected[g].items()])
         return config_cur, holders_cur, totals_cur
 
-    def _admit_txn(self, cur: Any, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any]) -> list[Claim]:
+    def _admit_txn(
+        self, cur: Any, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], held: bool
+    ) -> list[Claim]:
         """The admission of ``rows`` inside the caller's transaction, which holds the gates'
         lock and sent ``reads`` (``_admission_reads``). What it writes: the rows that must
-        wait given back, the fencing token of each admitted claim that holds slots on its
-        row, and the rate log rows."""
+        wait given back (their slots with them), the fencing token of each admitted claim
+        that holds slots on its row unless its claim wrote it (``held``), and the rate log
+        rows."""
         from statewright.store.admission import Ledger, slots_in_use
 
         admitted, holders, rate_rows, waits = [], [], [], []
         config_cur, holders_cur, totals_cur = reads
         claimed = [(r, _gates_of_row(r)) for r in rows]
         config = self._parse_fleet(config_cur.fetchall())
+        mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
         ledger = Ledger(
             config,
-            slots_in_use(holders_cur.fetchall()),
+            slots_in_use((g, t) for c, g, t in holders_cur.fetchall() if c not in mine),
             lambda gate, since: [(int(a), int(t)) for a, t in self._x(
                 cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
             ).fetchall()],
@@ -190,7 +206,7 @@ class FleetSql:
             self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
                             " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
                             " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
-        if holders:
+        if holders and not held:
             self._hold_slots_txn(cur, holders)
         if rate_rows:
             self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
@@ -358,9 +374,9 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
 
 def _gates_of_row(r: Any) -> tuple[Gate, ...]:
     """A claimed row's gates, with its tenant's when the tenant has a limit or a budget."""
-    from statewright.store.admission import gates_of, with_tenant
+    from statewright.store.admission import claim_gates
 
-    return with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))
+    return claim_gates(r[8], str(r[9]), bool(r[10]))
 
 
 def is_gated(r: Any) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig
-from statewright.store.admission import Ledger, gates_of, slots_in_use, usage_gates, with_tenant
+from statewright.store.admission import Ledger, claim_gates, slots_in_use, usage_gates
 from statewright.store.base import Claim, NewCommand
 from statewright.store.memory_tables import CommandRow, Database
 
@@ -52,7 +52,7 @@ class MemoryFleet:
                 if len(out) >= limit:
                     break
                 share = config.tenants.get(c.tenant)
-                gates = with_tenant(gates_of(c.gates), c.tenant, share is not None and share.gating)
+                gates = claim_gates(c.gates, c.tenant, share is not None and share.gating)
                 held = replace(c, lease_owner=worker_id, lease_expires_ms=now_ms + lease_ms, token=c.token + 1,
                                deliveries=c.deliveries + 1)
                 if gates:

@@ -98,6 +98,7 @@ class PostgresStore(SqlStore):
     skip_locked = " FOR UPDATE SKIP LOCKED"
     announces_work = True
     _gated_seen = False  # the last claim met commands under gates
+    _claim_holds = False  # the plain claim is a statement of its own, before any admission
     _greatest = "GREATEST"
 
     def __init__(
@@ -321,26 +322,27 @@ class PostgresStore(SqlStore):
             self._local.cur = cur
             try:
                 self._lock_gates_txn(cur)
-                claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id)
+                claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id,
+                                              holds=True)
                 reads = self._admission_reads(cur, None, now_ms)
                 rows = in_claim_order(claim_cur.fetchall())
                 gated = [r for r in rows if is_gated(r)]
-                admitted = self._admit_txn(cur, gated, now_ms, reads) if gated else []
+                admitted = self._admit_txn(cur, gated, now_ms, reads, True) if gated else []
             finally:
                 self._local.cur = None
         self._gated_seen = bool(gated)
         return [claim_of(r) for r in rows if not is_gated(r)] + admitted, len(rows), bool(gated)
 
-    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+    def _admit(self, rows: list[Any], now_ms: int, held: bool) -> list[Claim]:
         """The shared admission in pipeline mode: BEGIN, the gates' lock and the reads go in
         one round trip, the writes and COMMIT in another (each read's result is waited for
         only where it is used)."""
         if getattr(self._local, "cur", None) is not None:
-            return super()._admit(rows, now_ms)
+            return super()._admit(rows, now_ms, held)
         with self._classified(), self._pool.connection() as conn, self._one_trip(conn), conn.cursor() as cur:
             self._local.cur = cur
             try:
-                return super()._admit(rows, now_ms)
+                return super()._admit(rows, now_ms, held)
             finally:
                 self._local.cur = None
 
