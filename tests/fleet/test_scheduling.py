@@ -23,6 +23,7 @@ from statewright.runtime.worker import Worker
 from statewright.store import AppendRequest, AppendResult
 from statewright.store.admission import CONCURRENCY_RECHECK_MS
 from statewright.store.base import Wake
+from store.backends import SQL_BACKENDS, raw_sql
 
 from . import fl_steps
 
@@ -142,6 +143,54 @@ def test_the_commit_of_an_outcome_frees_its_slot_and_wakes_the_waiter(
     assert sum(told) == len(tids)
     assert alone == []
     assert clock.now_ms() - start < CONCURRENCY_RECHECK_MS
+
+
+def test_a_claim_whose_lease_expired_frees_its_slot_with_no_write(engine: Engine, clock: FakeClock) -> None:
+    """A slot is held by the claim's lease: once a dead worker's lease has expired, the step
+    waiting for the slot is admitted, though nothing told the store the claim ended."""
+    wf = workflow("expiry", step={"concurrency": 1})
+    t1, t2 = engine.submit(wf, {"n": 1}), engine.submit(wf, {"n": 2})
+    first = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 5)
+    assert [c.task_id for c in first] == [t1]
+    assert engine.store.claim("w2", clock.now_ms(), LEASE_MS, 5) == []
+    clock.advance(LEASE_MS / 1000 + 1)  # w1 died: its lease runs out, with no write
+    again = engine.store.claim("w2", clock.now_ms(), LEASE_MS, 5)
+    assert [c.task_id for c in again] == [t1]  # the expired claim first (it came first), alone
+    assert engine.store.claim("w3", clock.now_ms(), LEASE_MS, 5) == []
+    assert "(concurrency 1, 1 in use)" in waiting_reasons(engine.store.outbox(), clock.now_ms())[t2]
+    engine.store.release(again[0].command_id, again[0].token, clock.now_ms(), failed=False, started=False)
+    assert [c.task_id for c in engine.store.claim("w3", clock.now_ms(), LEASE_MS, 5)] == [t1]  # released: free
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_an_upgrade_keeps_the_slots_held_in_a_version_7_database(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """A version 7 database counted slots in rows of their own: after the upgrade, a claim
+    that held one there still holds it (the next waits), and the table is gone."""
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    wf = workflow("upgrade", step={"concurrency": 1})
+    t1, t2 = engine.submit(wf, {"n": 1}), engine.submit(wf, {"n": 2})
+    held = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)
+    assert [c.task_id for c in held] == [t1]
+    engine.close()
+    for sql in ("DROP INDEX sw_outbox_slots", "ALTER TABLE sw_outbox DROP COLUMN slot_token",
+                "CREATE TABLE sw_slots (gate TEXT NOT NULL, command_id TEXT NOT NULL, token INTEGER NOT NULL,"
+                " PRIMARY KEY (gate, command_id))"):
+        raw_sql(store_url, sql)
+    raw_sql(store_url, "INSERT INTO sw_slots (gate, command_id, token) VALUES (?, ?, ?)",
+            (held[0].gates[0], held[0].command_id, held[0].token))
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("7", "schema_version"))
+
+    again = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    assert again.store.claim("w2", clock.now_ms(), LEASE_MS, 5) == []
+    assert "(concurrency 1, 1 in use)" in waiting_reasons(again.store.outbox(), clock.now_ms())[t2]
+    again.store.ack(held[0].command_id, held[0].token)
+    assert [c.task_id for c in again.store.claim("w2", clock.now_ms() + CONCURRENCY_RECHECK_MS, LEASE_MS, 5)] == [t2]
+    tables = raw_sql(store_url, "SELECT name FROM sqlite_master WHERE type = 'table'" if not
+                     store_url.startswith("postgresql://") else
+                     "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    assert "sw_slots" not in {str(r[0]) for r in tables}
 
 
 def test_a_workflow_concurrency_holds_across_its_steps(engine: Engine) -> None:
