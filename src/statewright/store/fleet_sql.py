@@ -207,7 +207,7 @@ class FleetSql:
                             " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
                             " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
         if holders and not held:
-            self._hold_slots_txn(cur, holders)
+            self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", holders)
         if rate_rows:
             self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
                               "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", rate_rows)
@@ -216,11 +216,6 @@ class FleetSql:
             for gate, before in ledger.forgettable(now_ms).items():
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
         return admitted
-
-    def _hold_slots_txn(self, cur: Any, holders: list[tuple[str, int]]) -> None:
-        """The claims ``holders`` (command id, token) hold slots of their gates while their
-        leases are alive."""
-        self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", holders)
 
     def _cursor(self, cur: Any) -> Any:
         """Another cursor of ``cur``'s transaction, so that several reads can be sent before

@@ -367,13 +367,6 @@ class PostgresStore(SqlStore):
             (now_ms, *gates, now_ms, count * len(gates), CHANNEL),
         )
 
-    def _hold_slots_txn(self, cur: Any, holders: list[tuple[str, int]]) -> None:
-        """The shared marking as one statement (in a pipeline, one costs far less than one
-        per row)."""
-        self._x(cur, "UPDATE sw_outbox o SET slot_token = o.token FROM unnest(?::text[], ?::int[]) AS h (id, token)"
-                     " WHERE o.command_id = h.id AND o.token = h.token",
-                ([c for c, _ in holders], [t for _, t in holders]))
-
     def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
         """All of ``rows`` in one multi-row INSERT: in a pipeline, one statement costs far
         less than one per row."""
