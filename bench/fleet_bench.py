@@ -100,8 +100,7 @@ def claim_round(url: str, on: bool, n: int) -> float:
                 store.ack(c.command_id, c.token)
             gated = [c for c in claims if c.gates]
             if gated:  # as a worker does when claims under a limit end (once per commit)
-                store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated),
-                           command_ids=[c.command_id for c in gated])
+                store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated))
             done += len(claims)
         spent = time.perf_counter() - started
     finally:

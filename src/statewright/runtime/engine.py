@@ -464,7 +464,7 @@ class Engine:
             except (IllegalEventError, StaleLeaseError) as exc:
                 out.append(exc)
         if wake is not None:
-            self.store.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
+            self.store.wake(wake.gates, wake.now_ms, wake.count)
         return out
 
     def reduce(self, report: Report) -> Report:

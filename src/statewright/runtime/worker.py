@@ -137,7 +137,7 @@ class Worker:
         self.stopping: threading.Event = _Stopping(self._wake)
         self._held: dict[str, int] = {}
         self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
-        self._ended: list[tuple[str, tuple[str, ...]]] = []  # gated claims ended, their waiters not yet woken
+        self._ended: list[tuple[str, ...]] = []  # the gates of claims ended, their waiters not yet woken
         self._held_lock = threading.Lock()
         self.renewing = threading.Lock()  # held while the process's renewal thread renews our leases
         # The state a report of ours wrote, keyed by the command the same commit claimed for
@@ -582,29 +582,27 @@ class Worker:
                 del self._held[command_id]
             gates = self._gated.pop(command_id, None)
             if gates:
-                self._ended.append((command_id, gates))
+                self._ended.append(gates)
         if wake:
             self._wake_waiters()
 
     def _wake_waiters(self) -> None:
-        """The slots of the claims under limits that ended are free: forget them and make the
-        commands waiting for them due, in one write for all of them."""
+        """The slots of the claims under limits that ended are free (with their leases): make
+        the commands waiting for them due, in one write for all of them."""
         with self._held_lock:
             ended, self._ended = self._ended, []
         if ended:
-            gates = sorted({g for _, gs in ended for g in gs})
-            self.store.wake(gates, self.clock.now_ms(), len(ended), command_ids=[c for c, _ in ended])
+            self.store.wake(sorted({g for gs in ended for g in gs}), self.clock.now_ms(), len(ended))
 
     def _ending(self, command_ids: list[str]) -> Wake | None:
         """What the commit of the outcomes of ``command_ids`` frees: their claims' slots and
         those of claims that ended before it unwoken, told in that commit (one write less)."""
         with self._held_lock:
             ended, self._ended = self._ended, []
-            ended += [(c, gates) for c in command_ids if (gates := self._gated.pop(c, None))]
+            ended += [gates for c in command_ids if (gates := self._gated.pop(c, None))]
         if not ended:
             return None
-        gates = tuple(sorted({g for _, gs in ended for g in gs}))
-        return Wake(gates, self.clock.now_ms(), len(ended), tuple(c for c, _ in ended))
+        return Wake(tuple(sorted({g for gs in ended for g in gs})), self.clock.now_ms(), len(ended))
 
     def _note_gated(self, claims: list[Claim]) -> None:
         """Remember which claims hold a slot, to wake a waiter when each ends."""
@@ -949,7 +947,7 @@ class Worker:
         except Exception:  # one outcome spoils the group: commit each on its own
             results = [self._commit_alone(report, claim_for) for report in batch]
             if wake is not None:
-                self.store.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
+                self.store.wake(wake.gates, wake.now_ms, wake.count)
         nexts: list[Claim] = []
         done = stale = 0
         for report, res in zip(batch, results, strict=True):

@@ -9,17 +9,19 @@ in-memory database's lock), so two workers can never both take the last slot:
 
 A command that may not start is never failed for it: it is given back without its delivery
 counting and becomes due again when room is expected (a rate window moves on, the next UTC
-day for a spent budget), or earlier when a slot frees (``Store.wake``). A command holds a
-concurrency slot while its lease is alive: a slot is a row naming the command and the
-fencing token of the claim it was admitted with, so a finished, released or expired claim
-frees it with no write of its own. Pure: the store hands in what it counts."""
+day for a spent budget), or earlier when a slot frees (``Store.wake``). A slot is the
+claim's lease itself: an admitted command's outbox row keeps the fencing token of the claim
+it was admitted with, and holds a slot of each of its gates while that claim's lease is
+alive, so a finished, released or expired claim frees its slots with no write of its own.
+Pure: the store hands in what it counts."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from statewright._record import record
 from statewright.definition.fleet import DAY_MS, FleetConfig, Rate
@@ -43,10 +45,26 @@ def gates_json(gates: Sequence[Gate]) -> str | None:
     return json.dumps([[g.name, g.capacity] for g in gates], separators=(",", ":")) if gates else None
 
 
+@lru_cache(maxsize=1024)
 def gates_of(text: str | None) -> tuple[Gate, ...]:
+    """The gates a command's column text names (parsed once per distinct text: the commands
+    of one step share it)."""
     if not text:
         return ()
     return tuple(Gate(str(n), int(c)) for n, c in json.loads(text))
+
+
+def slots_in_use(holders: Iterable[tuple[str | None, str]]) -> dict[str, int]:
+    """Live slots per gate, from the (gates text, tenant) of every command whose admitted
+    claim still holds its lease: each holds a slot of each of its gates and of its tenant's."""
+    out: dict[str, int] = {}
+    for text, tenant in holders:
+        for g in gates_of(text):
+            out[g.name] = out.get(g.name, 0) + 1
+        if tenant:
+            name = f"tenant:{tenant}"
+            out[name] = out.get(name, 0) + 1
+    return out
 
 
 @record
@@ -61,15 +79,15 @@ class Waiting:
 
 @dataclass
 class Ledger:
-    """What the gates of one admission count, loaded once per gate from the store (through
-    the three callables) and kept up to date with what this admission takes."""
+    """What the gates of one admission count: the live slots of every gate (counted before
+    it, ``slots_in_use``), the rate log and the budgets loaded once per gate from the store
+    (through the callables), all kept up to date with what this admission takes."""
 
     config: FleetConfig
-    load_in_use: Callable[[str], int]  # live slots of a gate
+    in_use: dict[str, int]  # live slots per gate; a gate missing has none
     load_window: Callable[[str, int], list[tuple[int, int]]]  # (at_ms, tokens) of rows after a time
     load_spent: Callable[[str, int], tuple[int, float]]  # (tokens, usd) of a tenant on a day
     load_totals: Callable[[str, int], tuple[int, int]] | None = None  # (rows, tokens) after a time
-    in_use: dict[str, int] = field(default_factory=dict)
     windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rows this admission added
     spent: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     window_ms: dict[str, int] = field(default_factory=dict)  # the longest window each rate gate was read for
@@ -84,7 +102,7 @@ class Ledger:
             elif kind == "limit":
                 why = self._limit(name, g.name, now_ms)
             else:
-                why = self._slots(g.name, g.capacity, _what(g.name), now_ms)
+                why = self._slots(g.name, g.capacity, now_ms)
             if why is not None:
                 return why
         return None
@@ -102,7 +120,7 @@ class Ledger:
             kind, _, name = g.name.partition(":")
             if self.capacity(g) is not None:
                 slots.append(g.name)
-                self.in_use[g.name] = self._in_use(g.name) + 1
+                self.in_use[g.name] = self.in_use.get(g.name, 0) + 1
             lim = self.config.limits.get(name) if kind == "limit" else None
             if lim is not None and (lim.rate is not None or lim.tokens is not None):
                 rates.append(g.name)
@@ -123,25 +141,20 @@ class Ledger:
             return share.concurrency if share is not None else None
         return g.capacity or None
 
-    def _in_use(self, gate: str) -> int:
-        if gate not in self.in_use:
-            self.in_use[gate] = self.load_in_use(gate)
-        return self.in_use[gate]
-
-    def _slots(self, gate: str, capacity: int | None, what: str, now_ms: int) -> Waiting | None:
+    def _slots(self, gate: str, capacity: int | None, now_ms: int) -> Waiting | None:
         if capacity is None:
             return None
-        used = self._in_use(gate)
+        used = self.in_use.get(gate, 0)
         if used < capacity:
             return None
-        return Waiting(f"waits for a slot of {what} (concurrency {capacity}, {used} in use)",
+        return Waiting(f"waits for a slot of {_what(gate)} (concurrency {capacity}, {used} in use)",
                        now_ms + CONCURRENCY_RECHECK_MS, gate)
 
     def _limit(self, name: str, gate: str, now_ms: int) -> Waiting | None:
         lim = self.config.limits.get(name)
         if lim is None:  # a limit taken out of the fleet file no longer holds anything back
             return None
-        why = self._slots(gate, lim.concurrency, f"limit {name!r}", now_ms)
+        why = self._slots(gate, lim.concurrency, now_ms)
         if why is not None:
             return why
         for rate, counted in ((lim.rate, False), (lim.tokens, True)):
@@ -180,7 +193,7 @@ class Ledger:
         share = self.config.tenants.get(name)
         if share is None:
             return None
-        why = self._slots(gate, share.concurrency, f"tenant {name!r}", now_ms)
+        why = self._slots(gate, share.concurrency, now_ms)
         if why is not None:
             return why
         if share.daily_tokens is None and share.daily_usd is None:
@@ -209,9 +222,12 @@ def _utc(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
-def with_tenant(gates: Sequence[Gate], tenant: str, gating: bool) -> tuple[Gate, ...]:
-    """A claim's gates with its tenant's when the tenant has a limit or a budget."""
-    return (*gates, Gate(f"tenant:{tenant}")) if gating and tenant else tuple(gates)
+@lru_cache(maxsize=1024)
+def claim_gates(text: str | None, tenant: str, gating: bool) -> tuple[Gate, ...]:
+    """The gates a claim passes: its command's (``text``, the column), with its tenant's
+    when the tenant has a limit or a budget (made once per distinct text and tenant)."""
+    gates = gates_of(text)
+    return (*gates, Gate(f"tenant:{tenant}")) if gating and tenant else gates
 
 
 def usage_gates(gates: Sequence[str], config: FleetConfig) -> Mapping[str, bool]:
@@ -234,8 +250,9 @@ __all__ = [
     "Gate",
     "Ledger",
     "Waiting",
+    "claim_gates",
     "gates_json",
     "gates_of",
+    "slots_in_use",
     "usage_gates",
-    "with_tenant",
 ]

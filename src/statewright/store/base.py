@@ -134,7 +134,6 @@ class Wake:
     gates: tuple[str, ...]
     now_ms: int
     count: int
-    command_ids: tuple[str, ...]
 
 
 @record
@@ -347,9 +346,9 @@ class Store(Protocol):
 
     def fleet(self) -> FleetConfig: ...
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
-        """Make up to ``count`` commands waiting for a slot of each of ``gates`` due now;
-        forget the slots of ``command_ids`` (the claims that ended)."""
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
+        """Make up to ``count`` commands waiting for a slot of each of ``gates`` due now (as
+        many claims under them ended: their slots freed with their leases)."""
         ...
 
     def record_usage(

@@ -7,8 +7,9 @@ tenant with a limit or budget, is it admitted in a transaction that holds
 ``_lock_gates_txn`` (nothing on SQLite, whose writers are serialized already, and where
 the claim and its admission share one transaction; a transaction-level advisory lock on
 PostgreSQL, where, while claims meet gated rows, the claim moves into that transaction).
-Each admission sends all its reads before it waits for any. A worker frees the slots of
-the claims that ended, and wakes their waiters, in the commit of their outcomes."""
+Each admission sends all its reads before it waits for any. A slot is held by the admitted
+claim's lease (``slot_token`` on its outbox row), so a claim that ends frees its slots with
+no write; a worker wakes their waiters in the commit of the claims' outcomes."""
 
 from __future__ import annotations
 
@@ -24,13 +25,17 @@ from statewright.store.base import Claim
 if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
     from statewright.store.admission import Gate
 
+_HOLDS = (  # a claimed row under gates holds their slots with the claim's new token
+    ", slot_token = CASE WHEN gates IS NOT NULL OR (SELECT gating FROM sw_tenants"
+    " WHERE sw_tenants.tenant = sw_outbox.tenant) = 1 THEN token + 1 END"
+)
 CLAIM_RETURNING = (
     "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms, gates, tenant,"
     " (SELECT gating FROM sw_tenants WHERE sw_tenants.tenant = sw_outbox.tenant), priority, fair"
 )
 _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
 _PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
-_PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows and dead slots
+_PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows
 
 
 class FleetSql:
@@ -38,8 +43,9 @@ class FleetSql:
 
     skip_locked: str = ""
     _prune_after_ms: int = 0
-    _windows_ms: dict[str, tuple[int, ...]] = {}  # per limit gate, its rate windows in the last config read
+    _windows_ms: dict[str, dict[int, bool]] = {}  # per limit gate, its rate windows in the last config read
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
+    _claim_holds: bool = True  # the claim runs in its admission's transaction (see _claim_query)
 
     @abstractmethod
     def _tx(self) -> AbstractContextManager[Any]: ...
@@ -96,7 +102,7 @@ class FleetSql:
         rows = self._claim_rows(worker_id, now_ms, lease_ms, limit, task_id)
         plain = [claim_of(r) for r in rows if not is_gated(r)]
         gated = [r for r in rows if is_gated(r)]
-        return (plain + self._admit(gated, now_ms) if gated else plain), len(rows), bool(gated)
+        return (plain + self._admit(gated, now_ms, self._claim_holds) if gated else plain), len(rows), bool(gated)
 
     def _claim_scope(self) -> AbstractContextManager[Any]:
         """What a claim and its admission run in: one transaction on SQLite (one commit for
@@ -106,74 +112,83 @@ class FleetSql:
 
     def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
         with self._stmt() as cur:
-            return in_claim_order(self._claim_query(cur, worker_id, now_ms, lease_ms, limit, task_id).fetchall())
+            return in_claim_order(self._claim_query(
+                cur, worker_id, now_ms, lease_ms, limit, task_id, holds=self._claim_holds).fetchall())
 
     def _claim_query(
-        self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
+        self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool
     ) -> Any:
+        """The claim. With ``holds`` (the admission runs in the same transaction) a claimed
+        row under gates takes their slots with its lease (``slot_token``, the new token); the
+        admission gives back what must wait, and with it the slots."""
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
         return self._x(
             cur,
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-            " deliveries = deliveries + 1 WHERE command_id IN (SELECT command_id FROM sw_outbox"
+            f" deliveries = deliveries + 1{_HOLDS if holds else ''}"
+            " WHERE command_id IN (SELECT command_id FROM sw_outbox"
             f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
             f" ORDER BY priority DESC, fair LIMIT ?{self.skip_locked}) RETURNING {CLAIM_RETURNING}",
             (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
         )
 
-    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+    def _admit(self, rows: list[Any], now_ms: int, held: bool) -> list[Claim]:
         """Admit each row in claim order, or give it back waiting: one transaction, a few
         statements whatever the number of rows. Every read is sent before any is waited for
-        (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip)."""
+        (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip). ``held``:
+        the claim of ``rows`` took their slots (``_claim_query``)."""
         with self._tx() as cur:
             self._lock_gates_txn(cur)
             names = sorted({g.name for r in rows for g in _gates_of_row(r)})
-            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms))
+            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms), held)
 
     def _admission_reads(self, cur: Any, names: Sequence[str] | None, now_ms: int) -> tuple[Any, Any, Any]:
-        """Send what an admission reads, after the gates' lock: the config, the live slots of
-        ``names`` (None: of every gate), and the rate log totals of each named limit among
-        them over the windows the last config read gave it. Cursors, not yet waited for."""
+        """Send what an admission reads, after the gates' lock: the config, the id, gates and
+        tenant of every command that holds slots (its admitted claim's lease is alive), and
+        the rate log totals of each named limit among ``names`` (None: every one) over the
+        windows the last config read gave it. Cursors, not yet waited for."""
         expected = self._windows_ms
         limits = [g for g in (expected if names is None else names) if g.startswith("limit:") and g in expected]
         config_cur = self._x(self._cursor(cur), "SELECT 'l', name, body FROM sw_limits UNION ALL"
                                                 " SELECT 't', tenant, body FROM sw_tenants")
-        if names is None:
-            in_use_cur = self._x(
-                self._cursor(cur),
-                "SELECT s.gate, COUNT(*) FROM sw_slots s JOIN sw_outbox o ON o.command_id = s.command_id"
-                " AND o.token = s.token WHERE o.lease_expires_ms > ? GROUP BY s.gate", (now_ms,))
-        else:
-            in_use_cur = self._in_use_query(self._cursor(cur), names, now_ms) if names else None
-        totals_cur = self._totals_query(self._cursor(cur), [(g, now_ms - w) for g in limits for w in expected[g]])
-        return config_cur, in_use_cur, totals_cur
+        holders_cur = self._x(self._cursor(cur), "SELECT command_id, gates, tenant FROM sw_outbox WHERE slot_token"
+                                                 " IS NOT NULL AND slot_token = token AND lease_expires_ms > ?",
+                              (now_ms,))
+        totals_cur = self._totals_query(
+            self._cursor(cur), [(g, now_ms - w, tokens) for g in limits for w, tokens in expected[g].items()])
+        return config_cur, holders_cur, totals_cur
 
-    def _admit_txn(self, cur: Any, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any]) -> list[Claim]:
+    def _admit_txn(
+        self, cur: Any, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], held: bool
+    ) -> list[Claim]:
         """The admission of ``rows`` inside the caller's transaction, which holds the gates'
-        lock and sent ``reads`` (``_admission_reads``). The new slots and rate log rows are
-        written together."""
-        from statewright.store.admission import Gate, Ledger
+        lock and sent ``reads`` (``_admission_reads``). What it writes: the rows that must
+        wait given back (their slots with them), the fencing token of each admitted claim
+        that holds slots on its row unless its claim wrote it (``held``), and the rate log
+        rows."""
+        from statewright.store.admission import Ledger, slots_in_use
 
-        admitted, slot_rows, rate_rows, waits = [], [], [], []
-        config_cur, in_use_cur, totals_cur = reads
+        admitted, holders, rate_rows, waits = [], [], [], []
+        config_cur, holders_cur, totals_cur = reads
         claimed = [(r, _gates_of_row(r)) for r in rows]
-        names = sorted({g.name for _, gates in claimed for g in gates})
         config = self._parse_fleet(config_cur.fetchall())
+        mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
         ledger = Ledger(
             config,
-            lambda gate: self._in_use_txn(cur, [gate], now_ms).get(gate, 0),
+            slots_in_use((g, t) for c, g, t in holders_cur.fetchall() if c not in mine),
             lambda gate, since: [(int(a), int(t)) for a, t in self._x(
                 cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
             ).fetchall()],
             lambda tenant, day: self._usage_txn(cur, tenant, day),
             lambda gate, since: self._totals_txn(cur, gate, since),
         )
-        if in_use_cur is not None:
-            ledger.in_use.update(dict.fromkeys(names, 0) | {str(g): int(n) for g, n in in_use_cur.fetchall()})
+        windows = _windows_of(config)
         if totals_cur is not None:
             for g, since, n, tokens in totals_cur.fetchall():
                 window = now_ms - int(since)
-                ledger.totals[(str(g), window)] = [int(n), int(tokens)]
+                if tokens is None and windows.get(str(g), {}).get(window):
+                    continue  # a token rate over this window is new in the config: the ledger reads it
+                ledger.totals[(str(g), window)] = [int(n), int(tokens or 0)]
                 ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
         for r, gates in claimed:
             command_id, token = str(r[0]), int(r[4])
@@ -182,18 +197,17 @@ class FleetSql:
                 waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
                 continue
             slots, rates = ledger.take(gates, now_ms)
-            slot_rows += [(gate, command_id, token) for gate in slots]
+            if slots:
+                holders.append((command_id, token))
             rate_rows += [(gate, now_ms, command_id) for gate in rates]
             admitted.append(claim_of(r, tuple(g.name for g in gates)))
-        self._windows_ms = _windows_of(config)
+        self._windows_ms = windows
         if waits:
             self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
                             " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
-                            " waiting = ?, wait_gate = ? WHERE command_id = ? AND token = ?", waits)
-        if slot_rows:
-            distinct = list({(g, c): (g, c, t) for g, c, t in slot_rows}.values())  # a row is updated once
-            self._insert_rows(cur, "INSERT INTO sw_slots (gate, command_id, token) VALUES", "(?, ?, ?)",
-                              " ON CONFLICT (gate, command_id) DO UPDATE SET token = excluded.token", distinct)
+                            " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
+        if holders and not held:
+            self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", holders)
         if rate_rows:
             self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
                               "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", rate_rows)
@@ -201,9 +215,6 @@ class FleetSql:
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
             for gate, before in ledger.forgettable(now_ms).items():
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
-            counted = [g for g in names if ledger.capacity(Gate(g)) is not None]
-            if counted:
-                self._drop_dead_slots_txn(cur, counted, now_ms)
         return admitted
 
     def _cursor(self, cur: Any) -> Any:
@@ -211,15 +222,16 @@ class FleetSql:
         the first is waited for."""
         return cur.connection.cursor()
 
-    def _totals_query(self, cur: Any, windows: list[tuple[str, int]]) -> Any:
-        """Starts and tokens in the rate log of each (gate, after this time), as rows of
-        (gate, since, starts, tokens); None when there are none to read."""
+    def _totals_query(self, cur: Any, windows: list[tuple[str, int, bool]]) -> Any:
+        """Starts and tokens in the rate log of each (gate, after this time, whether its
+        tokens count), as rows of (gate, since, starts, tokens or NULL); None when there are
+        none to read. Starts alone are counted from the rate log's key: no row is read."""
         if not windows:
             return None
         parts = " UNION ALL ".join(
-            "SELECT ?, ?, COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
-            for _ in windows)
-        return self._x(cur, parts, tuple(v for g, since in windows for v in (g, since, g, since)))
+            f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'}"
+            " FROM sw_rate_log WHERE gate = ? AND at_ms > ?" for _, _, tokens in windows)
+        return self._x(cur, parts, tuple(v for g, since, _ in windows for v in (g, since, g, since)))
 
     def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
         """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
@@ -235,44 +247,17 @@ class FleetSql:
         executed for each row (SQLite, where that costs least)."""
         self._many(cur, f"{head} {one}{tail}", rows)
 
-    def _in_use_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> dict[str, int]:
-        """Live slots of each of ``gates``: slot rows whose claim still holds its lease."""
-        return {str(g): int(n) for g, n in self._in_use_query(cur, gates, now_ms).fetchall()}
-
-    def _in_use_query(self, cur: Any, gates: Sequence[str], now_ms: int) -> Any:
-        marks = ", ".join("?" * len(gates))
-        return self._x(
-            cur,
-            "SELECT s.gate, COUNT(*) FROM sw_slots s JOIN sw_outbox o ON o.command_id = s.command_id"
-            f" AND o.token = s.token WHERE s.gate IN ({marks}) AND o.lease_expires_ms > ? GROUP BY s.gate",
-            (*gates, now_ms),
-        )
-
-    def _drop_dead_slots_txn(self, cur: Any, gates: Sequence[str], now_ms: int) -> None:
-        """Forget the slot rows of claims that ended without a wake (their worker died)."""
-        marks = ", ".join("?" * len(gates))
-        self._x(
-            cur,
-            f"DELETE FROM sw_slots WHERE gate IN ({marks}) AND NOT EXISTS (SELECT 1 FROM sw_outbox o WHERE"
-            " o.command_id = sw_slots.command_id AND o.token = sw_slots.token AND o.lease_expires_ms > ?)",
-            (*gates, now_ms),
-        )
-
     def _usage_txn(self, cur: Any, tenant: str, day: int) -> tuple[int, float]:
         row = self._x(cur, "SELECT tokens, money_usd FROM sw_usage WHERE tenant = ? AND day = ?",
                       (tenant, day)).fetchone()
         return (int(row[0]), float(row[1])) if row else (0, 0.0)
 
     # --- waking and usage ----------------------------------------------------------------
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
-        """Make up to ``count`` commands waiting for each of ``gates`` due now; forget the
-        slot rows of ``command_ids`` (the claims that ended)."""
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
+        """Make up to ``count`` commands waiting for each of ``gates`` due now."""
         marks = ", ".join("?" * len(gates))
         with self._tx() as cur:
             self._lock_gates_txn(cur)  # what an admission under way gives back to wait is seen
-            if command_ids:
-                ids = ", ".join("?" * len(command_ids))
-                self._x(cur, f"DELETE FROM sw_slots WHERE command_id IN ({ids})", tuple(command_ids))
             woken = self._x(
                 cur,
                 "UPDATE sw_outbox SET available_at_ms = ? WHERE command_id IN (SELECT command_id FROM"
@@ -353,11 +338,15 @@ class FleetSql:
         return cached
 
 
-def _windows_of(config: FleetConfig) -> dict[str, tuple[int, ...]]:
-    """Per named limit gate, the windows of its rates (what an admission reads ahead)."""
+def _windows_of(config: FleetConfig) -> dict[str, dict[int, bool]]:
+    """Per named limit gate, the windows of its rates, each with whether a token rate has it
+    (what an admission reads ahead)."""
     out = {}
     for name, lim in config.limits.items():
-        windows = tuple(sorted({r.window_ms for r in (lim.rate, lim.tokens) if r is not None}))
+        windows: dict[int, bool] = {}
+        for rate, tokens in ((lim.rate, False), (lim.tokens, True)):
+            if rate is not None:
+                windows[rate.window_ms] = windows.get(rate.window_ms, False) or tokens
         if windows:
             out[f"limit:{name}"] = windows
     return out
@@ -380,9 +369,9 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
 
 def _gates_of_row(r: Any) -> tuple[Gate, ...]:
     """A claimed row's gates, with its tenant's when the tenant has a limit or a budget."""
-    from statewright.store.admission import gates_of, with_tenant
+    from statewright.store.admission import claim_gates
 
-    return with_tenant(gates_of(r[8]), str(r[9]), bool(r[10]))
+    return claim_gates(r[8], str(r[9]), bool(r[10]))
 
 
 def is_gated(r: Any) -> bool:

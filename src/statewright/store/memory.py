@@ -153,7 +153,7 @@ class MemoryStore(MemoryPeople, MemoryFleet):
         except (VersionConflictError, StaleLeaseError, _Refused):
             return None
         if wake is not None:  # the appends are in: the ended claims' slots are free
-            self.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
+            self.wake(wake.gates, wake.now_ms, wake.count)
         return done
 
     def _duplicate(self, event_id: str) -> AppendResult | None:

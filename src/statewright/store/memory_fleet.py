@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig
-from statewright.store.admission import Ledger, gates_of, usage_gates, with_tenant
+from statewright.store.admission import Ledger, claim_gates, slots_in_use, usage_gates
 from statewright.store.base import Claim, NewCommand
 from statewright.store.memory_tables import CommandRow, Database
 
@@ -52,19 +52,19 @@ class MemoryFleet:
                 if len(out) >= limit:
                     break
                 share = config.tenants.get(c.tenant)
-                gates = with_tenant(gates_of(c.gates), c.tenant, share is not None and share.gating)
+                gates = claim_gates(c.gates, c.tenant, share is not None and share.gating)
                 held = replace(c, lease_owner=worker_id, lease_expires_ms=now_ms + lease_ms, token=c.token + 1,
                                deliveries=c.deliveries + 1)
                 if gates:
-                    ledger = ledger or Ledger(config, lambda g: self._in_use(g, now_ms), self._window, self._spent)
+                    ledger = ledger or Ledger(config, self._in_use(now_ms), self._window, self._spent)
                     why = ledger.check(gates, now_ms)
                     if why is not None:
                         self.db.outbox[c.command_id] = replace(c, available_at_ms=why.until_ms, waiting=why.reason,
                                                                wait_gate=why.gate or None)
                         continue
                     slots, rates = ledger.take(gates, now_ms)
-                    for g in slots:
-                        self.db.slots[(g, c.command_id)] = held.token
+                    if slots:
+                        held = replace(held, slot_token=held.token)
                     for g in rates:
                         self.db.rate_log.setdefault(g, []).append([now_ms, c.command_id, 0])
                 self.db.outbox[c.command_id] = held
@@ -74,14 +74,11 @@ class MemoryFleet:
                     self.db.rate_log[gate] = [r for r in self.db.rate_log.get(gate, []) if r[0] >= before]
         return out
 
-    def _in_use(self, gate: str, now_ms: int) -> int:
-        for key, token in list(self.db.slots.items()):
-            if key[0] != gate:
-                continue
-            c = self.db.outbox.get(key[1])
-            if c is None or c.token != token or c.lease_expires_ms is None or c.lease_expires_ms <= now_ms:
-                del self.db.slots[key]
-        return sum(1 for g, _ in self.db.slots if g == gate)
+    def _in_use(self, now_ms: int) -> dict[str, int]:
+        """Live slots per gate: commands whose admitted claim still holds its lease."""
+        return slots_in_use((c.gates, c.tenant) for c in self.db.outbox.values()
+                            if c.slot_token is not None and c.slot_token == c.token
+                            and c.lease_expires_ms is not None and c.lease_expires_ms > now_ms)
 
     def _window(self, gate: str, since_ms: int) -> list[tuple[int, int]]:
         rows = self.db.rate_log.get(gate, [])
@@ -90,10 +87,8 @@ class MemoryFleet:
     def _spent(self, tenant: str, day: int) -> tuple[int, float]:
         return self.db.usage.get((tenant, day), (0, 0.0))
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
         with self.db.lock:
-            for key in [k for k in self.db.slots if k[1] in command_ids]:
-                del self.db.slots[key]
             for gate in gates:
                 waiting = sorted((c for c in self.db.outbox.values()
                                   if c.wait_gate == gate and c.lease_expires_ms is None and c.available_at_ms > now_ms),

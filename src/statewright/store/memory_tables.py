@@ -51,6 +51,7 @@ class CommandRow:
     gates: str | None = None
     waiting: str | None = None
     wait_gate: str | None = None
+    slot_token: int | None = None  # the token of the claim admitted holding slots (store/admission.py)
 
 
 @record
@@ -112,9 +113,8 @@ class Database:
         self.users: dict[str, tuple[tuple[str, ...], bool, int]] = {}  # name -> (roles, active, updated)
         self.tokens: dict[str, tuple[str, str, int, int | None]] = {}  # id -> (hash, name, issued, revoked)
         self.people_log: dict[int, Any] = {}  # seq -> RawPeopleRow
-        # The fleet (store/admission.py): its config, live slots, rate log, usage per day.
+        # The fleet (store/admission.py): its config, rate log, usage per day.
         self.fleet: Any = None  # FleetConfig, or None: nothing configured
-        self.slots: dict[tuple[str, str], int] = {}  # (gate, command id) -> token
         self.rate_log: dict[str, list[list[Any]]] = {}  # gate -> [[at_ms, command id, tokens]]
         self.usage: dict[tuple[str, int], tuple[int, float]] = {}  # (tenant, day) -> (tokens, usd)
 

@@ -98,6 +98,7 @@ class PostgresStore(SqlStore):
     skip_locked = " FOR UPDATE SKIP LOCKED"
     announces_work = True
     _gated_seen = False  # the last claim met commands under gates
+    _claim_holds = False  # the plain claim is a statement of its own, before any admission
     _greatest = "GREATEST"
 
     def __init__(
@@ -321,50 +322,49 @@ class PostgresStore(SqlStore):
             self._local.cur = cur
             try:
                 self._lock_gates_txn(cur)
-                claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id)
+                claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id,
+                                              holds=True)
                 reads = self._admission_reads(cur, None, now_ms)
                 rows = in_claim_order(claim_cur.fetchall())
                 gated = [r for r in rows if is_gated(r)]
-                admitted = self._admit_txn(cur, gated, now_ms, reads) if gated else []
+                admitted = self._admit_txn(cur, gated, now_ms, reads, True) if gated else []
             finally:
                 self._local.cur = None
         self._gated_seen = bool(gated)
         return [claim_of(r) for r in rows if not is_gated(r)] + admitted, len(rows), bool(gated)
 
-    def _admit(self, rows: list[Any], now_ms: int) -> list[Claim]:
+    def _admit(self, rows: list[Any], now_ms: int, held: bool) -> list[Claim]:
         """The shared admission in pipeline mode: BEGIN, the gates' lock and the reads go in
         one round trip, the writes and COMMIT in another (each read's result is waited for
         only where it is used)."""
         if getattr(self._local, "cur", None) is not None:
-            return super()._admit(rows, now_ms)
+            return super()._admit(rows, now_ms, held)
         with self._classified(), self._pool.connection() as conn, self._one_trip(conn), conn.cursor() as cur:
             self._local.cur = cur
             try:
-                return super()._admit(rows, now_ms)
+                return super()._admit(rows, now_ms, held)
             finally:
                 self._local.cur = None
 
-    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1, *, command_ids: Sequence[str] = ()) -> None:
-        """The shared wake as one statement: forget the ended claim's slots, make the first
-        waiters due, and announce them when there were any; after the gates' lock, so that
-        what an admission under way gives back to wait is seen (one pipelined round trip)."""
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
+        """The shared wake as one statement: make the first waiters due, and announce them
+        when there were any; after the gates' lock, so that what an admission under way
+        gives back to wait is seen (one pipelined round trip)."""
         if getattr(self._local, "cur", None) is not None:
-            super().wake(gates, now_ms, count, command_ids=command_ids)
+            super().wake(gates, now_ms, count)
             return
         with self._classified(), self._pool.connection() as conn, self._one_trip(conn):
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
-            conn.execute(*self._wake_statement(gates, now_ms, count, command_ids))
+            conn.execute(*self._wake_statement(gates, now_ms, count))
 
-    def _wake_statement(
-        self, gates: Sequence[str], now_ms: int, count: int, command_ids: Sequence[str]
-    ) -> tuple[str, tuple[Any, ...]]:
+    def _wake_statement(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[str, tuple[Any, ...]]:
         marks = ", ".join(["%s"] * len(gates))
         return (
-            "WITH d AS (DELETE FROM sw_slots WHERE command_id = ANY(%s)), u AS (UPDATE sw_outbox SET"
-            " available_at_ms = %s WHERE command_id IN (SELECT command_id FROM sw_outbox WHERE wait_gate IN"
-            f" ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s ORDER BY priority DESC, fair"
-            " LIMIT %s) RETURNING 1) SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
-            (list(command_ids), now_ms, *gates, now_ms, count * len(gates), CHANNEL),
+            "WITH u AS (UPDATE sw_outbox SET available_at_ms = %s WHERE command_id IN (SELECT command_id"
+            f" FROM sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s"
+            " ORDER BY priority DESC, fair LIMIT %s) RETURNING 1)"
+            " SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
+            (now_ms, *gates, now_ms, count * len(gates), CHANNEL),
         )
 
     def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
@@ -482,7 +482,7 @@ class PostgresStore(SqlStore):
                         conn.execute(sql, params)
                     if wake is not None:
                         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
-                        conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count, wake.command_ids))
+                        conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count))
             except refused:
                 return None
         for r, (_, _, result, h) in zip(requests, prepared, strict=True):

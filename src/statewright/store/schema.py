@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -173,5 +173,16 @@ MIGRATIONS: dict[int, list[str]] = {
     7: [
         "ALTER TABLE sw_tasks ADD COLUMN kind TEXT NOT NULL DEFAULT 'task'",
         "CREATE INDEX IF NOT EXISTS sw_tasks_by_kind ON sw_tasks (kind, workflow)",
+    ],
+    # A concurrency slot is the claim's lease itself: an admitted command's outbox row keeps
+    # the fencing token it was admitted with, and holds a slot of each of its gates while
+    # that claim's lease is alive. A claim that ends frees its slots with no write of its own;
+    # sw_slots (a row per gate and command) is gone, its live rows carried over.
+    8: [
+        "ALTER TABLE sw_outbox ADD COLUMN slot_token INTEGER",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_slots ON sw_outbox (slot_token) WHERE slot_token IS NOT NULL",
+        """UPDATE sw_outbox SET slot_token = token WHERE lease_expires_ms IS NOT NULL AND EXISTS
+            (SELECT 1 FROM sw_slots s WHERE s.command_id = sw_outbox.command_id AND s.token = sw_outbox.token)""",
+        "DROP TABLE IF EXISTS sw_slots",
     ],
 }

@@ -250,7 +250,7 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
                 if any(res.duplicate for res, _ in done):
                     raise _Refused
                 if wake is not None:
-                    self.wake(wake.gates, wake.now_ms, wake.count, command_ids=wake.command_ids)
+                    self.wake(wake.gates, wake.now_ms, wake.count)
         except (VersionConflictError, StaleLeaseError, _Refused):
             return None
         except Exception as exc:
@@ -672,12 +672,13 @@ class _Encoded:
         )
 
 
-# A release frees the lease. ``failures`` counts the deliveries that ended in a reported
-# failure (a transient error, a command no failure could be recorded for); a command given
-# back before it was started (it waited for a busy executor, or its worker stopped first)
-# takes its delivery back, so ``deliveries`` counts only the times it was started.
+# A release frees the lease, and with it the slots it held. ``failures`` counts the
+# deliveries that ended in a reported failure (a transient error, a command no failure could
+# be recorded for); a command given back before it was started (it waited for a busy
+# executor, or its worker stopped first) takes its delivery back, so ``deliveries`` counts
+# only the times it was started.
 _RELEASE_SQL = (
-    "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+    "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?, slot_token = NULL,"
     " failures = failures + ?, last_error = ?,"
     " deliveries = CASE WHEN deliveries > 0 THEN deliveries - ? ELSE 0 END"
     " WHERE command_id = ? AND token = ?"

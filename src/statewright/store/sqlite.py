@@ -110,6 +110,22 @@ class SQLiteStore(SqlStore):
                 raise
         return _when_free(lambda: super(SQLiteStore, self)._x(cur, sql, params))
 
+    def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
+        """The shared wake, written only when a command waits for one of ``gates``: outside
+        a transaction a read looks first. Writers are serialized, so an admission that counted
+        the slot of a claim and gave a command back to wait for it committed before the end of
+        that claim could, and a read after that end sees the waiter."""
+        with self._lock:
+            if not self._depth:
+                marks = ", ".join("?" * len(gates))
+                with self._stmt() as cur:
+                    waits = self._x(cur, f"SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
+                                         " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1",
+                                    (*gates, now_ms)).fetchone()
+                if waits is None:
+                    return
+            super().wake(gates, now_ms, count)
+
     def _is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc).upper()
 
