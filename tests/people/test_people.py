@@ -218,3 +218,33 @@ def test_rows_written_behind_the_logs_back_are_found(
     assert any(says in p for p in problems), problems
     audit = run_cli("users", "audit", "--db", store_url)
     assert audit.exit_code == 1 and any(line.startswith("problem: ") for line in audit.stdout.splitlines())
+
+
+def _plan(store_url: str, sql: str, params: tuple[str, ...] = ()) -> str:
+    """How the database would run ``sql`` (PostgreSQL told to avoid a full scan where an
+    index can serve, since its tables here are too small to choose one on cost)."""
+    if not store_url.startswith("postgresql://"):
+        return " ".join(str(row[-1]) for row in raw_sql(store_url, "EXPLAIN QUERY PLAN " + sql, params))
+    import psycopg
+
+    from statewright.store.postgres import split_url
+
+    conninfo, schema = split_url(store_url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f'SET search_path TO "{schema}"')
+        conn.execute("SET enable_seqscan TO off")
+        plan = conn.execute("EXPLAIN " + sql.replace("%", "%%").replace("?", "%s"), params).fetchall()
+    return " ".join(str(row[0]) for row in plan)
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_authentication_reads_the_people_log_by_index(engine: Engine, store_url: str, tmp_path: Path) -> None:
+    """An authentication reads the log rows about one person and the first keyed link by
+    index: its cost does not grow with the people log."""
+    people = People(engine, tmp_path)
+    people.add("alice", "maintainer")
+    assert engine.users.authenticate(people.tokens["alice"]).name == "alice"
+    about = _plan(store_url, "SELECT seq FROM sw_user_log WHERE subject = ? ORDER BY seq", ("alice",))
+    keyed = _plan(store_url, "SELECT MIN(seq) FROM sw_user_log WHERE hash LIKE 'hmac:%'")
+    assert "sw_user_log_by_subject" in about, about
+    assert "sw_user_log_keyed" in keyed, keyed

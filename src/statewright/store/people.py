@@ -276,7 +276,9 @@ class PeopleSql:
         enough for every authentication; the whole chain is walked by ``people_problems``."""
         rows = [RawPeopleRow(*r) for r in self._x(
             cur, f"SELECT {_LOG_COLS} FROM sw_user_log WHERE subject = ? ORDER BY seq", (name,)).fetchall()]
-        first = self._x(cur, "SELECT MIN(seq) FROM sw_user_log WHERE hash LIKE ?", ("hmac:%",)).fetchone()
+        # the predicate is the partial index's own (sw_user_log_keyed), written out so the
+        # planner can use it
+        first = self._x(cur, "SELECT MIN(seq) FROM sw_user_log WHERE hash LIKE 'hmac:%'").fetchone()
         first_keyed = first[0] if first is not None else None
         last = None
         if self.chain.key is not None:  # the last link covers the rest: it must be one only the key makes

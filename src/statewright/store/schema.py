@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -184,5 +184,11 @@ MIGRATIONS: dict[int, list[str]] = {
         """UPDATE sw_outbox SET slot_token = token WHERE lease_expires_ms IS NOT NULL AND EXISTS
             (SELECT 1 FROM sw_slots s WHERE s.command_id = sw_outbox.command_id AND s.token = sw_outbox.token)""",
         "DROP TABLE IF EXISTS sw_slots",
+    ],
+    # Authentication reads the people log's rows about one person and the seq of its first
+    # keyed link: both by index, so an approval's checks do not grow with the log.
+    9: [
+        "CREATE INDEX IF NOT EXISTS sw_user_log_by_subject ON sw_user_log (subject, seq)",
+        "CREATE INDEX IF NOT EXISTS sw_user_log_keyed ON sw_user_log (seq) WHERE hash LIKE 'hmac:%'",
     ],
 }
