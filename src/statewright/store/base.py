@@ -7,6 +7,7 @@ rows. Leases carry a fencing token so a late worker cannot report over a newer c
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from enum import StrEnum
@@ -205,6 +206,24 @@ class PeopleLogEntry:
     token_id: str
     prev_hash: str
     hash: str
+
+
+class PollingWaits:
+    """How a store that cannot announce new work lets an idle worker wait: it sleeps, or
+    waits on its ``wake`` event, so an interruption needs nothing (the in-memory database
+    and SQLite; PostgreSQL listens instead)."""
+
+    def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
+        """Block an idle worker for up to ``timeout_seconds``, or until ``wake`` is set.
+        Returns False: no work is announced, so callers keep polling."""
+        if wake is not None:
+            wake.wait(max(0.0, timeout_seconds))
+        elif timeout_seconds > 0:
+            time.sleep(timeout_seconds)
+        return False
+
+    def interrupt_waits(self) -> None:
+        return None  # wait_for_work waits on its wake event itself
 
 
 class Store(Protocol):

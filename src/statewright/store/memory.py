@@ -12,8 +12,6 @@ each write; a refusal undoes them all, so nothing of a refused append is left.""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -30,6 +28,7 @@ from statewright.store.base import (
     Claim,
     EventRow,
     NewCommand,
+    PollingWaits,
     StoredTask,
     TimerClaim,
     Wake,
@@ -58,7 +57,7 @@ class _Refused(Exception):
     """One append of a batch is refused: the whole batch is undone."""
 
 
-class MemoryStore(MemoryPeople, MemoryFleet):
+class MemoryStore(PollingWaits, MemoryPeople, MemoryFleet):
     announces_work = False  # idle workers poll, as on SQLite
 
     def __init__(self, url: str = "memory:", *, chain: Chain | None = None, create: bool = True) -> None:
@@ -74,16 +73,6 @@ class MemoryStore(MemoryPeople, MemoryFleet):
 
     def ensure_schema(self, *, upgrade: bool = True) -> int:
         return SCHEMA_VERSION
-
-    def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
-        if wake is not None:
-            wake.wait(max(0.0, timeout_seconds))
-        elif timeout_seconds > 0:
-            time.sleep(timeout_seconds)
-        return False
-
-    def interrupt_waits(self) -> None:
-        return None  # wait_for_work waits on its wake event itself
 
     # --- definitions -------------------------------------------------------------------
     def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -31,6 +29,7 @@ from statewright.store.base import (
     Claim,
     EventRow,
     NewCommand,
+    PollingWaits,
     StoredTask,
     TimerClaim,
     Wake,
@@ -52,7 +51,7 @@ _ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
 _TASK_COLS = "task_id, workflow, workflow_hash, status, version, state, created_at_ms, updated_at_ms"
 
 
-class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
+class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
     url: str = ""
     skip_locked: str = ""
     announces_work: bool = False  # True: wait_for_work wakes on new work, so idle waits can be long
@@ -95,19 +94,6 @@ class SqlStore(PeopleSql, RemoteSql, FleetSql, ABC):
         """Inside a transaction that leaves claimable work for other workers (new outbox rows
         or timers, a released command). PostgreSQL sends NOTIFY; SQLite has no one to tell."""
         return None
-
-    def wait_for_work(self, timeout_seconds: float, wake: threading.Event | None = None) -> bool:
-        """Block an idle worker for up to ``timeout_seconds``, or until ``wake`` is set.
-        Returns True when woken because work was announced (PostgreSQL LISTEN/NOTIFY);
-        this default just sleeps and returns False, so callers keep polling."""
-        if wake is not None:
-            wake.wait(max(0.0, timeout_seconds))
-        elif timeout_seconds > 0:
-            time.sleep(timeout_seconds)
-        return False
-
-    def interrupt_waits(self) -> None:
-        return None  # wait_for_work waits on its wake event itself
 
     def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         cur.execute(self._sql(sql), tuple(params))
