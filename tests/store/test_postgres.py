@@ -258,3 +258,14 @@ def test_closing_the_store_ends_a_wait(pg: PostgresStore) -> None:
     t.join(timeout=10)
     assert not t.is_alive()
     assert out[0][0] is False and out[0][1] < 10
+
+
+def test_a_nul_character_in_a_lookup_is_refused_as_input(pg: PostgresStore) -> None:
+    """PostgreSQL text cannot hold NUL: a task id or a filter with one is a clear input
+    error (the API answers 422), never the driver's DataError (a server error)."""
+    from statewright._errors import InputError
+
+    for call in (lambda: pg.list_tasks(workflow="w\x00"), lambda: pg.load("t-\x00")):
+        with pytest.raises(InputError, match="NUL character"):
+            call()
+    assert pg.list_tasks(workflow="w") == []

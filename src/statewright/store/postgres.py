@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from statewright._crash import crash_point
-from statewright._errors import NotAStatewrightDatabaseError, StoreError, VersionConflictError
+from statewright._errors import InputError, NotAStatewrightDatabaseError, StoreError, VersionConflictError
 from statewright.store.base import (
     CLAIMABLE_AT_ONCE,
     TASK_KIND,
@@ -257,6 +257,14 @@ class PostgresStore(SqlStore):
                 "stop claiming work: held leases expire and other workers take over"
             )
             raise StoreUnavailableError(msg) from None
+
+    def _x(self, cur: Any, sql: str, params: Sequence[Any] = ()) -> Any:
+        """PostgreSQL text cannot hold a NUL character, so a value with one (a task id or a
+        filter given by a caller) is refused as input before it is sent, as one line."""
+        for p in params:
+            if isinstance(p, str) and "\x00" in p:
+                raise InputError(f"{p[:60]!r} holds a NUL character (\\u0000), which PostgreSQL text cannot hold")
+        return super()._x(cur, sql, params)
 
     def _sql(self, sql: str) -> str:
         out = self._sql_cache.get(sql)
