@@ -10,7 +10,9 @@ approve_and_run``; then open a new SQLite store, build the peer workload's workf
 ``start_task`` it to the approval, where it parks. No users are bootstrapped: the target is
 what every script pays before its first step, not the account set-up. ``first_task_ms`` is
 the total from the child's first line to the parked task. The parent prints the median and
-the range of each figure over the N processes, twice:
+the range of each figure over the N processes, twice. ``its_stdlib_modules_ms`` is what the
+standard library alone costs: a second fresh process imports only the standard modules the
+first one loaded for its task (in the order it loaded them), and nothing of statewright.
 
 - without bytecode cache: ``PYTHONDONTWRITEBYTECODE=1`` and no ``__pycache__`` beside the
   sources (a checkout run with that setting), so every statewright module is compiled from
@@ -33,6 +35,8 @@ from pathlib import Path
 CHILD = r"""
 import time
 t0 = time.perf_counter()
+import sys
+before = set(sys.modules)
 import statewright
 t1 = time.perf_counter()
 from statewright import Engine, WorkflowBuilder, approve_and_run, start_task
@@ -50,17 +54,35 @@ if state.status != "awaiting_approval":
     raise SystemExit(f"first task ended {state.status}, expected awaiting_approval")
 ms = lambda a, b: round((b - a) * 1000, 2)
 print(ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t0, t3))
+print(",".join(m for m in sys.modules if m not in before and m.partition(".")[0] in sys.stdlib_module_names))
+"""
+
+# The standard modules alone: a fresh process imports, in the order the first task loaded
+# them, the standard modules that process loaded (none of statewright's own work).
+STDLIB = r"""
+import time
+t0 = time.perf_counter()
+import importlib, sys
+for name in sys.argv[1].split(","):
+    importlib.import_module(name)
+print(round((time.perf_counter() - t0) * 1000, 2))
 """
 
 PEERS = Path(__file__).resolve().parent / "peers"
-FIGURES = ("import_statewright_ms", "import_api_ms", "open_and_first_task_ms", "first_task_ms")
+FIGURES = ("import_statewright_ms", "import_api_ms", "open_and_first_task_ms", "first_task_ms",
+           "its_stdlib_modules_ms")
 
 
 def one_process(env: dict[str, str]) -> list[float]:
+    """The four figures of a first task, then the time a fresh process takes to import only
+    the standard modules that first task loaded."""
     with tempfile.TemporaryDirectory() as directory:
         out = subprocess.run([sys.executable, "-c", CHILD, directory, str(PEERS)], check=True,
                              capture_output=True, text=True, env=env).stdout
-    return [float(x) for x in out.split()]
+    figures, modules = out.splitlines()
+    floor = subprocess.run([sys.executable, "-c", STDLIB, modules], check=True, capture_output=True, text=True,
+                           env=env).stdout
+    return [float(x) for x in figures.split()] + [float(floor)]
 
 
 def report(title: str, runs: list[list[float]]) -> None:

@@ -4,6 +4,7 @@ nothing; ``batch=1`` gives every outcome a commit of its own."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -108,10 +109,14 @@ def test_a_worker_shares_commits_among_ready_tasks(
     monkeypatch.setattr(worker_module, "PREFETCH_SECONDS", 60.0)
     worker = Worker(engine)
     sizes: list[int] = []
+    held: list[bool] = []
     real = engine.store.append_batch
 
     def slow_first_commit(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
-        if not sizes:  # hold the first commit until more outcomes wait behind it
+        # An executor commits a lone outcome itself; hold the committer's first commit (made
+        # while the executor has more ready) until more outcomes wait behind it
+        if not held and threading.current_thread() is not threading.main_thread():
+            held.append(True)
             with worker._cv:
                 queued = worker._cv.wait_for(lambda: len(worker._staged) >= 2, timeout=30)
             assert queued, "no outcome queued behind the held commit"
@@ -187,3 +192,43 @@ def test_a_stopping_worker_commits_what_it_performed_and_releases_the_rest(
     for i in range(12):
         for step in ("a", "b", "c"):
             assert len(lines(tmp_path / f"ws{i}" / f"{step}.calls")) == 1
+
+
+def test_a_task_alone_is_committed_by_its_own_executor(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With nothing else under way, the executor that performed a step commits its outcome
+    itself and goes on to the next step: no commit of a task alone waits for the committer
+    thread. A waiter still learns when the task settles."""
+    tid = engine.submit(THREE_STEPS, {"workspace": str(tmp_path / "ws")})
+    threads: list[threading.Thread] = []
+    real = engine.store.append_batch
+
+    def append_batch(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
+        threads.append(threading.current_thread())
+        return real(requests, wake=wake)
+
+    monkeypatch.setattr(engine.store, "append_batch", append_batch)
+    worker = Worker(engine)
+    runner = threading.Thread(target=worker.run, kwargs={"until_idle": True})
+    runner.start()
+    state = worker.wait_for(tid, timeout=30)
+    runner.join(timeout=30)
+
+    assert state.status is TaskStatus.COMPLETED
+    assert len(threads) == 3 and set(threads) == {runner}
+    assert all(len(lines(tmp_path / "ws" / f"{s}.calls")) == 1 for s in ("a", "b", "c"))
+
+
+def test_a_command_being_performed_is_held_until_its_commit(engine: Engine, clock: FakeClock, tmp_path: Path) -> None:
+    """A task whose command an executor has taken from the ready queue is still the worker's:
+    a waiter is told by the commit instead of reading the task's state."""
+    tid = engine.submit(THREE_STEPS, {"workspace": str(tmp_path / "ws")})
+    worker = Worker(engine, worker_id="w1")
+    [claim] = engine.store.claim("w1", clock.now_ms(), 30_000, 1)
+    worker._hand_over([claim])
+    assert worker._take() == claim  # being performed: no longer ready
+
+    assert worker._handed_or_held(tid)
+    worker._unhold(claim.command_id, claim.token)
+    assert not worker._handed_or_held(tid)

@@ -136,6 +136,7 @@ class Worker:
         self._wake = threading.Event()
         self.stopping: threading.Event = _Stopping(self._wake)
         self._held: dict[str, int] = {}
+        self._held_tasks: dict[str, str] = {}  # command id -> its task, for the held commands
         self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
         self._ended: list[tuple[str, ...]] = []  # the gates of claims ended, their waiters not yet woken
         self._held_lock = threading.Lock()
@@ -166,6 +167,7 @@ class Worker:
         self._staged: list[Report] = []  # performed, waiting for the committer
         self._pending = 0  # outcomes staged or being committed
         self._busy = 0  # executors performing a command or claiming
+        self._committing = False  # a thread is committing outcomes (one at a time)
         self._idle = 0  # executors waiting for work in _wait_idle
         self._commits = 0  # commits of outcomes done (each may have made work due)
         self._claimed_at = 0  # what _commits was when the last claim began
@@ -272,6 +274,7 @@ class Worker:
                 continue
             with self._held_lock:
                 self._held[claim.command_id] = claim.token
+                self._held_tasks[claim.command_id] = claim.task_id
             try:
                 report = self._perform_held(claim)
             except StoreError:
@@ -462,6 +465,7 @@ class Worker:
         with self._held_lock:
             for c in claims:
                 self._held[c.command_id] = c.token
+                self._held_tasks[c.command_id] = c.task_id
         now = time.monotonic()
         with self._cv:
             self._ready.extend(claims)
@@ -562,14 +566,34 @@ class Worker:
             est = self._step_seconds
             self._step_seconds = took if est is None else (est + took) / 2
         finally:
+            lead: list[Report] = []
             with self._cv:
                 self._busy -= 1
                 if outcome is not None:
                     self._staged.append(outcome)
                     self._pending += 1
+                    if self._alone():
+                        lead = self._take_batch()
                 self._cv.notify_all()
             if outcome is None:
                 self._unhold(claim.command_id, claim.token)
+        if lead:
+            self._commit_guarded(lead)
+
+    def _alone(self) -> bool:
+        """With _cv held: whether an outcome just staged is all there is to commit: no commit
+        in flight, no other executor performing or claiming, nothing ready to start. The
+        committer would then commit it at once; its executor does so itself instead, and
+        goes on to the next step with no hand-over between threads."""
+        return not (self._committing or self._busy or self._ready or self._executors_done
+                    or self.stopping.is_set())
+
+    def _take_batch(self) -> list[Report]:
+        """With _cv held: the outcomes of the next commit, which the caller now makes."""
+        self._committing = True
+        batch = self._staged[: self.batch]
+        del self._staged[: len(batch)]
+        return batch
 
     def _hand_back(self, claim: Claim) -> None:
         """Give back a claim that was never started: its delivery does not count."""
@@ -580,6 +604,7 @@ class Worker:
         with self._held_lock:
             if self._held.get(command_id) == token:
                 del self._held[command_id]
+                self._held_tasks.pop(command_id, None)
             gates = self._gated.pop(command_id, None)
             if gates:
                 self._ended.append(gates)
@@ -900,22 +925,34 @@ class Worker:
 
     # --- the committer -----------------------------------------------------------------
     def _commit_loop(self) -> None:
+        while True:
+            with self._cv:
+                while self._committing or (not self._staged and not self._executors_done):
+                    self._cv.wait()
+                if not self._staged:
+                    return
+                self._committing = True
+                self._gather()
+                batch = self._take_batch()
+            if not self._commit_guarded(batch):
+                return
+
+    def _commit_guarded(self, batch: list[Report]) -> bool:
+        """Commit ``batch`` (this thread holds the right to commit) and give that right back.
+        When the store is lost or the commit cannot be made, the worker stops: returns False."""
         try:
-            while True:
-                with self._cv:
-                    while not self._staged and not self._executors_done:
-                        self._cv.wait()
-                    if not self._staged:
-                        return
-                    self._gather()
-                    batch = self._staged[: self.batch]
-                    del self._staged[: len(batch)]
-                self._commit(batch)
+            self._commit(batch)
+            return True
         except StoreError as exc:
             log.error("lost the store (%s); stopping: held leases will expire", exc)
             self._stop_committing(exc)
-        except Exception as exc:  # the committer cannot go on: stop, releasing our leases
+        except Exception as exc:  # outcomes cannot be recorded: stop, releasing our leases
             self._stop_committing(_stopped("the committer could not record outcomes", exc), cause=exc)
+        finally:
+            with self._cv:
+                self._committing = False
+                self._cv.notify_all()
+        return False
 
     def _stop_committing(self, exc: StatewrightError, *, cause: BaseException | None = None) -> None:
         with self._cv:
@@ -965,8 +1002,11 @@ class Worker:
                 if res.claimed is not None:
                     self._chained[res.claimed.command_id] = res.state
                     nexts.append(res.claimed)
-                self._note_settled(report.task_id, res.state)  # its waiter wakes now, whatever was claimed
+            # Let go of the command before telling a waiter: one that finds it not held reads
+            # the task as this commit left it; one that finds it held is told just below
             self._unhold(command_id, token, wake=False)
+            if not isinstance(res, Exception):
+                self._note_settled(report.task_id, res.state)  # its waiter wakes now, whatever was claimed
         self._wake_waiters()  # once for the whole batch
         self._hand_over(nexts)
         with self._cv:
@@ -1016,8 +1056,13 @@ class Worker:
                 self._cv.notify_all()
 
     def _handed_or_held(self, task_id: str) -> bool:
+        """Whether a command of the task is ours: handed to us, ready, being performed, or
+        its outcome waiting for its commit (which then says when the task settles)."""
         with self._cv:
-            return task_id in self._handed or any(c.task_id == task_id for c in self._ready)
+            if task_id in self._handed:
+                return True
+        with self._held_lock:
+            return task_id in self._held_tasks.values()
 
     def _commit_alone(
         self, report: Report, claim_for: tuple[str, int] | None
