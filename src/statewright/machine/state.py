@@ -7,6 +7,7 @@ from dataclasses import field, fields
 from enum import StrEnum
 from typing import Any
 
+from statewright._canonical import encode_compact
 from statewright._record import record
 from statewright.definition.model import Workflow
 from statewright.machine._records import record_dict
@@ -237,11 +238,12 @@ class TaskState:
 _STATE_FIELDS = tuple(f.name for f in fields(TaskState) if f.name != "workflow")
 
 
-def projection(state: TaskState) -> dict[str, Any]:
+def projection(state: TaskState) -> Projection:
     """``state.to_dict()`` for serialising at once, as the store does after every step: the
     same JSON, but each record's own attribute dictionary (its fields, in declaration order)
     is shared instead of copied. Read it, never change it."""
-    out: dict[str, Any] = {}
+    out = Projection()
+    out.state = state
     for key in _STATE_FIELDS:
         value = getattr(state, key)
         if isinstance(value, tuple):
@@ -256,6 +258,52 @@ def projection(state: TaskState) -> dict[str, Any]:
         "hash": state.workflow.content_hash,
     }
     return out
+
+
+# The compact JSON of records already written, by id (the record is kept, so its id cannot
+# be reused while it is here). A task's attempts, loop-backs and approvals only ever grow, and
+# each is immutable: a step writes its task's whole projection, but encodes only what is new.
+_RECORD_TEXT: dict[int, tuple[object, str]] = {}
+_RECORD_TEXT_MAX = 4096
+
+
+class Projection(dict[str, Any]):
+    """What ``projection`` returns: the dict, and ``compact_json()``, its text as
+    ``json.dumps(self, separators=(",", ":"), ensure_ascii=False)`` writes it, with the
+    records of the state's tuples (attempts, loop-backs, ...) encoded once each and their
+    text reused by every later step of the task. Stores write it with that method when the
+    mapping they are given has it."""
+
+    __slots__ = ("state",)
+    state: TaskState
+
+    def compact_json(self) -> str:
+        parts: list[str] = []
+        rest: dict[str, Any] = {}  # the keys since the last tuple of records, encoded together
+        for key, value in self.items():
+            held = getattr(self.state, key, None) if key in _STATE_FIELDS else None
+            if not (held and isinstance(held, tuple) and isinstance(value, list) and len(value) == len(held)
+                    and all(d is r.__dict__ for d, r in zip(value, held, strict=True))):
+                rest[key] = value  # anything but the list projection() made is encoded as it is
+                continue
+            if rest:
+                parts.append(encode_compact(rest)[1:-1])
+                rest = {}
+            parts.append(f"{encode_compact(key)}:[{','.join(map(_record_text, held))}]")
+        if rest:
+            parts.append(encode_compact(rest)[1:-1])
+        return "{" + ",".join(parts) + "}"
+
+
+def _record_text(r: object) -> str:
+    hit = _RECORD_TEXT.get(id(r))
+    if hit is not None and hit[0] is r:
+        return hit[1]
+    text = encode_compact(r.__dict__)
+    if len(_RECORD_TEXT) >= _RECORD_TEXT_MAX:
+        _RECORD_TEXT.clear()
+    _RECORD_TEXT[id(r)] = (r, text)
+    return text
 
 
 def new_task(task_id: str, workflow: Workflow) -> TaskState:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from statewright._canonical import canonical_json
+from statewright._canonical import canonical_json, compact_json
 from statewright._crash import crash_point
 from statewright._errors import StaleLeaseError, VersionConflictError
 from statewright._record import record
@@ -52,7 +52,7 @@ from statewright.store.schema import SCHEMA_VERSION
 
 __all__ = ["MemoryStore", "database_exists", "drop_database"]
 
-_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
 class _Refused(Exception):
     """One append of a batch is refused: the whole batch is undone."""
 
@@ -124,7 +124,7 @@ class MemoryStore(PollingWaits, MemoryPeople, MemoryFleet):
         if isinstance(request.encoded, _Encoded):
             return request
         return replace(request, encoded=_Encoded(
-            canonical_json(request.event), _compact_json(request.state),
+            canonical_json(request.event), compact_json(request.state),
             tuple("" if c.timer else canonical_json(c.body) for c in request.commands),
         ))
 
@@ -294,7 +294,7 @@ class MemoryStore(PollingWaits, MemoryPeople, MemoryFleet):
             row = self.db.tasks.get(task_id)
             if row is None or row.version != version:
                 return False
-            txn.put(self.db.tasks, task_id, replace(row, state=_compact_json(state)))
+            txn.put(self.db.tasks, task_id, replace(row, state=compact_json(state)))
         return True
 
     def has_event(self, event_id: str) -> bool:

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from statewright._canonical import canonical_json
+from statewright._canonical import canonical_json, compact_json
 from statewright._crash import crash_point
 from statewright._errors import (
     NotAStatewrightDatabaseError,
@@ -41,10 +41,6 @@ from statewright.store.remote import RemoteSql
 from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = ["GENESIS_HASH", "SqlStore"]
-# The projection is not hashed, so it skips canonical_json's key sort (command bodies keep
-# it: an agent sees its brief in the same order as before); one shared encoder also saves
-# building a new one per call, as json.dumps(**options) does.
-_compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _CLAIM_COLS = "command_id, task_id, type, body, token, deliveries, failures, lease_expires_ms"
 _LAST_HASH_CACHE_MAX = 10_000  # tasks whose (version, last event hash) a store remembers
 _ADD_COLUMN = re.compile(r"ALTER TABLE (\w+) ADD COLUMN (\w+)")
@@ -538,7 +534,7 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
         it moved on."""
         with self._stmt() as cur:
             upd = self._x(cur, "UPDATE sw_tasks SET state = ? WHERE task_id = ? AND version = ?",
-                          (_compact_json(state), task_id, version))
+                          (compact_json(state), task_id, version))
             return bool(upd.rowcount == 1)
 
     def has_event(self, event_id: str) -> bool:
@@ -653,7 +649,7 @@ class _Encoded:
         if isinstance(req.encoded, _Encoded):
             return req.encoded
         return cls(
-            canonical_json(req.event), _compact_json(req.state),
+            canonical_json(req.event), compact_json(req.state),
             tuple("" if c.timer else canonical_json(c.body) for c in req.commands),
         )
 
