@@ -161,7 +161,11 @@ class Worker:
         self._failure: StatewrightError | None = None
         self._failure_cause: BaseException | None = None
         # The pipeline between the executors and the committer, guarded by _cv.
-        self._cv = threading.Condition()
+        pipeline_lock = threading.RLock()
+        self._cv = threading.Condition(pipeline_lock)
+        # What wait_for waits on, under the same lock: a task it waits on settled, or the
+        # worker stops. Not _cv, which is notified several times a step.
+        self._settled_cv = threading.Condition(pipeline_lock)
         self._ready: deque[Claim] = deque()  # claimed for us, not yet started
         self._ready_since: dict[str, float] = {}  # command id -> when it joined _ready
         self._staged: list[Report] = []  # performed, waiting for the committer
@@ -228,6 +232,7 @@ class Worker:
             self.stopping.set()
             with self._cv:
                 self._cv.notify_all()
+                self._settled_cv.notify_all()
             for t in threads:
                 t.join()
             with self._cv:  # the committer writes what was performed, then ends
@@ -367,6 +372,7 @@ class Worker:
         self.stopping.set()
         with self._cv:
             self._cv.notify_all()
+            self._settled_cv.notify_all()
 
     def _loop(self, until_idle: bool, until: Callable[[], bool] | None) -> None:
         while not self.stopping.is_set():
@@ -1042,7 +1048,7 @@ class Worker:
                         state = self.engine.state(task_id)
                         if state.status in SETTLED and not self._handed_or_held(task_id):
                             return state
-                    self._cv.wait(min(1.0, deadline - now) if deadline is not None else 1.0)
+                    self._settled_cv.wait(min(1.0, deadline - now) if deadline is not None else 1.0)
                 return self._settled.pop(task_id)
         finally:
             with self._cv:
@@ -1053,7 +1059,7 @@ class Worker:
         if state.status in SETTLED and task_id in self._awaited:
             with self._cv:
                 self._settled[task_id] = state
-                self._cv.notify_all()
+                self._settled_cv.notify_all()
 
     def _handed_or_held(self, task_id: str) -> bool:
         """Whether a command of the task is ours: handed to us, ready, being performed, or

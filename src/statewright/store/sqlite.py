@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from statewright._errors import NotAStatewrightDatabaseError, StoreError
+from statewright.store.base import Claim, TimerClaim
 from statewright.store.sql import SqlStore
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -109,6 +110,30 @@ class SQLiteStore(SqlStore):
             if not _is_busy(exc):
                 raise
         return _when_free(lambda: super(SQLiteStore, self)._x(cur, sql, params))
+
+    def claim(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 1, *, task_id: str | None = None
+    ) -> list[Claim]:
+        """The shared claim, once a read finds a command due: the poll of an idle worker is a
+        read, which takes no write lock from the workers that are committing."""
+        if not self._depth and not self._any_due("sw_outbox", "available_at_ms", now_ms, task_id):
+            return []
+        return super().claim(worker_id, now_ms, lease_ms, limit, task_id=task_id)
+
+    def claim_timers(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10, *, task_id: str | None = None
+    ) -> list[TimerClaim]:
+        """The shared timer claim, once a read finds a timer due (as ``claim``)."""
+        if not self._depth and not self._any_due("sw_timers", "due_at_ms", now_ms, task_id):
+            return []
+        return super().claim_timers(worker_id, now_ms, lease_ms, limit, task_id=task_id)
+
+    def _any_due(self, table: str, due: str, now_ms: int, task_id: str | None) -> bool:
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        with self._stmt() as cur:
+            row = self._x(cur, f"SELECT 1 FROM {table} WHERE {due} <= ? AND (lease_expires_ms IS NULL"
+                               f" OR lease_expires_ms <= ?){one} LIMIT 1", (now_ms, now_ms, *params)).fetchone()
+        return row is not None
 
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
         """The shared wake, written only when a command waits for one of ``gates``: outside
