@@ -38,8 +38,10 @@ def main(argv: list[str]) -> int:
 
     engine = Engine(open_store(url))
     worker = Worker(engine)
-    if mode == "idle":  # ready means idle: what Worker.run imports first is already loaded
-        import statewright.executors  # noqa: F401
+    if mode == "idle":  # ready means idle: what Worker.run imports first (its executors) is loaded
+        import statewright.executors.agents
+        import statewright.executors.checks
+        import statewright.executors.code  # noqa: F401
     report(mode=mode, vm_hwm_kb=vm_hwm_kb())
     if mode == "drain":
         sys.stdin.readline()

@@ -197,10 +197,10 @@ def test_a_stopping_worker_commits_what_it_performed_and_releases_the_rest(
 def test_a_task_alone_is_committed_by_its_own_executor(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """With nothing else under way, the executor that performed a step commits its outcome
-    itself and goes on to the next step: no commit of a task alone waits for the committer
-    thread. A waiter still learns when the task settles."""
-    tid = engine.submit(THREE_STEPS, {"workspace": str(tmp_path / "ws")})
+    """With nothing else under way and no other work due when the worker last looked, the
+    executor that performed a step commits its outcome itself and goes on to the next step:
+    no commit of a task alone waits for the committer thread. A waiter still learns when the
+    task settles."""
     threads: list[threading.Thread] = []
     real = engine.store.append_batch
 
@@ -209,7 +209,9 @@ def test_a_task_alone_is_committed_by_its_own_executor(
         return real(requests, wake=wake)
 
     monkeypatch.setattr(engine.store, "append_batch", append_batch)
-    worker = Worker(engine)
+    worker = Worker(engine, idle_poll_seconds=60.0)
+    assert not worker._find_work()  # nothing due: what the worker found stands for 60 s
+    tid = engine.submit(THREE_STEPS, {"workspace": str(tmp_path / "ws")}, hold_for=worker)
     runner = threading.Thread(target=worker.run, kwargs={"until_idle": True})
     runner.start()
     state = worker.wait_for(tid, timeout=30)

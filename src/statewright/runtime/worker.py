@@ -177,7 +177,9 @@ class Worker:
         self._claimed_at = 0  # what _commits was when the last claim began
         self._executors_done = False
         self._step_seconds: float | None = None  # moving average of performing one command
-        self._fresh_after = 0.0  # while outcomes are pending, no new claim before this time
+        # Until then the last claim's finding stands (it came back short: no more work due):
+        # no new claim while outcomes are pending, and a lone outcome is committed by its executor
+        self._fresh_after = 0.0
         self._timers_due = 0.0  # when a worker with work in hand next looks for due timers
         self._pipeline = False  # run() is working
         self._awaited: set[str] = set()  # tasks wait_for() waits on
@@ -588,11 +590,13 @@ class Worker:
 
     def _alone(self) -> bool:
         """With _cv held: whether an outcome just staged is all there is to commit: no commit
-        in flight, no other executor performing or claiming, nothing ready to start. The
-        committer would then commit it at once; its executor does so itself instead, and
-        goes on to the next step with no hand-over between threads."""
+        in flight, no other executor performing or claiming, nothing ready to start, and the
+        last claim, moments ago, found no more work due. The committer would then commit it
+        at once; its executor does so itself instead, and goes on to the next step with no
+        hand-over between threads. With work queued, the executor claims it while the
+        committer writes, and outcomes share commits."""
         return not (self._committing or self._busy or self._ready or self._executors_done
-                    or self.stopping.is_set())
+                    or self.stopping.is_set() or time.monotonic() >= self._fresh_after)
 
     def _take_batch(self) -> list[Report]:
         """With _cv held: the outcomes of the next commit, which the caller now makes."""
