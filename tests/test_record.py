@@ -107,3 +107,26 @@ class Shown:
 def test_a_method_the_class_writes_is_kept() -> None:
     assert repr(Shown(3)) == "<3>"
     assert Shown(3) == Shown(3) and hash(Shown(3)) == hash(Shown(3))
+
+
+def test_the_init_is_compiled_when_the_first_record_is_made() -> None:
+    """Until one is made a record's ``__init__`` is the one that compiles it; the first call
+    puts the compiled one in its place, for the record and for a plain subclass alike, and
+    a bad call is refused as the compiled one refuses it."""
+
+    @record
+    class Later:
+        a: int
+        b: str = "b"
+
+    class Plainly(Later):
+        pass
+
+    first = vars(Later)["__init__"]
+    with pytest.raises(TypeError):
+        Later()  # type: ignore[call-arg]
+    assert vars(Later)["__init__"] is not first  # compiled, even by a call it refused
+    compiled = vars(Later)["__init__"]
+    assert (Later(1).a, Later(2, b="c").b, Plainly(3).a) == (1, "c", 3)
+    assert vars(Later)["__init__"] is compiled and "__init__" not in vars(Plainly)
+    assert Later.__init__.__qualname__.endswith("Later.__init__")
