@@ -130,3 +130,20 @@ def test_the_init_is_compiled_when_the_first_record_is_made() -> None:
     assert (Later(1).a, Later(2, b="c").b, Plainly(3).a) == (1, "c", 3)
     assert vars(Later)["__init__"] is compiled and "__init__" not in vars(Plainly)
     assert Later.__init__.__qualname__.endswith("Later.__init__")
+
+
+class Slotted:
+    """A base with slots: a record made from it sets its fields one by one."""
+
+    __slots__ = ("__dict__", "extra")
+
+
+def test_a_record_over_a_slotted_base_sets_its_fields() -> None:
+    @record
+    class Over(Slotted):
+        a: int
+        b: dict[str, int] = field(default_factory=dict)
+
+    o = Over(1)
+    assert (o.a, o.b, list(vars(o))) == (1, {}, ["a", "b"])
+    assert Over(2, {"x": 1}) == Over(2, {"x": 1}) and Over(1).b is not o.b

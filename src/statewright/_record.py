@@ -77,12 +77,14 @@ def _first_init(cls: type, fields: tuple[Field[Any], ...]) -> Any:
 
 
 def _init(cls: type, fields: tuple[Field[Any], ...]) -> Any:
-    """The one compiled method: ``__init__(self, a, b=<default>, ...)`` setting each field
-    through ``object.__setattr__``, then calling ``__post_init__`` when the class has one."""
+    """The one compiled method: ``__init__(self, a, b=<default>, ...)`` putting every field in
+    the instance's dictionary at once, in declaration order (through ``object.__setattr__``
+    one by one when a class of the record has ``__slots__``), then calling
+    ``__post_init__`` when the class has one."""
     names: dict[str, Any] = {"_set": object.__setattr__, "_FACTORY": _FACTORY}
     positional: list[str] = ["self"]
     keyword: list[str] = []
-    body: list[str] = []
+    values: list[tuple[str, str]] = []
     for f in fields:
         if f.default is not MISSING:
             names[f"_d_{f.name}"] = f.default
@@ -93,7 +95,11 @@ def _init(cls: type, fields: tuple[Field[Any], ...]) -> Any:
         else:
             param, value = f.name, f.name
         (keyword if f.kw_only else positional).append(param)
-        body.append(f" _set(self, {f.name!r}, {value})")
+        values.append((f.name, value))
+    if any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
+        body = [f" _set(self, {name!r}, {value})" for name, value in values]
+    else:
+        body = [" self.__dict__.update({" + ", ".join(f"{name!r}: {value}" for name, value in values) + "})"]
     if hasattr(cls, "__post_init__"):
         body.append(" self.__post_init__()")
     params = positional + (["*", *keyword] if keyword else [])
