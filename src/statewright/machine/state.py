@@ -265,6 +265,7 @@ def projection(state: TaskState) -> Projection:
 # each is immutable: a step writes its task's whole projection, but encodes only what is new.
 _RECORD_TEXT: dict[int, tuple[object, str]] = {}
 _RECORD_TEXT_MAX = 4096
+_STATE_FIELD_SET = frozenset(_STATE_FIELDS)
 
 
 class Projection(dict[str, Any]):
@@ -281,7 +282,7 @@ class Projection(dict[str, Any]):
         parts: list[str] = []
         rest: dict[str, Any] = {}  # the keys since the last tuple of records, encoded together
         for key, value in self.items():
-            held = getattr(self.state, key, None) if key in _STATE_FIELDS else None
+            held = getattr(self.state, key, None) if key in _STATE_FIELD_SET else None
             if not (held and isinstance(held, tuple) and isinstance(value, list) and len(value) == len(held)
                     and all(d is r.__dict__ for d, r in zip(value, held, strict=True))):
                 rest[key] = value  # anything but the list projection() made is encoded as it is
