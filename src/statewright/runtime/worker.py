@@ -135,8 +135,7 @@ class Worker:
         # command a submit or a commit of ours claimed for us starts at once.
         self._wake = threading.Event()
         self.stopping: threading.Event = _Stopping(self._wake)
-        self._held: dict[str, int] = {}
-        self._held_tasks: dict[str, str] = {}  # command id -> its task, for the held commands
+        self._held: dict[str, Claim] = {}  # command id -> the claim we hold on it
         self._gated: dict[str, tuple[str, ...]] = {}  # command id -> the gates its claim holds
         self._ended: list[tuple[str, ...]] = []  # the gates of claims ended, their waiters not yet woken
         self._held_lock = threading.Lock()
@@ -280,8 +279,7 @@ class Worker:
                 self._wait_for(task_id)
                 continue
             with self._held_lock:
-                self._held[claim.command_id] = claim.token
-                self._held_tasks[claim.command_id] = claim.task_id
+                self._held[claim.command_id] = claim
             try:
                 report = self._perform_held(claim)
             except StoreError:
@@ -472,8 +470,7 @@ class Worker:
             return
         with self._held_lock:
             for c in claims:
-                self._held[c.command_id] = c.token
-                self._held_tasks[c.command_id] = c.task_id
+                self._held[c.command_id] = c
         now = time.monotonic()
         with self._cv:
             self._ready.extend(claims)
@@ -612,9 +609,9 @@ class Worker:
 
     def _unhold(self, command_id: str, token: int, *, wake: bool = True) -> None:
         with self._held_lock:
-            if self._held.get(command_id) == token:
+            held = self._held.get(command_id)
+            if held is not None and held.token == token:
                 del self._held[command_id]
-                self._held_tasks.pop(command_id, None)
             gates = self._gated.pop(command_id, None)
             if gates:
                 self._ended.append(gates)
@@ -1072,7 +1069,7 @@ class Worker:
             if task_id in self._handed:
                 return True
         with self._held_lock:
-            return task_id in self._held_tasks.values()
+            return any(c.task_id == task_id for c in self._held.values())
 
     def _commit_alone(
         self, report: Report, claim_for: tuple[str, int] | None
@@ -1280,7 +1277,7 @@ class Worker:
     def renew_held(self) -> bool:
         """Renew every lease we hold; False when the store is lost (the worker then stops)."""
         with self._held_lock:
-            held = list(self._held.items())
+            held = [(c.command_id, c.token) for c in self._held.values()]
         try:
             for cid, token in held:
                 self.store.renew(cid, token, self.clock.now_ms(), self.lease_ms)
@@ -1319,7 +1316,7 @@ class Worker:
         with self._cv:
             unstarted = {c.command_id for c in self._ready}
         with self._held_lock:
-            held = list(self._held.items())
+            held = [(c.command_id, c.token) for c in self._held.values()]
         try:
             for cid, token in held:
                 self.store.release(cid, token, self.clock.now_ms(), failed=False, started=cid not in unstarted)

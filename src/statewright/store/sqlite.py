@@ -116,7 +116,7 @@ class SQLiteStore(SqlStore):
     ) -> list[Claim]:
         """The shared claim, once a read finds a command due: the poll of an idle worker is a
         read, which takes no write lock from the workers that are committing."""
-        if not self._depth and not self._any_due("sw_outbox", "available_at_ms", now_ms, task_id):
+        if not self._depth and not self._due_now("sw_outbox", "available_at_ms", now_ms, task_id):
             return []
         return super().claim(worker_id, now_ms, lease_ms, limit, task_id=task_id)
 
@@ -124,16 +124,19 @@ class SQLiteStore(SqlStore):
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10, *, task_id: str | None = None
     ) -> list[TimerClaim]:
         """The shared timer claim, once a read finds a timer due (as ``claim``)."""
-        if not self._depth and not self._any_due("sw_timers", "due_at_ms", now_ms, task_id):
+        if not self._depth and not self._due_now("sw_timers", "due_at_ms", now_ms, task_id):
             return []
         return super().claim_timers(worker_id, now_ms, lease_ms, limit, task_id=task_id)
 
-    def _any_due(self, table: str, due: str, now_ms: int, task_id: str | None) -> bool:
+    def _due_now(self, table: str, due: str, now_ms: int, task_id: str | None) -> bool:
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        return self._found(f"SELECT 1 FROM {table} WHERE {due} <= ? AND (lease_expires_ms IS NULL"
+                           f" OR lease_expires_ms <= ?){one} LIMIT 1", (now_ms, now_ms, *params))
+
+    def _found(self, sql: str, params: Sequence[Any]) -> bool:
+        """Whether a read outside any transaction returns a row."""
         with self._stmt() as cur:
-            row = self._x(cur, f"SELECT 1 FROM {table} WHERE {due} <= ? AND (lease_expires_ms IS NULL"
-                               f" OR lease_expires_ms <= ?){one} LIMIT 1", (now_ms, now_ms, *params)).fetchone()
-        return row is not None
+            return self._x(cur, sql, params).fetchone() is not None
 
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
         """The shared wake, written only when a command waits for one of ``gates``: outside
@@ -143,11 +146,8 @@ class SQLiteStore(SqlStore):
         with self._lock:
             if not self._depth:
                 marks = ", ".join("?" * len(gates))
-                with self._stmt() as cur:
-                    waits = self._x(cur, f"SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
-                                         " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1",
-                                    (*gates, now_ms)).fetchone()
-                if waits is None:
+                if not self._found(f"SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
+                                   " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1", (*gates, now_ms)):
                     return
             super().wake(gates, now_ms, count)
 
