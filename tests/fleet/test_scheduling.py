@@ -324,3 +324,59 @@ def test_bad_priority_on_the_command_line_is_one_line(store_url: str, tmp_path: 
     assert res.exit_code == 1
     assert res.output.strip() == ("error: priority must be a whole number from -1000 to 1000 (higher runs first); "
                                   "got -2000")
+
+
+def _rate_rows(url: str) -> list[tuple[str, str]]:
+    return sorted((str(g), str(c)) for g, c in raw_sql(url, "SELECT gate, command_id FROM sw_rate_log"))
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_what_waits_leaves_no_slot_and_no_rate_log_row(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """Commands claimed together beyond a limit's concurrency are given back waiting: they
+    hold no slot, their deliveries do not count, and the rate log counts only what started
+    (PostgreSQL writes both ahead of its decision and takes back what waits)."""
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", concurrency=1, rate=parse_rate("10/min"))}),
+                           clock.now_ms())
+    wf = workflow("ahead", step={"limits": ["api"]})
+    ids = [engine.submit(wf, {"n": i}) for i in range(3)]
+    first = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)
+    assert [c.task_id for c in first] == ids[:1]
+    assert engine.store.claim("w2", clock.now_ms(), LEASE_MS, 5) == []
+    assert _rate_rows(store_url) == [("limit:api", first[0].command_id)]
+    rows = {r["task_id"]: r for r in engine.store.outbox()}
+    for t in ids[1:]:
+        assert rows[t]["lease_owner"] is None and rows[t]["deliveries"] == 0
+        assert "waits for a slot of limit 'api' (concurrency 1, 1 in use)" in str(rows[t]["waiting"])
+    assert raw_sql(store_url, "SELECT COUNT(*) FROM sw_outbox WHERE slot_token IS NOT NULL")[0][0] == 1
+    engine.store.ack(first[0].command_id, first[0].token)
+    engine.store.wake(first[0].gates, clock.now_ms())
+    second = engine.store.claim("w2", clock.now_ms(), LEASE_MS, 5)
+    assert [c.task_id for c in second] == ids[1:2]
+    assert _rate_rows(store_url) == sorted([("limit:api", first[0].command_id), ("limit:api", second[0].command_id)])
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_a_rate_added_while_claims_run_counts_the_next_start(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """A named limit that gains a rate between two claims counts the next start in its rate
+    log, with the start it was claimed with counted once."""
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    limits = {"api": NamedLimit("api", rate=parse_rate("10/min")), "db": NamedLimit("db", concurrency=5)}
+    engine.store.put_fleet(FleetConfig(limits=limits), clock.now_ms())
+    wf = workflow("added", step={"limits": ["api", "db"]})
+    ids = [engine.submit(wf, {"n": i}) for i in range(2)]
+    first = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)
+    assert [c.task_id for c in first] == ids[:1]
+    engine.store.put_fleet(FleetConfig(limits={**limits, "db": NamedLimit("db", concurrency=5,
+                                                                           rate=parse_rate("10/min"))}),
+                           clock.now_ms())
+    second = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1) or engine.store.claim(
+        "w1", clock.now_ms(), LEASE_MS, 1)
+    assert [c.task_id for c in second] == ids[1:]
+    assert second[0].deliveries == 1
+    assert _rate_rows(store_url) == sorted([("limit:api", first[0].command_id), ("limit:api", second[0].command_id),
+                                            ("limit:db", second[0].command_id)])

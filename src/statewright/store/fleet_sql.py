@@ -17,13 +17,14 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
 from statewright.store.base import Claim
 
 if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
-    from statewright.store.admission import Gate
+    from statewright.store.admission import Gate, Ledger
 
 _HOLDS = (  # a claimed row under gates holds their slots with the claim's new token
     ", slot_token = CASE WHEN gates IS NOT NULL OR (SELECT gating FROM sw_tenants"
@@ -36,6 +37,21 @@ CLAIM_RETURNING = (
 _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
 _PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
 _PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows
+
+
+@dataclass
+class Decision:
+    """What an admission decided on its claimed rows: the claims that start, the tokens of
+    those that hold slots, their rate log rows (gate, at, command id), and those that wait
+    (until, reason, gate, command id, token); with the ledger that counted them and the
+    rate windows of the config it read."""
+
+    ledger: Ledger
+    windows: dict[str, dict[int, bool]]
+    admitted: list[Claim] = field(default_factory=list)
+    holders: list[tuple[str, int]] = field(default_factory=list)
+    rate_rows: list[tuple[str, int, str]] = field(default_factory=list)
+    waits: list[tuple[int, str, str | None, str, int]] = field(default_factory=list)
 
 
 class FleetSql:
@@ -121,9 +137,13 @@ class FleetSql:
         """The claim. With ``holds`` (the admission runs in the same transaction) a claimed
         row under gates takes their slots with its lease (``slot_token``, the new token); the
         admission gives back what must wait, and with it the slots."""
+        return self._x(cur, *self._claim_sql(worker_id, now_ms, lease_ms, limit, task_id, holds=holds))
+
+    def _claim_sql(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool
+    ) -> tuple[str, tuple[Any, ...]]:
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
-        return self._x(
-            cur,
+        return (
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
             f" deliveries = deliveries + 1{_HOLDS if holds else ''}"
             " WHERE command_id IN (SELECT command_id FROM sw_outbox"
@@ -139,7 +159,7 @@ class FleetSql:
         the claim of ``rows`` took their slots (``_claim_query``)."""
         with self._tx() as cur:
             self._lock_gates_txn(cur)
-            names = sorted({g.name for r in rows for g in _gates_of_row(r)})
+            names = sorted({g.name for r in rows for g in gates_of_row(r)})
             return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms), held)
 
     def _admission_reads(self, cur: Any, names: Sequence[str] | None, now_ms: int) -> tuple[Any, Any, Any]:
@@ -166,21 +186,37 @@ class FleetSql:
         wait given back (their slots with them), the fencing token of each admitted claim
         that holds slots on its row unless its claim wrote it (``held``), and the rate log
         rows."""
+        d = self._decide(rows, now_ms, reads, cur)
+        if d.waits:
+            self._give_back_txn(cur, d.waits)
+        if d.holders and not held:
+            self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", d.holders)
+        if d.rate_rows:
+            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
+                              "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", d.rate_rows)
+        self._prune_txn(cur, d.ledger, now_ms)
+        return d.admitted
+
+    def _decide(self, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], cur: Any,
+                exclude: Sequence[str] = ()) -> Decision:
+        """Which of ``rows`` (claimed, in claim order) start and which wait, from ``reads``;
+        what the ledger must read besides is read with ``cur``, leaving out the rate log
+        rows of the commands in ``exclude`` (rows this claim wrote ahead of its decision)."""
         from statewright.store.admission import Ledger, slots_in_use
 
-        admitted, holders, rate_rows, waits = [], [], [], []
         config_cur, holders_cur, totals_cur = reads
-        claimed = [(r, _gates_of_row(r)) for r in rows]
         config = self._parse_fleet(config_cur.fetchall())
         mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
+        left_out = ((f" AND command_id NOT IN ({', '.join('?' * len(exclude))})", tuple(exclude))
+                    if exclude else ("", ()))
         ledger = Ledger(
             config,
             slots_in_use((g, t) for c, g, t in holders_cur.fetchall() if c not in mine),
             lambda gate, since: [(int(a), int(t)) for a, t in self._x(
-                cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
-            ).fetchall()],
+                cur, f"SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?{left_out[0]}",
+                (gate, since, *left_out[1])).fetchall()],
             lambda tenant, day: self._usage_txn(cur, tenant, day),
-            lambda gate, since: self._totals_txn(cur, gate, since),
+            lambda gate, since: self._totals_txn(cur, gate, since, left_out),
         )
         windows = _windows_of(config)
         if totals_cur is not None:
@@ -190,32 +226,35 @@ class FleetSql:
                     continue  # a token rate over this window is new in the config: the ledger reads it
                 ledger.totals[(str(g), window)] = [int(n), int(tokens or 0)]
                 ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
-        for r, gates in claimed:
+        d = Decision(ledger, windows)
+        for r in rows:
+            gates = gates_of_row(r)
             command_id, token = str(r[0]), int(r[4])
             why = ledger.check(gates, now_ms)
             if why is not None:
-                waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
+                d.waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
                 continue
             slots, rates = ledger.take(gates, now_ms)
             if slots:
-                holders.append((command_id, token))
-            rate_rows += [(gate, now_ms, command_id) for gate in rates]
-            admitted.append(claim_of(r, tuple(g.name for g in gates)))
+                d.holders.append((command_id, token))
+            d.rate_rows += [(gate, now_ms, command_id) for gate in rates]
+            d.admitted.append(claim_of(r, tuple(g.name for g in gates)))
         self._windows_ms = windows
-        if waits:
-            self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
-                            " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
-                            " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
-        if holders and not held:
-            self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", holders)
-        if rate_rows:
-            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
-                              "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", rate_rows)
-        if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
+        return d
+
+    def _give_back_txn(self, cur: Any, waits: list[tuple[Any, ...]]) -> None:
+        """Give back claims that must wait: (until, reason, gate, command id, token) each;
+        their deliveries do not count and their slots go with their leases."""
+        self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+                        " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
+                        " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
+
+    def _prune_txn(self, cur: Any, ledger: Ledger, now_ms: int) -> None:
+        """Now and then, forget the rate log rows that left every window."""
+        if now_ms >= self._prune_after_ms:
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
             for gate, before in ledger.forgettable(now_ms).items():
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
-        return admitted
 
     def _cursor(self, cur: Any) -> Any:
         """Another cursor of ``cur``'s transaction, so that several reads can be sent before
@@ -233,10 +272,13 @@ class FleetSql:
             " FROM sw_rate_log WHERE gate = ? AND at_ms > ?" for _, _, tokens in windows)
         return self._x(cur, parts, tuple(v for g, since, _ in windows for v in (g, since, g, since)))
 
-    def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
-        """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
-        row = self._x(cur, "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?",
-                      (gate, since_ms)).fetchone()
+    def _totals_txn(
+        self, cur: Any, gate: str, since_ms: int, left_out: tuple[str, tuple[Any, ...]] = ("", ())
+    ) -> tuple[int, int]:
+        """Starts and tokens in the rate log of ``gate`` after ``since_ms`` (``left_out``: a
+        condition leaving some commands' rows out, and its parameters)."""
+        row = self._x(cur, "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
+                      + left_out[0], (gate, since_ms, *left_out[1])).fetchone()
         return int(row[0]), int(row[1])
 
     def _many(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -367,7 +409,7 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
                        float(usd) if usd is not None else None)
 
 
-def _gates_of_row(r: Any) -> tuple[Gate, ...]:
+def gates_of_row(r: Any) -> tuple[Gate, ...]:
     """A claimed row's gates, with its tenant's when the tenant has a limit or a budget."""
     from statewright.store.admission import claim_gates
 
@@ -393,4 +435,7 @@ def claim_of(r: Any, gates: tuple[str, ...] = ()) -> Claim:
     )
 
 
-__all__ = ["CLAIM_RETURNING", "FleetSql", "claim_of", "in_claim_order", "is_gated", "limit_from_row", "tenant_from_row"]
+__all__ = [
+    "CLAIM_RETURNING", "Decision", "FleetSql", "claim_of", "gates_of_row", "in_claim_order", "is_gated",
+    "limit_from_row", "tenant_from_row",
+]
