@@ -380,3 +380,21 @@ def test_a_rate_added_while_claims_run_counts_the_next_start(
     assert second[0].deliveries == 1
     assert _rate_rows(store_url) == sorted([("limit:api", first[0].command_id), ("limit:api", second[0].command_id),
                                             ("limit:db", second[0].command_id)])
+
+
+def test_a_lowered_rate_counts_only_the_starts_in_its_window(engine: Engine, clock: FakeClock) -> None:
+    """Starts that left the window no longer count, though the rate log still holds them,
+    and a rate lowered since the last claim is counted afresh: two of five start at once."""
+    api = NamedLimit("api", rate=parse_rate("100/min"))
+    engine.store.put_fleet(FleetConfig(limits={"api": api}), clock.now_ms())
+    wf = workflow("lowered", step={"limits": ["api"]})
+    ids = [engine.submit(wf, {"n": i}) for i in range(8)]
+    for _ in range(3):
+        (c,) = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)
+        engine.store.ack(c.command_id, c.token)
+    clock.advance(61)  # the three starts left the window; the rate log keeps them for a while
+    engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", rate=parse_rate("2/min"))}), clock.now_ms())
+    started = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 5)
+    assert [c.task_id for c in started] == ids[3:5]
+    assert engine.store.claim("w1", clock.now_ms(), LEASE_MS, 5) == []
+    assert "waits for limit 'api' (2/min starts" in waiting_reasons(engine.store.outbox(), clock.now_ms())[ids[5]]

@@ -60,6 +60,8 @@ class FleetSql:
     skip_locked: str = ""
     _prune_after_ms: int = 0
     _windows_ms: dict[str, dict[int, bool]] = {}  # per limit gate, its rate windows in the last config read
+    _start_caps: dict[tuple[str, int], int] = {}  # (limit gate, window): its start rate, in the last config read
+    _row_span: str = ""  # SQL of a bound on the rate log's rows that costs no scan ("": none)
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
     _claim_holds: bool = True  # the claim runs in its admission's transaction (see _claim_query)
 
@@ -160,13 +162,16 @@ class FleetSql:
         with self._tx() as cur:
             self._lock_gates_txn(cur)
             names = sorted({g.name for r in rows for g in gates_of_row(r)})
-            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms), held)
+            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms, len(rows)), held)
 
-    def _admission_reads(self, cur: Any, names: Sequence[str] | None, now_ms: int) -> tuple[Any, Any, Any]:
-        """Send what an admission reads, after the gates' lock: the config, the id, gates and
-        tenant of every command that holds slots (its admitted claim's lease is alive), and
-        the rate log totals of each named limit among ``names`` (None: every one) over the
-        windows the last config read gave it. Cursors, not yet waited for."""
+    def _admission_reads(
+        self, cur: Any, names: Sequence[str] | None, now_ms: int, taking: int
+    ) -> tuple[Any, Any, Any]:
+        """Send what an admission of up to ``taking`` commands reads, after the gates' lock:
+        the config, the id, gates and tenant of every command that holds slots (its admitted
+        claim's lease is alive), and the rate log totals of each named limit among ``names``
+        (None: every one) over the windows the last config read gave it. Cursors, not yet
+        waited for."""
         expected = self._windows_ms
         limits = [g for g in (expected if names is None else names) if g.startswith("limit:") and g in expected]
         config_cur = self._x(self._cursor(cur), "SELECT 'l', name, body FROM sw_limits UNION ALL"
@@ -174,8 +179,9 @@ class FleetSql:
         holders_cur = self._x(self._cursor(cur), "SELECT command_id, gates, tenant FROM sw_outbox WHERE slot_token"
                                                  " IS NOT NULL AND slot_token = token AND lease_expires_ms > ?",
                               (now_ms,))
-        totals_cur = self._totals_query(
-            self._cursor(cur), [(g, now_ms - w, tokens) for g in limits for w, tokens in expected[g].items()])
+        totals_cur = self._totals_query(self._cursor(cur), [
+            (g, now_ms - w, tokens, None if tokens else self._start_caps.get((g, w))) for g in limits
+            for w, tokens in expected[g].items()], taking)
         return config_cur, holders_cur, totals_cur
 
     def _admit_txn(
@@ -219,11 +225,15 @@ class FleetSql:
             lambda gate, since: self._totals_txn(cur, gate, since, left_out),
         )
         windows = _windows_of(config)
+        sent_caps, self._start_caps = self._start_caps, {
+            (f"limit:{n}", lim.rate.window_ms): lim.rate.amount for n, lim in config.limits.items() if lim.rate}
         if totals_cur is not None:
             for g, since, n, tokens in totals_cur.fetchall():
                 window = now_ms - int(since)
                 if tokens is None and windows.get(str(g), {}).get(window):
                     continue  # a token rate over this window is new in the config: the ledger reads it
+                if sent_caps.get((str(g), window)) != self._start_caps.get((str(g), window)):
+                    continue  # a start rate that changed: a bound read for the old one may not do
                 ledger.totals[(str(g), window)] = [int(n), int(tokens or 0)]
                 ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
         d = Decision(ledger, windows)
@@ -261,16 +271,28 @@ class FleetSql:
         the first is waited for."""
         return cur.connection.cursor()
 
-    def _totals_query(self, cur: Any, windows: list[tuple[str, int, bool]]) -> Any:
+    def _totals_query(self, cur: Any, windows: list[tuple[str, int, bool, int | None]], taking: int) -> Any:
         """Starts and tokens in the rate log of each (gate, after this time, whether its
-        tokens count), as rows of (gate, since, starts, tokens or NULL); None when there are
-        none to read. Starts alone are counted from the rate log's key: no row is read."""
+        tokens count, the start rate when only starts count), as rows of (gate, since,
+        starts, tokens or NULL); None when there are none to read. Starts alone are counted
+        from the rate log's key: no row is read. Where the store has a bound on the rate
+        log's rows (``_row_span``) that leaves room for ``taking`` more starts under the
+        rate, the bound stands for the count: every start taken is admitted either way."""
         if not windows:
             return None
-        parts = " UNION ALL ".join(
-            f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'}"
-            " FROM sw_rate_log WHERE gate = ? AND at_ms > ?" for _, _, tokens in windows)
-        return self._x(cur, parts, tuple(v for g, since, _ in windows for v in (g, since, g, since)))
+        parts: list[str] = []
+        params: list[Any] = []
+        for g, since, tokens, cap in windows:
+            count = "SELECT COUNT(*) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
+            if cap is not None and self._row_span:
+                span = self._row_span
+                parts.append(f"SELECT ?, ?, CASE WHEN {span} <= ? THEN {span} ELSE ({count}) END, NULL")
+                params += (g, since, cap - taking, g, since)
+            else:
+                parts.append(f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'}"
+                             " FROM sw_rate_log WHERE gate = ? AND at_ms > ?")
+                params += (g, since, g, since)
+        return self._x(cur, " UNION ALL ".join(parts), tuple(params))
 
     def _totals_txn(
         self, cur: Any, gate: str, since_ms: int, left_out: tuple[str, tuple[Any, ...]] = ("", ())

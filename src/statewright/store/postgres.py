@@ -338,7 +338,7 @@ class PostgresStore(SqlStore):
         with self._classified(), self._pool.connection() as conn:
             with self._one_trip(conn), conn.cursor() as cur:
                 self._lock_gates_txn(cur)
-                reads = self._admission_reads(cur, None, now_ms)  # before the claim: none of its rows
+                reads = self._admission_reads(cur, None, now_ms, limit)  # before the claim: none of its rows
                 sql, params = self._claim_sql(worker_id, now_ms, lease_ms, limit, task_id, holds=True)
                 if rated:
                     sql, params = (

@@ -24,6 +24,10 @@ _LONGEST_PAUSE_SECONDS = 0.001
 
 
 class SQLiteStore(SqlStore):
+    # The rate log's rows lie within its lowest and highest rowid: two index lookups bound
+    # how many rows any window can count, so a rate far from full is not counted row by row.
+    _row_span = "COALESCE((SELECT MAX(rowid) FROM sw_rate_log) - (SELECT MIN(rowid) FROM sw_rate_log) + 1, 0)"
+
     def __init__(self, path: str | Path, *, synchronous: str = "FULL", create: bool = True) -> None:
         sync = synchronous.upper()
         if sync not in SYNCHRONOUS_MODES:
