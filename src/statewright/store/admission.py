@@ -88,10 +88,12 @@ class Ledger:
     load_window: Callable[[str, int], list[tuple[int, int]]]  # (at_ms, tokens) of rows after a time
     load_spent: Callable[[str, int], tuple[int, float]]  # (tokens, usd) of a tenant on a day
     load_totals: Callable[[str, int], tuple[int, int]] | None = None  # (rows, tokens) after a time
+    load_horizon: Callable[[str], int | None] | None = None  # up to when a gate's rows may be forgotten
     windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rows this admission added
     spent: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     window_ms: dict[str, int] = field(default_factory=dict)  # the longest window each rate gate was read for
     totals: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (gate, window) -> [starts, tokens]
+    horizons: dict[str, int | None] = field(default_factory=dict)  # gate -> its rows up to here may be gone
 
     def check(self, gates: Sequence[Gate], now_ms: int) -> Waiting | None:
         """None when a command with ``gates`` may start at ``now_ms``; else why it waits."""
@@ -109,7 +111,8 @@ class Ledger:
 
     def forgettable(self, now_ms: int) -> dict[str, int]:
         """Per rate gate read: rows before this no window can count any longer (two windows
-        back, so a worker whose clock is somewhat behind still sees what it must count)."""
+        back, so a worker whose clock is somewhat behind still sees what it must count; one
+        further behind waits, see ``_room_at``)."""
         return {gate: now_ms - 2 * w for gate, w in self.window_ms.items()}
 
     def take(self, gates: Sequence[Gate], now_ms: int) -> tuple[list[str], list[str]]:
@@ -170,6 +173,11 @@ class Ledger:
         """None when the window ending now has room; else when it will. Every row after the
         window's start counts, a later one too (a worker whose clock is behind)."""
         since = now_ms - rate.window_ms
+        if gate not in self.horizons:
+            self.horizons[gate] = self.load_horizon(gate) if self.load_horizon is not None else None
+        horizon = self.horizons[gate]
+        if horizon is not None and since < horizon:  # this clock is so far behind that its window
+            return horizon + rate.window_ms + 1     # reaches rows already forgotten: it cannot count
         key = (gate, rate.window_ms)
         if key not in self.totals:
             if self.load_totals is not None:

@@ -37,6 +37,8 @@ CLAIM_RETURNING = (
 _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
 _PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
 _PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows
+_HORIZON = ""  # the command id of the rate log row that marks up to when a gate's rows may be gone
+_HORIZON_OF = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = ? AND gate = ?)"
 
 
 @dataclass
@@ -223,13 +225,15 @@ class FleetSql:
                 (gate, since, *left_out[1])).fetchall()],
             lambda tenant, day: self._usage_txn(cur, tenant, day),
             lambda gate, since: self._totals_txn(cur, gate, since, left_out),
+            lambda gate: self._horizon_txn(cur, gate),
         )
         windows = _windows_of(config)
         sent_caps, self._start_caps = self._start_caps, {
             (f"limit:{n}", lim.rate.window_ms): lim.rate.amount for n, lim in config.limits.items() if lim.rate}
         if totals_cur is not None:
-            for g, since, n, tokens in totals_cur.fetchall():
+            for g, since, n, tokens, horizon in totals_cur.fetchall():
                 window = now_ms - int(since)
+                ledger.horizons[str(g)] = int(horizon) if horizon is not None else None
                 if tokens is None and windows.get(str(g), {}).get(window):
                     continue  # a token rate over this window is new in the config: the ledger reads it
                 if sent_caps.get((str(g), window)) != self._start_caps.get((str(g), window)):
@@ -260,11 +264,20 @@ class FleetSql:
                         " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
 
     def _prune_txn(self, cur: Any, ledger: Ledger, now_ms: int) -> None:
-        """Now and then, forget the rate log rows that left every window."""
+        """Now and then, forget the rate log rows that left every window, and mark up to
+        when a gate's rows may be gone (a row of no command: an admission whose clock is
+        so far behind that its window reaches there cannot count, and waits)."""
         if now_ms >= self._prune_after_ms:
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
             for gate, before in ledger.forgettable(now_ms).items():
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
+                self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
+                             " ON CONFLICT DO NOTHING", (gate, before - 1, _HORIZON))
+
+    def _horizon_txn(self, cur: Any, gate: str) -> int | None:
+        """Up to when ``gate``'s rate log rows may have been forgotten (None: none were)."""
+        row = self._x(cur, f"SELECT {_HORIZON_OF}", (_HORIZON, gate)).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
 
     def _cursor(self, cur: Any) -> Any:
         """Another cursor of ``cur``'s transaction, so that several reads can be sent before
@@ -286,12 +299,12 @@ class FleetSql:
             count = "SELECT COUNT(*) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
             if cap is not None and self._row_span:
                 span = self._row_span
-                parts.append(f"SELECT ?, ?, CASE WHEN {span} <= ? THEN {span} ELSE ({count}) END, NULL")
-                params += (g, since, cap - taking, g, since)
+                parts.append(f"SELECT ?, ?, CASE WHEN {span} <= ? THEN {span} ELSE ({count}) END, NULL, {_HORIZON_OF}")
+                params += (g, since, cap - taking, g, since, _HORIZON, g)
             else:
-                parts.append(f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'}"
-                             " FROM sw_rate_log WHERE gate = ? AND at_ms > ?")
-                params += (g, since, g, since)
+                parts.append(f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'},"
+                             f" {_HORIZON_OF} FROM sw_rate_log WHERE gate = ? AND at_ms > ?")
+                params += (g, since, _HORIZON, g, g, since)
         return self._x(cur, " UNION ALL ".join(parts), tuple(params))
 
     def _totals_txn(

@@ -56,7 +56,8 @@ class MemoryFleet:
                 held = replace(c, lease_owner=worker_id, lease_expires_ms=now_ms + lease_ms, token=c.token + 1,
                                deliveries=c.deliveries + 1)
                 if gates:
-                    ledger = ledger or Ledger(config, self._in_use(now_ms), self._window, self._spent)
+                    ledger = ledger or Ledger(config, self._in_use(now_ms), self._window, self._spent,
+                                              load_horizon=self.db.rate_horizon.get)
                     why = ledger.check(gates, now_ms)
                     if why is not None:
                         self.db.outbox[c.command_id] = replace(c, available_at_ms=why.until_ms, waiting=why.reason,
@@ -72,6 +73,7 @@ class MemoryFleet:
             if ledger is not None:
                 for gate, before in ledger.forgettable(now_ms).items():
                     self.db.rate_log[gate] = [r for r in self.db.rate_log.get(gate, []) if r[0] >= before]
+                    self.db.rate_horizon[gate] = max(self.db.rate_horizon.get(gate, before - 1), before - 1)
         return out
 
     def _in_use(self, now_ms: int) -> dict[str, int]:
