@@ -337,8 +337,7 @@ def test_what_waits_leaves_no_slot_and_no_rate_log_row(
     store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
 ) -> None:
     """Commands claimed together beyond a limit's concurrency are given back waiting: they
-    hold no slot, their deliveries do not count, and the rate log counts only what started
-    (PostgreSQL writes both ahead of its decision and takes back what waits)."""
+    hold no slot, their deliveries do not count, and the rate log counts only what started."""
     engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
     engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", concurrency=1, rate=parse_rate("10/min"))}),
                            clock.now_ms())

@@ -45,11 +45,9 @@ _HORIZON_OF = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = ? AND gate
 class Decision:
     """What an admission decided on its claimed rows: the claims that start, the tokens of
     those that hold slots, their rate log rows (gate, at, command id), and those that wait
-    (until, reason, gate, command id, token); with the ledger that counted them and the
-    rate windows of the config it read."""
+    (until, reason, gate, command id, token); with the ledger that counted them."""
 
     ledger: Ledger
-    windows: dict[str, dict[int, bool]]
     admitted: list[Claim] = field(default_factory=list)
     holders: list[tuple[str, int]] = field(default_factory=list)
     rate_rows: list[tuple[str, int, str]] = field(default_factory=list)
@@ -141,13 +139,9 @@ class FleetSql:
         """The claim. With ``holds`` (the admission runs in the same transaction) a claimed
         row under gates takes their slots with its lease (``slot_token``, the new token); the
         admission gives back what must wait, and with it the slots."""
-        return self._x(cur, *self._claim_sql(worker_id, now_ms, lease_ms, limit, task_id, holds=holds))
-
-    def _claim_sql(
-        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool
-    ) -> tuple[str, tuple[Any, ...]]:
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
-        return (
+        return self._x(
+            cur,
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
             f" deliveries = deliveries + 1{_HOLDS if holds else ''}"
             " WHERE command_id IN (SELECT command_id FROM sw_outbox"
@@ -163,7 +157,7 @@ class FleetSql:
         the claim of ``rows`` took their slots (``_claim_query``)."""
         with self._tx() as cur:
             self._lock_gates_txn(cur)
-            names = sorted({g.name for r in rows for g in gates_of_row(r)})
+            names = sorted({g.name for r in rows for g in _gates_of_row(r)})
             return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms, len(rows)), held)
 
     def _admission_reads(
@@ -205,26 +199,21 @@ class FleetSql:
         self._prune_txn(cur, d.ledger, now_ms)
         return d.admitted
 
-    def _decide(self, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], cur: Any,
-                exclude: Sequence[str] = ()) -> Decision:
+    def _decide(self, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], cur: Any) -> Decision:
         """Which of ``rows`` (claimed, in claim order) start and which wait, from ``reads``;
-        what the ledger must read besides is read with ``cur``, leaving out the rate log
-        rows of the commands in ``exclude`` (rows this claim wrote ahead of its decision)."""
+        what the ledger must read besides is read with ``cur``."""
         from statewright.store.admission import Ledger, slots_in_use
 
         config_cur, holders_cur, totals_cur = reads
         config = self._parse_fleet(config_cur.fetchall())
         mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
-        left_out = ((f" AND command_id NOT IN ({', '.join('?' * len(exclude))})", tuple(exclude))
-                    if exclude else ("", ()))
         ledger = Ledger(
             config,
             slots_in_use((g, t) for c, g, t in holders_cur.fetchall() if c not in mine),
             lambda gate, since: [(int(a), int(t)) for a, t in self._x(
-                cur, f"SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?{left_out[0]}",
-                (gate, since, *left_out[1])).fetchall()],
+                cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)).fetchall()],
             lambda tenant, day: self._usage_txn(cur, tenant, day),
-            lambda gate, since: self._totals_txn(cur, gate, since, left_out),
+            lambda gate, since: self._totals_txn(cur, gate, since),
             lambda gate: self._horizon_txn(cur, gate),
         )
         windows = _windows_of(config)
@@ -240,9 +229,9 @@ class FleetSql:
                     continue  # a start rate that changed: a bound read for the old one may not do
                 ledger.totals[(str(g), window)] = [int(n), int(tokens or 0)]
                 ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
-        d = Decision(ledger, windows)
+        d = Decision(ledger)
         for r in rows:
-            gates = gates_of_row(r)
+            gates = _gates_of_row(r)
             command_id, token = str(r[0]), int(r[4])
             why = ledger.check(gates, now_ms)
             if why is not None:
@@ -307,13 +296,10 @@ class FleetSql:
                 params += (g, since, _HORIZON, g, g, since)
         return self._x(cur, " UNION ALL ".join(parts), tuple(params))
 
-    def _totals_txn(
-        self, cur: Any, gate: str, since_ms: int, left_out: tuple[str, tuple[Any, ...]] = ("", ())
-    ) -> tuple[int, int]:
-        """Starts and tokens in the rate log of ``gate`` after ``since_ms`` (``left_out``: a
-        condition leaving some commands' rows out, and its parameters)."""
-        row = self._x(cur, "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
-                      + left_out[0], (gate, since_ms, *left_out[1])).fetchone()
+    def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
+        """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
+        row = self._x(cur, "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?",
+                      (gate, since_ms)).fetchone()
         return int(row[0]), int(row[1])
 
     def _many(self, cur: Any, sql: str, rows: list[tuple[Any, ...]]) -> None:
@@ -444,7 +430,7 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
                        float(usd) if usd is not None else None)
 
 
-def gates_of_row(r: Any) -> tuple[Gate, ...]:
+def _gates_of_row(r: Any) -> tuple[Gate, ...]:
     """A claimed row's gates, with its tenant's when the tenant has a limit or a budget."""
     from statewright.store.admission import claim_gates
 
@@ -471,6 +457,6 @@ def claim_of(r: Any, gates: tuple[str, ...] = ()) -> Claim:
 
 
 __all__ = [
-    "CLAIM_RETURNING", "Decision", "FleetSql", "claim_of", "gates_of_row", "in_claim_order", "is_gated",
+    "CLAIM_RETURNING", "Decision", "FleetSql", "claim_of", "in_claim_order", "is_gated",
     "limit_from_row", "tenant_from_row",
 ]

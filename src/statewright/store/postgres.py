@@ -35,14 +35,12 @@ from statewright.store.base import (
     StoreUnavailableError,
     Wake,
 )
-from statewright.store.fleet_sql import claim_of, gates_of_row, in_claim_order, is_gated
+from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated
 from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
-
-    from statewright.store.admission import Ledger
 
 CHANNEL = "statewright_work"
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,45}$")
@@ -320,84 +318,28 @@ class PostgresStore(SqlStore):
     def _claim_round(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
     ) -> tuple[list[Claim], int, bool]:
-        """While claims meet commands under gates, a claim is admitted in ONE round trip:
-        BEGIN, the gates' lock, the admission's reads, the claim and COMMIT go as one
-        pipeline, so the lock is held only as long as the server takes. The claim writes
-        ahead what an admitted command would: the slots of what it claims under gates, and
-        a rate log row for each named limit with a rate among their gates. The decision is
-        then made on what was read inside that transaction, so it is the one the lock would
-        have given; what must wait is given back after it (``_undo_ahead``), and until then
-        its slots and rate log rows count against others, holding them back, never letting
-        them past. A claim that meets no gates makes the next one the single statement of
-        its own again."""
+        """While claims meet commands under gates, a claim is admitted in its own transaction:
+        BEGIN, the gates' lock, the claim and the admission's reads go in one round trip, the
+        writes and COMMIT in another. A claim that meets none makes the next one the single
+        statement of its own again."""
         if not self._gated_seen or getattr(self._local, "cur", None) is not None:
             out = super()._claim_round(worker_id, now_ms, lease_ms, limit, task_id)
             self._gated_seen = out[2]
             return out
-        rated = sorted(self._windows_ms)  # named limits with a rate, as the last config read gave them
-        with self._classified(), self._pool.connection() as conn:
-            with self._one_trip(conn), conn.cursor() as cur:
-                self._lock_gates_txn(cur)
-                reads = self._admission_reads(cur, None, now_ms, limit)  # before the claim: none of its rows
-                sql, params = self._claim_sql(worker_id, now_ms, lease_ms, limit, task_id, holds=True)
-                if rated:
-                    sql, params = (
-                        f"WITH c AS ({sql}), r AS (INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens)"
-                        " SELECT g, ?, c.command_id, 0 FROM c, unnest(?::text[]) AS g WHERE c.gates IS NOT NULL"
-                        " AND c.gates::jsonb @> jsonb_build_array(jsonb_build_array(g)) ON CONFLICT DO NOTHING)"
-                        " SELECT * FROM c", (*params, now_ms, rated))
-                claim_cur = self._x(self._cursor(cur), sql, params)
-            rows = in_claim_order(claim_cur.fetchall())
-            gated = [r for r in rows if is_gated(r)]
-            admitted = self._decide_ahead(conn, gated, now_ms, reads, rated) if gated else []
-        self._gated_seen = bool(gated)
-        return [claim_of(r) for r in rows if not is_gated(r)] + admitted, len(rows), bool(gated)
-
-    def _decide_ahead(
-        self, conn: Any, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], rated: list[str]
-    ) -> list[Claim]:
-        """The admission of ``rows``, claimed with their slots and rate log rows written
-        ahead (``_claim_round``): what must wait, and what a rate limit new in the config
-        found without its rate log row, is given back, and rows written ahead for neither
-        are taken out."""
-        mine = [str(r[0]) for r in rows]
-        with conn.cursor() as cur:
-            d = self._decide(rows, now_ms, reads, cur, exclude=mine)
-        ahead = {(g.name, str(r[0])) for r in rows for g in gates_of_row(r) if g.name in rated}
-        late = {c for g, _, c in d.rate_rows if (g, c) not in ahead}  # a rate limit new since the last read
-        waits = d.waits + [(now_ms, "waits: the fleet's limits changed while it was claimed", None, a.command_id,
-                            a.token) for a in d.admitted if a.command_id in late]
-        admitted = [a for a in d.admitted if a.command_id not in late]
-        kept = {(g, c) for g, _, c in d.rate_rows if c not in late}
-        self._undo_ahead(conn, rows, waits, sorted(ahead - kept), d.ledger, now_ms)
-        return admitted
-
-    def _undo_ahead(
-        self, conn: Any, rows: list[Any], waits: list[tuple[Any, ...]], extra: list[tuple[str, str]],
-        ledger: Ledger, now_ms: int,
-    ) -> None:
-        """Give back ``waits`` and take out the ``extra`` rate log rows (gate, command id), in
-        one round trip under the gates' lock. Their slots counted until now, so an admission
-        meanwhile may have given back a command for them: the commands waiting for their
-        gates are woken first (before these join them). Now and then the rate log's old
-        rows are forgotten here too."""
-        prune = now_ms >= self._prune_after_ms
-        if not waits and not extra and not prune:
-            return
-        given = {str(w[3]) for w in waits}
-        freed = sorted({g.name for r in rows if str(r[0]) in given for g in gates_of_row(r)})
-        with self._one_trip(conn), conn.cursor() as cur:
+        with self._classified(), self._pool.connection() as conn, self._one_trip(conn), conn.cursor() as cur:
             self._local.cur = cur
             try:
-                if freed:
-                    self.wake(freed, now_ms, len(given))
-                if waits:
-                    self._give_back_txn(cur, waits)
-                if extra:
-                    self._many(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND command_id = ?", extra)
-                self._prune_txn(cur, ledger, now_ms)
+                self._lock_gates_txn(cur)
+                claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id,
+                                              holds=True)
+                reads = self._admission_reads(cur, None, now_ms, limit)
+                rows = in_claim_order(claim_cur.fetchall())
+                gated = [r for r in rows if is_gated(r)]
+                admitted = self._admit_txn(cur, gated, now_ms, reads, True) if gated else []
             finally:
                 self._local.cur = None
+        self._gated_seen = bool(gated)
+        return [claim_of(r) for r in rows if not is_gated(r)] + admitted, len(rows), bool(gated)
 
     def _admit(self, rows: list[Any], now_ms: int, held: bool) -> list[Claim]:
         """The shared admission in pipeline mode: BEGIN, the gates' lock and the reads go in
