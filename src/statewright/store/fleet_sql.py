@@ -17,14 +17,13 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
 from statewright.store.base import Claim
 
 if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
-    from statewright.store.admission import Gate, Ledger
+    from statewright.store.admission import Gate
 
 _HOLDS = (  # a claimed row under gates holds their slots with the claim's new token
     ", slot_token = CASE WHEN gates IS NOT NULL OR (SELECT gating FROM sw_tenants"
@@ -38,20 +37,6 @@ _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must w
 _PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
 _PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows
 _HORIZON = ""  # the command id of the rate log row that marks up to when a gate's rows may be gone
-_HORIZON_OF = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = ? AND gate = ?)"
-
-
-@dataclass
-class Decision:
-    """What an admission decided on its claimed rows: the claims that start, the tokens of
-    those that hold slots, their rate log rows (gate, at, command id), and those that wait
-    (until, reason, gate, command id, token); with the ledger that counted them."""
-
-    ledger: Ledger
-    admitted: list[Claim] = field(default_factory=list)
-    holders: list[tuple[str, int]] = field(default_factory=list)
-    rate_rows: list[tuple[str, int, str]] = field(default_factory=list)
-    waits: list[tuple[int, str, str | None, str, int]] = field(default_factory=list)
 
 
 class FleetSql:
@@ -62,6 +47,9 @@ class FleetSql:
     _windows_ms: dict[str, dict[int, bool]] = {}  # per limit gate, its rate windows in the last config read
     _start_caps: dict[tuple[str, int], int] = {}  # (limit gate, window): its start rate, in the last config read
     _row_span: str = ""  # SQL of a bound on the rate log's rows that costs no scan ("": none)
+    # Up to when a gate's rate log rows may be gone (parameters: _HORIZON, the gate), by the
+    # command id's index: its rows of no command are one per gate.
+    _horizon_of: str = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = ? AND gate = ?)"
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
     _claim_holds: bool = True  # the claim runs in its admission's transaction (see _claim_query)
 
@@ -188,30 +176,19 @@ class FleetSql:
         wait given back (their slots with them), the fencing token of each admitted claim
         that holds slots on its row unless its claim wrote it (``held``), and the rate log
         rows."""
-        d = self._decide(rows, now_ms, reads, cur)
-        if d.waits:
-            self._give_back_txn(cur, d.waits)
-        if d.holders and not held:
-            self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", d.holders)
-        if d.rate_rows:
-            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
-                              "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", d.rate_rows)
-        self._prune_txn(cur, d.ledger, now_ms)
-        return d.admitted
-
-    def _decide(self, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], cur: Any) -> Decision:
-        """Which of ``rows`` (claimed, in claim order) start and which wait, from ``reads``;
-        what the ledger must read besides is read with ``cur``."""
         from statewright.store.admission import Ledger, slots_in_use
 
+        admitted, holders, rate_rows, waits = [], [], [], []
         config_cur, holders_cur, totals_cur = reads
+        claimed = [(r, _gates_of_row(r)) for r in rows]
         config = self._parse_fleet(config_cur.fetchall())
         mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
         ledger = Ledger(
             config,
             slots_in_use((g, t) for c, g, t in holders_cur.fetchall() if c not in mine),
             lambda gate, since: [(int(a), int(t)) for a, t in self._x(
-                cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)).fetchall()],
+                cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
+            ).fetchall()],
             lambda tenant, day: self._usage_txn(cur, tenant, day),
             lambda gate, since: self._totals_txn(cur, gate, since),
             lambda gate: self._horizon_txn(cur, gate),
@@ -229,43 +206,40 @@ class FleetSql:
                     continue  # a start rate that changed: a bound read for the old one may not do
                 ledger.totals[(str(g), window)] = [int(n), int(tokens or 0)]
                 ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
-        d = Decision(ledger)
-        for r in rows:
-            gates = _gates_of_row(r)
+        for r, gates in claimed:
             command_id, token = str(r[0]), int(r[4])
             why = ledger.check(gates, now_ms)
             if why is not None:
-                d.waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
+                waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
                 continue
             slots, rates = ledger.take(gates, now_ms)
             if slots:
-                d.holders.append((command_id, token))
-            d.rate_rows += [(gate, now_ms, command_id) for gate in rates]
-            d.admitted.append(claim_of(r, tuple(g.name for g in gates)))
+                holders.append((command_id, token))
+            rate_rows += [(gate, now_ms, command_id) for gate in rates]
+            admitted.append(claim_of(r, tuple(g.name for g in gates)))
         self._windows_ms = windows
-        return d
-
-    def _give_back_txn(self, cur: Any, waits: list[tuple[Any, ...]]) -> None:
-        """Give back claims that must wait: (until, reason, gate, command id, token) each;
-        their deliveries do not count and their slots go with their leases."""
-        self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
-                        " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
-                        " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
-
-    def _prune_txn(self, cur: Any, ledger: Ledger, now_ms: int) -> None:
-        """Now and then, forget the rate log rows that left every window, and mark up to
-        when a gate's rows may be gone (a row of no command: an admission whose clock is
-        so far behind that its window reaches there cannot count, and waits)."""
-        if now_ms >= self._prune_after_ms:
+        if waits:
+            self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
+                            " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
+                            " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
+        if holders and not held:
+            self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", holders)
+        if rate_rows:
+            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
+                              "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", rate_rows)
+        if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
             for gate, before in ledger.forgettable(now_ms).items():
+                # A row of no command marks up to when the gate's rows may be gone: an admission
+                # whose clock is so far behind that its window reaches there cannot count, and waits.
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
                 self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
                              " ON CONFLICT DO NOTHING", (gate, before - 1, _HORIZON))
+        return admitted
 
     def _horizon_txn(self, cur: Any, gate: str) -> int | None:
         """Up to when ``gate``'s rate log rows may have been forgotten (None: none were)."""
-        row = self._x(cur, f"SELECT {_HORIZON_OF}", (_HORIZON, gate)).fetchone()
+        row = self._x(cur, f"SELECT {self._horizon_of}", (_HORIZON, gate)).fetchone()
         return int(row[0]) if row and row[0] is not None else None
 
     def _cursor(self, cur: Any) -> Any:
@@ -284,15 +258,16 @@ class FleetSql:
             return None
         parts: list[str] = []
         params: list[Any] = []
+        count = "SELECT COUNT(*) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
         for g, since, tokens, cap in windows:
-            count = "SELECT COUNT(*) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
             if cap is not None and self._row_span:
-                span = self._row_span
-                parts.append(f"SELECT ?, ?, CASE WHEN {span} <= ? THEN {span} ELSE ({count}) END, NULL, {_HORIZON_OF}")
+                span = self._row_span  # written twice: a derived table of it measured 8x slower
+                parts.append(f"SELECT ?, ?, CASE WHEN {span} <= ? THEN {span} ELSE ({count}) END, NULL,"
+                             f" {self._horizon_of}")
                 params += (g, since, cap - taking, g, since, _HORIZON, g)
             else:
                 parts.append(f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'},"
-                             f" {_HORIZON_OF} FROM sw_rate_log WHERE gate = ? AND at_ms > ?")
+                             f" {self._horizon_of} FROM sw_rate_log WHERE gate = ? AND at_ms > ?")
                 params += (g, since, _HORIZON, g, g, since)
         return self._x(cur, " UNION ALL ".join(parts), tuple(params))
 
@@ -457,6 +432,6 @@ def claim_of(r: Any, gates: tuple[str, ...] = ()) -> Claim:
 
 
 __all__ = [
-    "CLAIM_RETURNING", "Decision", "FleetSql", "claim_of", "in_claim_order", "is_gated",
+    "CLAIM_RETURNING", "FleetSql", "claim_of", "in_claim_order", "is_gated",
     "limit_from_row", "tenant_from_row",
 ]
