@@ -95,19 +95,45 @@ class Ledger:
     totals: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (gate, window) -> [starts, tokens]
     horizons: dict[str, int | None] = field(default_factory=dict)  # gate -> its rows up to here may be gone
 
-    def check(self, gates: Sequence[Gate], now_ms: int) -> Waiting | None:
-        """None when a command with ``gates`` may start at ``now_ms``; else why it waits."""
+    def check(self, gates: Sequence[Gate], now_ms: int, need: Mapping[str, int] | None = None) -> Waiting | None:
+        """None when a command with ``gates`` may start at ``now_ms``; else why it waits.
+        With ``need`` (per gate, how many commands would start together): None only when
+        that many fit in each gate at once, so that each of them, admitted in turn, would
+        be admitted."""
         for g in gates:
+            more = need[g.name] if need is not None else 1
             kind, _, name = g.name.partition(":")
             if kind == "tenant":
-                why = self._tenant(name, g.name, now_ms)
+                why = self._tenant(name, g.name, now_ms, more)
             elif kind == "limit":
-                why = self._limit(name, g.name, now_ms)
+                why = self._limit(name, g.name, now_ms, more)
             else:
-                why = self._slots(g.name, g.capacity, now_ms)
+                why = self._slots(g.name, g.capacity, now_ms, more)
             if why is not None:
                 return why
         return None
+
+    def take_all(
+        self, claimed: Sequence[tuple[Gate, ...]], now_ms: int
+    ) -> dict[int, tuple[list[str], list[str]]] | None:
+        """When every command of a claim (``claimed``: the gates of each) may start, count
+        them all and give, per set of gates (keyed by identity: ``claim_gates`` hands out one
+        tuple per set), what ``take`` gives each command of that set: where all fit at once,
+        each would be admitted in turn too, and this decides once per set of gates instead of
+        once per command. None, counting nothing, where they do not all fit at the lowest
+        capacity a gate is given (definitions may give one gate different ones): then each is
+        decided in turn."""
+        count: dict[int, int] = {}
+        distinct: dict[int, tuple[Gate, ...]] = {}
+        need: dict[str, int] = {}
+        for gates in claimed:
+            count[id(gates)] = count.get(id(gates), 0) + 1
+            distinct[id(gates)] = gates
+            for g in gates:
+                need[g.name] = need.get(g.name, 0) + 1
+        if any(self.check(gates, now_ms, need) is not None for gates in distinct.values()):
+            return None
+        return {key: self.take(gates, now_ms, count[key]) for key, gates in distinct.items()}
 
     def forgettable(self, now_ms: int) -> dict[str, int]:
         """Per rate gate read: rows before this no window can count any longer (two windows
@@ -115,22 +141,22 @@ class Ledger:
         further behind waits, see ``_room_at``)."""
         return {gate: now_ms - 2 * w for gate, w in self.window_ms.items()}
 
-    def take(self, gates: Sequence[Gate], now_ms: int) -> tuple[list[str], list[str]]:
-        """Count a command admitted with ``gates``: the gates it holds a slot of, and the
-        named limits whose rate log it joins."""
+    def take(self, gates: Sequence[Gate], now_ms: int, times: int = 1) -> tuple[list[str], list[str]]:
+        """Count ``times`` commands admitted with ``gates``: the gates each holds a slot of,
+        and the named limits whose rate log each joins."""
         slots, rates = [], []
         for g in gates:
             kind, _, name = g.name.partition(":")
             if self.capacity(g) is not None:
                 slots.append(g.name)
-                self.in_use[g.name] = self.in_use.get(g.name, 0) + 1
+                self.in_use[g.name] = self.in_use.get(g.name, 0) + times
             lim = self.config.limits.get(name) if kind == "limit" else None
             if lim is not None and (lim.rate is not None or lim.tokens is not None):
                 rates.append(g.name)
-                self.windows.setdefault(g.name, []).append((now_ms, 0))  # taken by this admission
+                self.windows.setdefault(g.name, []).extend([(now_ms, 0)] * times)  # taken by this admission
                 for key, totals in self.totals.items():
                     if key[0] == g.name:
-                        totals[0] += 1
+                        totals[0] += times
         return slots, rates
 
     # --- the checks ----------------------------------------------------------------------
@@ -144,34 +170,35 @@ class Ledger:
             return share.concurrency if share is not None else None
         return g.capacity or None
 
-    def _slots(self, gate: str, capacity: int | None, now_ms: int) -> Waiting | None:
+    def _slots(self, gate: str, capacity: int | None, now_ms: int, more: int = 1) -> Waiting | None:
         if capacity is None:
             return None
         used = self.in_use.get(gate, 0)
-        if used < capacity:
+        if used + more <= capacity:
             return None
         return Waiting(f"waits for a slot of {_what(gate)} (concurrency {capacity}, {used} in use)",
                        now_ms + CONCURRENCY_RECHECK_MS, gate)
 
-    def _limit(self, name: str, gate: str, now_ms: int) -> Waiting | None:
+    def _limit(self, name: str, gate: str, now_ms: int, more: int = 1) -> Waiting | None:
         lim = self.config.limits.get(name)
         if lim is None:  # a limit taken out of the fleet file no longer holds anything back
             return None
-        why = self._slots(gate, lim.concurrency, now_ms)
+        why = self._slots(gate, lim.concurrency, now_ms, more)
         if why is not None:
             return why
         for rate, counted in ((lim.rate, False), (lim.tokens, True)):
             if rate is None:
                 continue
-            room_at = self._room_at(gate, rate, counted, now_ms)
+            room_at = self._room_at(gate, rate, counted, now_ms, more)
             if room_at is not None:
                 what = "tokens" if counted else "starts"
                 return Waiting(f"waits for limit {name!r} ({rate} {what}; room again at {_utc(room_at)})", room_at)
         return None
 
-    def _room_at(self, gate: str, rate: Rate, tokens: bool, now_ms: int) -> int | None:
-        """None when the window ending now has room; else when it will. Every row after the
-        window's start counts, a later one too (a worker whose clock is behind)."""
+    def _room_at(self, gate: str, rate: Rate, tokens: bool, now_ms: int, more: int = 1) -> int | None:
+        """None when the window ending now has room (for ``more`` starts; tokens are counted
+        once a step reports them, so a start adds none); else when it will. Every row after
+        the window's start counts, a later one too (a worker whose clock is behind)."""
         since = now_ms - rate.window_ms
         if gate not in self.horizons:
             self.horizons[gate] = self.load_horizon(gate) if self.load_horizon is not None else None
@@ -188,20 +215,20 @@ class Ledger:
             self.window_ms[gate] = max(self.window_ms.get(gate, 0), rate.window_ms)
         count, used_tokens = self.totals[key]
         used = used_tokens if tokens else count
-        if used < rate.amount:
+        if used + (0 if tokens else more - 1) < rate.amount:
             return None
         rows = sorted([*self.load_window(gate, since), *self.windows.get(gate, [])])
         for at_ms, t in rows:  # the oldest leave the window first
             used -= t if tokens else 1
-            if used < rate.amount:
+            if used + (0 if tokens else more - 1) < rate.amount:
                 return at_ms + rate.window_ms + 1
         return now_ms + rate.window_ms
 
-    def _tenant(self, name: str, gate: str, now_ms: int) -> Waiting | None:
+    def _tenant(self, name: str, gate: str, now_ms: int, more: int = 1) -> Waiting | None:
         share = self.config.tenants.get(name)
         if share is None:
             return None
-        why = self._slots(gate, share.concurrency, now_ms)
+        why = self._slots(gate, share.concurrency, now_ms, more)
         if why is not None:
             return why
         if share.daily_tokens is None and share.daily_usd is None:

@@ -17,13 +17,10 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
 from statewright.store.base import Claim
-
-if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
-    from statewright.store.admission import Gate
 
 _HOLDS = (  # a claimed row under gates holds their slots with the claim's new token
     ", slot_token = CASE WHEN gates IS NOT NULL OR (SELECT gating FROM sw_tenants"
@@ -143,9 +140,11 @@ class FleetSql:
         statements whatever the number of rows. Every read is sent before any is waited for
         (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip). ``held``:
         the claim of ``rows`` took their slots (``_claim_query``)."""
+        from statewright.store.admission import claim_gates
+
         with self._tx() as cur:
             self._lock_gates_txn(cur)
-            names = sorted({g.name for r in rows for g in _gates_of_row(r)})
+            names = sorted({g.name for r in rows for g in claim_gates(r[8], str(r[9]), bool(r[10]))})
             return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms, len(rows)), held)
 
     def _admission_reads(
@@ -176,11 +175,11 @@ class FleetSql:
         wait given back (their slots with them), the fencing token of each admitted claim
         that holds slots on its row unless its claim wrote it (``held``), and the rate log
         rows."""
-        from statewright.store.admission import Ledger, slots_in_use
+        from statewright.store.admission import Ledger, claim_gates, slots_in_use
 
         admitted, holders, rate_rows, waits = [], [], [], []
         config_cur, holders_cur, totals_cur = reads
-        claimed = [(r, _gates_of_row(r)) for r in rows]
+        claimed = [(r, claim_gates(r[8], str(r[9]), bool(r[10]))) for r in rows]
         config = self._parse_fleet(config_cur.fetchall())
         mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
         ledger = Ledger(
@@ -206,13 +205,17 @@ class FleetSql:
                     continue  # a start rate that changed: a bound read for the old one may not do
                 ledger.totals[(str(g), window)] = [int(n), int(tokens or 0)]
                 ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
+        taken = ledger.take_all([gates for _, gates in claimed], now_ms)
         for r, gates in claimed:
             command_id, token = str(r[0]), int(r[4])
-            why = ledger.check(gates, now_ms)
-            if why is not None:
-                waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
-                continue
-            slots, rates = ledger.take(gates, now_ms)
+            if taken is not None:
+                slots, rates = taken[id(gates)]
+            else:
+                why = ledger.check(gates, now_ms)
+                if why is not None:
+                    waits.append((why.until_ms, why.reason, why.gate or None, command_id, token))
+                    continue
+                slots, rates = ledger.take(gates, now_ms)
             if slots:
                 holders.append((command_id, token))
             rate_rows += [(gate, now_ms, command_id) for gate in rates]
@@ -403,13 +406,6 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
     usd = body.get("daily_usd")
     return TenantShare(name, int(body.get("weight", 1)), body.get("concurrency"), body.get("daily_tokens"),
                        float(usd) if usd is not None else None)
-
-
-def _gates_of_row(r: Any) -> tuple[Gate, ...]:
-    """A claimed row's gates, with its tenant's when the tenant has a limit or a budget."""
-    from statewright.store.admission import claim_gates
-
-    return claim_gates(r[8], str(r[9]), bool(r[10]))
 
 
 def is_gated(r: Any) -> bool:
