@@ -417,3 +417,39 @@ def test_a_claim_whose_clock_is_behind_what_was_forgotten_waits(engine: Engine, 
     assert engine.store.claim("w2", t0 + 500, LEASE_MS, 1) == []  # a clock 10.5 s behind
     assert "waits for limit 'api' (1/s starts" in waiting_reasons(engine.store.outbox(), t0 + 500)[ids[2]]
     assert [c.task_id for c in engine.store.claim("w1", t0 + 12_500, LEASE_MS, 1)] == ids[2:]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_the_rate_logs_row_bound_follows_its_rows_and_survives_an_upgrade(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """The most rows the rate log holds, which stands for a window's count while a rate has
+    room, follows every start written and every row forgotten; a version 9 database, which
+    had no such number, gets its rows counted on upgrade."""
+    def bound_and_rows() -> tuple[int, int]:
+        return (int(raw_sql(store_url, "SELECT at_most FROM sw_rate_log_rows")[0][0]),
+                int(raw_sql(store_url, "SELECT COUNT(*) FROM sw_rate_log")[0][0]))
+
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", rate=parse_rate("100/s"))}), clock.now_ms())
+    wf = workflow("bounded", step={"limits": ["api"]})
+    for i in range(9):
+        engine.submit(wf, {"n": i})
+
+    def start(n: int) -> None:
+        for c in engine.store.claim("w1", clock.now_ms(), LEASE_MS, n):
+            engine.store.ack(c.command_id, c.token)
+
+    start(3)
+    assert bound_and_rows() == (4, 4)  # three starts; the first admission marks what it forgot (nothing)
+    clock.advance(11)  # past two windows and the time between two forgettings
+    start(2)
+    assert bound_and_rows() == (3, 3)  # all four forgotten, two started, a new mark
+    engine.close()
+    raw_sql(store_url, "DROP TABLE sw_rate_log_rows")
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("9", "schema_version"))
+    again = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    assert bound_and_rows() == (3, 3)
+    for c in again.store.claim("w1", clock.now_ms(), LEASE_MS, 4):
+        again.store.ack(c.command_id, c.token)
+    assert bound_and_rows() == (7, 7)  # the mark replaced, four started

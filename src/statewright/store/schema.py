@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -190,5 +190,15 @@ MIGRATIONS: dict[int, list[str]] = {
     9: [
         "CREATE INDEX IF NOT EXISTS sw_user_log_by_subject ON sw_user_log (subject, seq)",
         "CREATE INDEX IF NOT EXISTS sw_user_log_keyed ON sw_user_log (seq) WHERE hash LIKE 'hmac:%'",
+    ],
+    # How many rows the rate log holds at most, kept by every admission that writes it: while
+    # that leaves a start rate room, its window needs no count, however many starts it holds.
+    10: [
+        """CREATE TABLE IF NOT EXISTS sw_rate_log_rows (
+            id INTEGER PRIMARY KEY,
+            at_most BIGINT NOT NULL
+        )""",
+        "DELETE FROM sw_rate_log_rows",
+        "INSERT INTO sw_rate_log_rows (id, at_most) SELECT 1, COUNT(*) FROM sw_rate_log",
     ],
 }

@@ -24,9 +24,6 @@ _LONGEST_PAUSE_SECONDS = 0.001
 
 
 class SQLiteStore(SqlStore):
-    # The rate log's rows lie within its lowest and highest rowid: two index lookups bound
-    # how many rows any window can count, so a rate far from full is not counted row by row.
-    _row_span = "COALESCE((SELECT MAX(rowid) FROM sw_rate_log) - (SELECT MIN(rowid) FROM sw_rate_log) + 1, 0)"
     # SQLite would read the gate's rows by the key instead, every one of them.
     _horizon_of = ("(SELECT MAX(at_ms) FROM sw_rate_log INDEXED BY sw_rate_log_command"
                    " WHERE command_id = ? AND gate = ?)")
