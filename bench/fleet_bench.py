@@ -17,6 +17,10 @@ ordered by fair share and admitted under five gates):
       worker sends when a claim under a limit ends), until N commands are gone; commands
       per second. The claim path alone, without performing anything.
 
+  (3) claim loop, paired: (2) OFF and ON on two stores at once, one batch of each in turn,
+      so that the machine's own swings (a slow disk flush on PostgreSQL) fall on both; the
+      ratio is the median of each round's.
+
 Rounds alternate OFF and ON; the figures are medians over rounds. bench/README.md has a run."""
 
 from __future__ import annotations
@@ -88,24 +92,53 @@ def worker_round(url: str, on: bool, n: int) -> float:
 
 def claim_round(url: str, on: bool, n: int) -> float:
     engine = fill(url, on, n)
-    store = engine.store
     try:
         done = 0
         started = time.perf_counter()
         while done < n:
-            claims = store.claim("bench", engine.clock.now_ms(), 60_000, 8)
-            if not claims:
+            got = claim_batch(engine)
+            if not got:
                 raise RuntimeError(f"claimed {done} of {n}, then nothing")
-            for c in claims:
-                store.ack(c.command_id, c.token)
-            gated = [c for c in claims if c.gates]
-            if gated:  # as a worker does when claims under a limit end (once per commit)
-                store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated))
-            done += len(claims)
+            done += got
         spent = time.perf_counter() - started
     finally:
         engine.close()
     return n / spent
+
+
+def claim_batch(engine: Any) -> int:
+    """One claim of up to 8 commands, the ack of each and, ON, the wake; how many it claimed."""
+    store = engine.store
+    claims = store.claim("bench", engine.clock.now_ms(), 60_000, 8)
+    for c in claims:
+        store.ack(c.command_id, c.token)
+    gated = [c for c in claims if c.gates]
+    if gated:  # as a worker does when claims under a limit end (once per commit)
+        store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated))
+    return len(claims)
+
+
+def claim_paired(new_url: Any, cleanup: Any, n: int) -> tuple[float, float]:
+    """The claim loop OFF and ON on two stores at once, one batch of each in turn, so that
+    what the machine does meanwhile (a slow disk flush, another process) falls on both:
+    commands per second OFF and ON."""
+    urls = {on: new_url() for on in (False, True)}
+    engines = {on: fill(urls[on], on, n) for on in (False, True)}
+    spent, done = {False: 0.0, True: 0.0}, {False: 0, True: 0}
+    try:
+        while min(done.values()) < n:
+            for on in (False, True):
+                started = time.perf_counter()
+                got = claim_batch(engines[on])
+                spent[on] += time.perf_counter() - started
+                if not got and done[on] < n:
+                    raise RuntimeError(f"claimed {done[on]} of {n}, then nothing")
+                done[on] += got
+    finally:
+        for on in (False, True):
+            engines[on].close()
+            cleanup(urls[on])
+    return done[False] / spent[False], done[True] / spent[True]
 
 
 def sqlite_url(tmp: Path) -> str:
@@ -143,6 +176,17 @@ def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int) -> list[
                 f"rounds off {[round(f) for f in figures[False]]} on {[round(f) for f in figures[True]]}")
         print(line, flush=True)
         lines.append(line)
+    paired: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        off, on_ = claim_paired(new_url, cleanup, n)
+        paired[False].append(off)
+        paired[True].append(on_)
+    ratios = [b / a for a, b in zip(paired[False], paired[True], strict=True)]
+    line = (f"{name:<10} {'(3) claim loop, paired':<28} off {statistics.median(paired[False]):>8,.0f}   "
+            f"on {statistics.median(paired[True]):>8,.0f}   on/off {statistics.median(ratios):5.2f}   "
+            f"round ratios {[round(r, 2) for r in ratios]}")
+    print(line, flush=True)
+    lines.append(line)
     return lines
 
 
