@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 
-import fleet_bench  # noqa: E402
+import fleet_bench
 
 
 def main() -> None:
