@@ -17,10 +17,13 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
 from statewright.store.base import Claim
+
+if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
+    from statewright.store.admission import Gate
 
 _HOLDS = (  # a claimed row under gates holds their slots with the claim's new token
     ", slot_token = CASE WHEN gates IS NOT NULL OR (SELECT gating FROM sw_tenants"
@@ -142,11 +145,9 @@ class FleetSql:
         statements whatever the number of rows. Every read is sent before any is waited for
         (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip). ``held``:
         the claim of ``rows`` took their slots (``_claim_query``)."""
-        from statewright.store.admission import claim_gates
-
         with self._tx() as cur:
             self._lock_gates_txn(cur)
-            names = sorted({g.name for r in rows for g in claim_gates(r[8], str(r[9]), bool(r[10]))})
+            names = sorted({g.name for _, gates in _with_gates(rows) for g in gates})
             return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms, len(rows)), held)
 
     def _admission_reads(
@@ -177,11 +178,11 @@ class FleetSql:
         wait given back (their slots with them), the fencing token of each admitted claim
         that holds slots on its row unless its claim wrote it (``held``), and the rate log
         rows."""
-        from statewright.store.admission import Ledger, claim_gates, slots_in_use
+        from statewright.store.admission import Ledger, slots_in_use
 
         admitted, holders, rate_rows, waits = [], [], [], []
         config_cur, holders_cur, totals_cur = reads
-        claimed = [(r, claim_gates(r[8], str(r[9]), bool(r[10]))) for r in rows]
+        claimed = _with_gates(rows)
         config = self._parse_fleet(config_cur.fetchall())
         mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
         ledger = Ledger(
@@ -236,6 +237,7 @@ class FleetSql:
         if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
             for gate, before in ledger.forgettable(now_ms).items():
+                # Counted before they are deleted: a pipelined DELETE tells no row count.
                 self._x(cur, "UPDATE sw_rate_log_rows SET at_most = at_most + 1 - (SELECT COUNT(*) FROM sw_rate_log"
                              " WHERE gate = ? AND at_ms < ?) WHERE id = 1", (gate, before))
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
@@ -267,7 +269,7 @@ class FleetSql:
         parts: list[str] = []
         params: list[Any] = []
         count = "SELECT COUNT(*) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
-        span = _ROWS_AT_MOST  # written twice: a derived table of it measured 8x slower on SQLite
+        span = _ROWS_AT_MOST  # one lookup by the primary key, written twice
         for g, since, tokens, cap in windows:
             if cap is not None:
                 parts.append(f"SELECT ?, ?, CASE WHEN {span} <= ? THEN {span} ELSE ({count}) END, NULL,"
@@ -411,6 +413,14 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
     usd = body.get("daily_usd")
     return TenantShare(name, int(body.get("weight", 1)), body.get("concurrency"), body.get("daily_tokens"),
                        float(usd) if usd is not None else None)
+
+
+def _with_gates(rows: list[Any]) -> list[tuple[Any, tuple[Gate, ...]]]:
+    """Each claimed row with its gates, and its tenant's where the tenant has a limit or a
+    budget (``claim_gates`` is imported once for all of them)."""
+    from statewright.store.admission import claim_gates
+
+    return [(r, claim_gates(r[8], str(r[9]), bool(r[10]))) for r in rows]
 
 
 def is_gated(r: Any) -> bool:
