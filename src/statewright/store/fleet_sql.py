@@ -145,10 +145,11 @@ class FleetSql:
         statements whatever the number of rows. Every read is sent before any is waited for
         (on PostgreSQL, BEGIN, the gates' lock and the reads are one round trip). ``held``:
         the claim of ``rows`` took their slots (``_claim_query``)."""
+        claimed = with_gates(rows)
         with self._tx() as cur:
             self._lock_gates_txn(cur)
-            names = sorted({g.name for _, gates in _with_gates(rows) for g in gates})
-            return self._admit_txn(cur, rows, now_ms, self._admission_reads(cur, names, now_ms, len(rows)), held)
+            names = sorted({g.name for _, gates in claimed for g in gates})
+            return self._admit_txn(cur, claimed, now_ms, self._admission_reads(cur, names, now_ms, len(rows)), held)
 
     def _admission_reads(
         self, cur: Any, names: Sequence[str] | None, now_ms: int, taking: int
@@ -171,20 +172,20 @@ class FleetSql:
         return config_cur, holders_cur, totals_cur
 
     def _admit_txn(
-        self, cur: Any, rows: list[Any], now_ms: int, reads: tuple[Any, Any, Any], held: bool
+        self, cur: Any, claimed: list[tuple[Any, tuple[Gate, ...]]], now_ms: int, reads: tuple[Any, Any, Any],
+        held: bool,
     ) -> list[Claim]:
-        """The admission of ``rows`` inside the caller's transaction, which holds the gates'
-        lock and sent ``reads`` (``_admission_reads``). What it writes: the rows that must
-        wait given back (their slots with them), the fencing token of each admitted claim
-        that holds slots on its row unless its claim wrote it (``held``), and the rate log
-        rows."""
+        """The admission of ``claimed`` (rows with their gates, ``with_gates``) inside the
+        caller's transaction, which holds the gates' lock and sent ``reads``
+        (``_admission_reads``). What it writes: the rows that must wait given back (their
+        slots with them), the fencing token of each admitted claim that holds slots on its
+        row unless its claim wrote it (``held``), and the rate log rows."""
         from statewright.store.admission import Ledger, slots_in_use
 
         admitted, holders, rate_rows, waits = [], [], [], []
         config_cur, holders_cur, totals_cur = reads
-        claimed = _with_gates(rows)
         config = self._parse_fleet(config_cur.fetchall())
-        mine = {r[0] for r in rows}  # what this admission decides on holds nothing yet
+        mine = {r[0] for r, _ in claimed}  # what this admission decides on holds nothing yet
         ledger = Ledger(
             config,
             slots_in_use((g, t) for c, g, t in holders_cur.fetchall() if c not in mine),
@@ -415,7 +416,7 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
                        float(usd) if usd is not None else None)
 
 
-def _with_gates(rows: list[Any]) -> list[tuple[Any, tuple[Gate, ...]]]:
+def with_gates(rows: list[Any]) -> list[tuple[Any, tuple[Gate, ...]]]:
     """Each claimed row with its gates, and its tenant's where the tenant has a limit or a
     budget (``claim_gates`` is imported once for all of them)."""
     from statewright.store.admission import claim_gates
@@ -444,5 +445,5 @@ def claim_of(r: Any, gates: tuple[str, ...] = ()) -> Claim:
 
 __all__ = [
     "CLAIM_RETURNING", "FleetSql", "claim_of", "in_claim_order", "is_gated",
-    "limit_from_row", "tenant_from_row",
+    "limit_from_row", "tenant_from_row", "with_gates",
 ]

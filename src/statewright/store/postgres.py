@@ -35,7 +35,7 @@ from statewright.store.base import (
     StoreUnavailableError,
     Wake,
 )
-from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated
+from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated, with_gates
 from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
@@ -335,7 +335,7 @@ class PostgresStore(SqlStore):
                 reads = self._admission_reads(cur, None, now_ms, limit)
                 rows = in_claim_order(claim_cur.fetchall())
                 gated = [r for r in rows if is_gated(r)]
-                admitted = self._admit_txn(cur, gated, now_ms, reads, True) if gated else []
+                admitted = self._admit_txn(cur, with_gates(gated), now_ms, reads, True) if gated else []
             finally:
                 self._local.cur = None
         self._gated_seen = bool(gated)
