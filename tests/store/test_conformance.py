@@ -300,6 +300,20 @@ def test_claim_takes_a_lease_and_increments_the_fencing_token(store: Store) -> N
     assert store.next_due_ms() == T0 + 1000 + LEASE_MS
 
 
+def test_a_lease_given_back_is_not_taken_again_by_renewing_it(store: Store) -> None:
+    """A renewal that comes after its claim was released (a worker's renewer that read its
+    claims just before the worker gave one back) changes nothing: the command stays free for
+    the next claim, instead of leased to nobody until that lease ran out."""
+    submit(store, "t1", [run_step("c1")])
+    [c] = store.claim("w1", T0, LEASE_MS)
+    store.release("c1", c.token, T0 + 5, failed=False, started=False)
+    assert not store.renew("c1", c.token, T0 + 10, LEASE_MS)
+    [row] = store.outbox("t1")
+    assert (row["lease_owner"], row["lease_expires_ms"]) == (None, None)
+    [again] = store.claim("w2", T0 + 10, LEASE_MS)
+    assert (again.command_id, again.token) == ("c1", 2)
+
+
 def test_an_expired_lease_is_redelivered_with_a_new_token(store: Store) -> None:
     """After the lease runs out another worker gets the command under the next token."""
     submit(store, "t1", [run_step("c1")])

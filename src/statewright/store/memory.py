@@ -331,8 +331,8 @@ class MemoryStore(PollingWaits, MemoryPeople, MemoryFleet):
     def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool:
         with self.db.lock:
             c = self.db.outbox.get(command_id)
-            if c is None or c.token != token:
-                return False
+            if c is None or c.token != token or c.lease_expires_ms is None:
+                return False  # a lease given back is not taken again by renewing it
             self.db.outbox[command_id] = replace(c, lease_expires_ms=now_ms + lease_ms)
             return True
 

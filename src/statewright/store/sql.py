@@ -577,7 +577,8 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
     def renew(self, command_id: str, token: int, now_ms: int, lease_ms: int) -> bool:
         with self._stmt() as cur:
             r = self._x(
-                cur, "UPDATE sw_outbox SET lease_expires_ms = ? WHERE command_id = ? AND token = ?",
+                cur, "UPDATE sw_outbox SET lease_expires_ms = ? WHERE command_id = ? AND token = ?"
+                     " AND lease_expires_ms IS NOT NULL",  # a lease given back is not taken again
                 (now_ms + lease_ms, command_id, token),
             )
             return bool(r.rowcount == 1)
