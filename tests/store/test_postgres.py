@@ -6,11 +6,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from statewright._errors import NotAStatewrightDatabaseError, StoreError
+from statewright.definition.fleet import FleetConfig, TenantShare
+from statewright.definition.loader import workflow_from_dict
+from statewright.runtime.clock import FakeClock
+from statewright.runtime.engine import Engine
 from statewright.store import NewCommand, open_store
 from statewright.store.base import StoreUnavailableError
 from statewright.store.postgres import PostgresStore, redact, split_url
@@ -269,3 +274,33 @@ def test_a_nul_character_in_a_lookup_is_refused_as_input(pg: PostgresStore) -> N
         with pytest.raises(InputError, match="NUL character"):
             call()
     assert pg.list_tasks(workflow="w") == []
+
+
+def test_a_claim_under_gates_is_planned_once_not_at_every_claim(pg_url: str, tmp_path: Path) -> None:
+    """The claim is a prepared statement whose one plan holds for any parameters: after the
+    first few claims, PostgreSQL runs it on its generic plan instead of planning every claim
+    again (``pg_prepared_statements`` counts both; with ``IN`` and a bound LIMIT, every claim
+    under gates was planned anew)."""
+    store = PostgresStore(pg_url, min_size=1, max_size=1)  # one connection: its statements are these
+    clock = FakeClock(T0)
+    engine = Engine(store, clock=clock, workspace_root=tmp_path / "ws")
+    try:
+        store.put_fleet(FleetConfig(tenants={t: TenantShare(t, weight=i + 1, concurrency=100)
+                                             for i, t in enumerate(("a", "b"))}), clock.now_ms())
+        wf = workflow_from_dict({"workflow": "planned", "concurrency": 100, "steps": [
+            {"id": "s1", "kind": "code", "owner": "t", "concurrency": 100, "run": {"callable": "x:y"}}]})
+        for i in range(1000):  # at a few hundred, the old statement still got a generic plan
+            engine.submit(wf, {"n": i}, tenant=("a", "b")[i % 2])
+        for _ in range(30):
+            claims = store.claim("w1", clock.now_ms(), LEASE_MS, 8)
+            assert claims and all(c.gates for c in claims)
+            for c in claims:
+                store.ack(c.command_id, c.token)
+        with store._pool.connection() as conn:
+            generic, custom = conn.execute(
+                "SELECT COALESCE(SUM(generic_plans), 0), COALESCE(SUM(custom_plans), 0) FROM pg_prepared_statements"
+                " WHERE statement LIKE 'UPDATE sw_outbox SET lease_owner%'").fetchone()
+    finally:
+        engine.close()
+    # psycopg prepares a statement at its sixth run; PostgreSQL makes five custom plans first.
+    assert generic + custom >= 20 and custom <= 5

@@ -54,6 +54,8 @@ class FleetSql:
     _horizon_of: str = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = ? AND gate = ?)"
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
     _claim_holds: bool = True  # the claim runs in its admission's transaction (see _claim_query)
+    # The rows a statement changes, picked by a subquery that orders and limits them.
+    _picked: str = "command_id IN ({})"
 
     @abstractmethod
     def _tx(self) -> AbstractContextManager[Any]: ...
@@ -128,16 +130,19 @@ class FleetSql:
     ) -> Any:
         """The claim. With ``holds`` (the admission runs in the same transaction) a claimed
         row under gates takes their slots with its lease (``slot_token``, the new token); the
-        admission gives back what must wait, and with it the slots."""
+        admission gives back what must wait, and with it the slots. The LIMIT is written into
+        the statement (one text per limit): a bound one, PostgreSQL's generic plan guesses at
+        a tenth of the table, and made a plan of its own for every claim instead."""
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
         return self._x(
             cur,
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-            f" deliveries = deliveries + 1{_HOLDS if holds else ''}"
-            " WHERE command_id IN (SELECT command_id FROM sw_outbox"
-            f" WHERE available_at_ms <= ? AND (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
-            f" ORDER BY priority DESC, fair LIMIT ?{self.skip_locked}) RETURNING {CLAIM_RETURNING}",
-            (worker_id, now_ms + lease_ms, now_ms, now_ms, *params, limit),
+            f" deliveries = deliveries + 1{_HOLDS if holds else ''} WHERE "
+            + self._picked.format("SELECT command_id FROM sw_outbox WHERE available_at_ms <= ? AND"
+                                  f" (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
+                                  f" ORDER BY priority DESC, fair LIMIT {int(limit)}{self.skip_locked}")
+            + f" RETURNING {CLAIM_RETURNING}",
+            (worker_id, now_ms + lease_ms, now_ms, now_ms, *params),
         )
 
     def _admit(self, rows: list[Any], now_ms: int, held: bool) -> list[Claim]:
@@ -309,9 +314,9 @@ class FleetSql:
             self._lock_gates_txn(cur)  # what an admission under way gives back to wait is seen
             woken = self._x(
                 cur,
-                "UPDATE sw_outbox SET available_at_ms = ? WHERE command_id IN (SELECT command_id FROM"
-                f" sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > ?"
-                " ORDER BY priority DESC, fair LIMIT ?)",
+                "UPDATE sw_outbox SET available_at_ms = ? WHERE " + self._picked.format(
+                    f"SELECT command_id FROM sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL"
+                    " AND available_at_ms > ? ORDER BY priority DESC, fair LIMIT ?"),
                 (now_ms, *gates, now_ms, count * len(gates)),
             )
             if woken.rowcount:

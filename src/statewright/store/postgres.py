@@ -99,6 +99,10 @@ class PostgresStore(SqlStore):
     announces_work = True
     _gated_seen = False  # the last claim met commands under gates
     _claim_holds = False  # the plain claim is a statement of its own, before any admission
+    # The picked ids as an array, looked up by the primary key: a plan that holds for any
+    # parameters, so the prepared claim is planned once. With IN and a bound LIMIT, a claim
+    # under fair shares got a new plan at every call, each reading the indexes' dead entries.
+    _picked = "command_id = ANY(ARRAY({}))"
     _greatest = "GREATEST"
 
     def __init__(
@@ -368,9 +372,9 @@ class PostgresStore(SqlStore):
     def _wake_statement(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[str, tuple[Any, ...]]:
         marks = ", ".join(["%s"] * len(gates))
         return (
-            "WITH u AS (UPDATE sw_outbox SET available_at_ms = %s WHERE command_id IN (SELECT command_id"
-            f" FROM sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL AND available_at_ms > %s"
-            " ORDER BY priority DESC, fair LIMIT %s) RETURNING 1)"
+            "WITH u AS (UPDATE sw_outbox SET available_at_ms = %s WHERE " + self._picked.format(
+                f"SELECT command_id FROM sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL"
+                " AND available_at_ms > %s ORDER BY priority DESC, fair LIMIT %s") + " RETURNING 1)"
             " SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
             (now_ms, *gates, now_ms, count * len(gates), CHANNEL),
         )
