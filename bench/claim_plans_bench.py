@@ -46,10 +46,7 @@ def run(url: str, on: bool, n: int) -> str:
             if gates:
                 store.wake(gates, engine.clock.now_ms(), len(claims))
             done += len(claims)
-        with store._pool.connection() as conn:
-            generic, custom = conn.execute(
-                "SELECT COALESCE(SUM(generic_plans), 0), COALESCE(SUM(custom_plans), 0) FROM pg_prepared_statements"
-                " WHERE statement LIKE 'UPDATE sw_outbox SET lease_owner%'").fetchone()
+        generic, custom = store.claim_plans()
     finally:
         engine.close()
     spent.sort()

@@ -296,10 +296,7 @@ def test_a_claim_under_gates_is_planned_once_not_at_every_claim(pg_url: str, tmp
             assert claims and all(c.gates for c in claims)
             for c in claims:
                 store.ack(c.command_id, c.token)
-        with store._pool.connection() as conn:
-            generic, custom = conn.execute(
-                "SELECT COALESCE(SUM(generic_plans), 0), COALESCE(SUM(custom_plans), 0) FROM pg_prepared_statements"
-                " WHERE statement LIKE 'UPDATE sw_outbox SET lease_owner%'").fetchone()
+        generic, custom = store.claim_plans()
     finally:
         engine.close()
     # psycopg prepares a statement at its sixth run; PostgreSQL makes five custom plans first.

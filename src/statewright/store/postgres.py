@@ -384,6 +384,16 @@ class PostgresStore(SqlStore):
         less than one per row."""
         self._x(cur, f"{head} {', '.join([one] * len(rows))}{tail}", tuple(v for r in rows for v in r))
 
+    def claim_plans(self) -> tuple[int, int]:
+        """How the claim statement was planned on the connection the pool hands out (on a
+        store of one connection, every claim it made): generic plans (made once, reused) and
+        custom plans (made again for that call), as ``pg_prepared_statements`` counts them."""
+        with self._classified(), self._pool.connection() as conn:
+            row = conn.execute(
+                "SELECT COALESCE(SUM(generic_plans), 0), COALESCE(SUM(custom_plans), 0) FROM pg_prepared_statements"
+                " WHERE statement LIKE 'UPDATE sw_outbox SET lease_owner%'").fetchone()
+        return int(row[0]), int(row[1])
+
     def _lock_gates_txn(self, cur: Any) -> None:
         """Admissions run one at a time: each one's counts include every slot admitted
         before it (each statement after the lock sees what committed before)."""
