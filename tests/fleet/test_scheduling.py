@@ -453,3 +453,88 @@ def test_the_rate_logs_row_bound_follows_its_rows_and_survives_an_upgrade(
     for c in again.store.claim("w1", clock.now_ms(), LEASE_MS, 4):
         again.store.ack(c.command_id, c.token)
     assert bound_and_rows() == (7, 7)  # the mark replaced, four started
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_a_slots_bound_follows_its_admissions_and_is_counted_where_it_leaves_no_room(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """Each admission adds what it takes to its gates' bounds, and a finished step takes
+    nothing away: where a bound leaves no room, the live slots are counted and the bound
+    comes down to them, so a bound above them never makes a step wait. A version 10
+    database, which kept no bounds, counts its gates' slots at its first admission."""
+    gate = "step:bounded/work"
+
+    def bound() -> int:
+        return int(raw_sql(store_url, "SELECT at_most FROM sw_slot_bounds WHERE gate = ?", (gate,))[0][0])
+
+    def start(engine: Engine, n: int, *, ack: bool = True) -> list[str]:
+        claims = engine.store.claim("w1", clock.now_ms(), LEASE_MS, n)
+        for c in claims if ack else ():
+            engine.store.ack(c.command_id, c.token)
+        return [c.task_id for c in claims]
+
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    wf = workflow("bounded", step={"concurrency": 3})
+    ids = [engine.submit(wf, {"n": i}) for i in range(9)]
+    assert start(engine, 2) == ids[:2]
+    assert bound() == 2  # counted (none live), then two taken; their acks change nothing
+    assert start(engine, 1) == ids[2:3]
+    assert bound() == 3  # no room left under it, though no step holds a slot
+    assert start(engine, 2, ack=False) == ids[3:5]  # counted: none live, both fit
+    assert bound() == 2
+    engine.close()
+    raw_sql(store_url, "DROP TABLE sw_slot_bounds")
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("10", "schema_version"))
+    again = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    assert start(again, 3, ack=False) == ids[5:6]  # counted: two live, one fits
+    assert bound() == 3
+    assert "(concurrency 3, 3 in use)" in waiting_reasons(again.store.outbox(), clock.now_ms())[ids[6]]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_an_admission_with_room_under_its_bounds_reads_no_slots_until_its_next_count(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """While a gate's bound leaves room, an admission decides on it alone, so its cost does
+    not grow with the steps that hold slots; every ten seconds it counts them anyway. The
+    bound is lowered here by hand, below the live slots (which no admission does), to show
+    both: a step is admitted past the concurrency, until the next count sees every slot."""
+    gate = "step:room/work"
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    wf = workflow("room", step={"concurrency": 2})
+    ids = [engine.submit(wf, {"n": i}) for i in range(5)]
+    assert [c.task_id for c in engine.store.claim("w1", clock.now_ms(), LEASE_MS, 2)] == ids[:2]
+    raw_sql(store_url, "UPDATE sw_slot_bounds SET at_most = 0 WHERE gate = ?", (gate,))
+    assert [c.task_id for c in engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)] == ids[2:3]
+    clock.advance(10)
+    assert engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1) == []
+    assert "(concurrency 2, 3 in use)" in waiting_reasons(engine.store.outbox(), clock.now_ms())[ids[3]]
+    assert raw_sql(store_url, "SELECT at_most FROM sw_slot_bounds WHERE gate = ?", (gate,)) == [(3,)]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_a_limit_given_a_concurrency_again_counts_the_steps_it_had_no_bound_for(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """Steps started while a limit had no concurrency added nothing to its bound; once the
+    fleet config gives it one again, they are counted, not taken for free slots."""
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+
+    def put(concurrency: int | None) -> None:
+        engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", concurrency=concurrency)}), clock.now_ms())
+
+    def claim(n: int) -> list[str]:
+        return [c.task_id for c in engine.store.claim("w1", clock.now_ms(), LEASE_MS, n)]
+
+    put(5)
+    wf = workflow("again", step={"concurrency": 10, "limits": ["api"]})
+    ids = [engine.submit(wf, {"n": i}) for i in range(6)]
+    (first,) = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)
+    engine.store.ack(first.command_id, first.token)
+    put(None)
+    assert claim(3) == ids[1:4]  # they hold slots (of the step) while the limit has no concurrency
+    put(3)
+    assert claim(1) == []
+    assert "waits for a slot of limit 'api' (concurrency 3, 3 in use)" in waiting_reasons(
+        engine.store.outbox(), clock.now_ms())[ids[4]]

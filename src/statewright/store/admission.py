@@ -13,7 +13,11 @@ day for a spent budget), or earlier when a slot frees (``Store.wake``). A slot i
 claim's lease itself: an admitted command's outbox row keeps the fencing token of the claim
 it was admitted with, and holds a slot of each of its gates while that claim's lease is
 alive, so a finished, released or expired claim frees its slots with no write of its own.
-Pure: the store hands in what it counts."""
+So that an admission need not read every live slot, each gate also has a bound: every
+admission adds what it takes, nothing takes away, so a bound is never below the live slots,
+and what fits under it fits. Only where a bound leaves no room (and every
+``_COUNT_EVERY_MS`` in store/fleet_sql.py) are the slots counted one by one, and the bound
+comes down to them. Pure: the store hands in what it counts."""
 
 from __future__ import annotations
 
@@ -84,7 +88,9 @@ class Ledger:
     (through the callables), all kept up to date with what this admission takes."""
 
     config: FleetConfig
-    in_use: dict[str, int]  # live slots per gate; a gate missing has none
+    # Live slots per gate (a gate missing has none); with ``load_in_use``, at most as many:
+    # each gate's bound, or one missing where ``load_bound`` tells it.
+    in_use: dict[str, int]
     load_window: Callable[[str, int], list[tuple[int, int]]]  # (at_ms, tokens) of rows after a time
     load_spent: Callable[[str, int], tuple[int, float]]  # (tokens, usd) of a tenant on a day
     load_totals: Callable[[str, int], tuple[int, int]] | None = None  # (rows, tokens) after a time
@@ -94,6 +100,14 @@ class Ledger:
     window_ms: dict[str, int] = field(default_factory=dict)  # the longest window each rate gate was read for
     totals: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (gate, window) -> [starts, tokens]
     horizons: dict[str, int | None] = field(default_factory=dict)  # gate -> its rows up to here may be gone
+    # Live slots per gate counted one by one, for when a bound leaves a gate no room: while
+    # this is set, ``in_use`` holds bounds. A bound is never below the live slots, so that
+    # what fits under it fits; what does not is decided on the count.
+    load_in_use: Callable[[], dict[str, int]] | None = None
+    load_bound: Callable[[str], int | None] | None = None  # a gate's bound; None: it has none
+    taken: dict[str, int] = field(default_factory=dict)  # slots this admission took, per gate
+    checked: set[str] = field(default_factory=set)  # the gates with a concurrency it looked at
+    counted: bool = False  # whether ``in_use`` was counted one by one during this admission
 
     def check(self, gates: Sequence[Gate], now_ms: int, need: Mapping[str, int] | None = None) -> Waiting | None:
         """None when a command with ``gates`` may start at ``now_ms``; else why it waits.
@@ -149,7 +163,8 @@ class Ledger:
             kind, _, name = g.name.partition(":")
             if self.capacity(g) is not None:
                 slots.append(g.name)
-                self.in_use[g.name] = self.in_use.get(g.name, 0) + times
+                self.in_use[g.name] = self._used(g.name) + times
+                self.taken[g.name] = self.taken.get(g.name, 0) + times
             lim = self.config.limits.get(name) if kind == "limit" else None
             if lim is not None and (lim.rate is not None or lim.tokens is not None):
                 rates.append(g.name)
@@ -170,12 +185,44 @@ class Ledger:
             return share.concurrency if share is not None else None
         return g.capacity or None
 
+    def bounds(self) -> dict[str, int]:
+        """What this admission leaves each gate's bound at: the slots it counted or was
+        bounded by, with what it took; only where that changed."""
+        if not self.counted:
+            return {g: self.in_use[g] for g in self.taken}
+        return {g: self.in_use.get(g, 0) for g in self.checked | self.in_use.keys()}
+
+    def _used(self, gate: str) -> int:
+        """The live slots of ``gate``, or at most as many (see ``in_use``)."""
+        if gate not in self.in_use and self.load_in_use is not None:
+            bound = self.load_bound(gate) if self.load_bound is not None else None
+            if bound is None:  # never bounded: counted
+                self._count()
+            else:
+                self.in_use[gate] = bound + self.taken.get(gate, 0)
+        return self.in_use.get(gate, 0)
+
+    def _count(self) -> None:
+        """Count every gate's live slots one by one, from here on in this admission."""
+        if self.load_in_use is None:
+            return
+        counted = self.load_in_use()
+        for g, n in self.taken.items():
+            counted[g] = counted.get(g, 0) + n
+        self.in_use, self.load_in_use, self.counted = counted, None, True
+
     def _slots(self, gate: str, capacity: int | None, now_ms: int, more: int = 1) -> Waiting | None:
         if capacity is None:
             return None
-        used = self.in_use.get(gate, 0)
+        self.checked.add(gate)
+        used = self._used(gate)
         if used + more <= capacity:
             return None
+        if self.load_in_use is not None:  # a bound: what it holds back is counted
+            self._count()
+            used = self.in_use.get(gate, 0)
+            if used + more <= capacity:
+                return None
         return Waiting(f"waits for a slot of {_what(gate)} (concurrency {capacity}, {used} in use)",
                        now_ms + CONCURRENCY_RECHECK_MS, gate)
 

@@ -9,7 +9,9 @@ the claim and its admission share one transaction; a transaction-level advisory 
 PostgreSQL, where, while claims meet gated rows, the claim moves into that transaction).
 Each admission sends all its reads before it waits for any. A slot is held by the admitted
 claim's lease (``slot_token`` on its outbox row), so a claim that ends frees its slots with
-no write; a worker wakes their waiters in the commit of the claims' outcomes."""
+no write; a worker wakes their waiters in the commit of the claims' outcomes. An admission
+reads its gates' bounds (``sw_slot_bounds``, kept by every admission), not the slots, while
+they leave room."""
 
 from __future__ import annotations
 
@@ -36,6 +38,12 @@ CLAIM_RETURNING = (
 _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
 _PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
 _PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows
+# How often an admission counts the live slots one by one even where every bound leaves
+# room: a bound stays above what ended (an expired lease, a finished step) until then.
+_COUNT_EVERY_MS = 10_000
+_BOUNDED_AT_MOST = 256  # how many gates' bounds an admission that cannot name its gates reads ahead
+_HOLDERS = ("SELECT command_id, gates, tenant FROM sw_outbox WHERE slot_token IS NOT NULL AND slot_token = token"
+            " AND lease_expires_ms > ?")
 _HORIZON = ""  # the command id of the rate log row that marks up to when a gate's rows may be gone
 # How many rows the rate log holds at most: every row written adds one (one that conflicts
 # too), every row forgotten takes one away. All its writers hold the gates' lock.
@@ -47,6 +55,8 @@ class FleetSql:
 
     skip_locked: str = ""
     _prune_after_ms: int = 0
+    _count_after_ms: int = 0  # until then, admissions decide on the slots' bounds where they leave room
+    _bounded: tuple[str, ...] = ()  # the gates with a concurrency the last admissions looked at
     _windows_ms: dict[str, dict[int, bool]] = {}  # per limit gate, its rate windows in the last config read
     _start_caps: dict[tuple[str, int], int] = {}  # (limit gate, window): its start rate, in the last config read
     # Up to when a gate's rate log rows may be gone (parameters: _HORIZON, the gate), by the
@@ -160,21 +170,26 @@ class FleetSql:
         self, cur: Any, names: Sequence[str] | None, now_ms: int, taking: int
     ) -> tuple[Any, Any, Any]:
         """Send what an admission of up to ``taking`` commands reads, after the gates' lock:
-        the config, the id, gates and tenant of every command that holds slots (its admitted
-        claim's lease is alive), and the rate log totals of each named limit among ``names``
-        (None: every one) over the windows the last config read gave it. Cursors, not yet
-        waited for."""
+        the config; the slots of its gates, ``names`` (None: those the last admission looked
+        at), as their bounds, or, every ``_COUNT_EVERY_MS``, the id, gates and tenant of
+        every command that holds slots (its admitted claim's lease is alive); and the rate
+        log totals of each named limit among ``names`` over the windows the last config read
+        gave it. Cursors, not yet waited for."""
         expected = self._windows_ms
         limits = [g for g in (expected if names is None else names) if g.startswith("limit:") and g in expected]
         config_cur = self._x(self._cursor(cur), "SELECT 'l', name, body FROM sw_limits UNION ALL"
                                                 " SELECT 't', tenant, body FROM sw_tenants")
-        holders_cur = self._x(self._cursor(cur), "SELECT command_id, gates, tenant FROM sw_outbox WHERE slot_token"
-                                                 " IS NOT NULL AND slot_token = token AND lease_expires_ms > ?",
-                              (now_ms,))
+        if now_ms >= self._count_after_ms:
+            slots_cur = ("count", self._x(self._cursor(cur), _HOLDERS, (now_ms,)))
+        else:
+            bounded = self._bounded if names is None else names
+            slots_cur = ("bounds", self._x(self._cursor(cur), "SELECT gate, at_most FROM sw_slot_bounds WHERE gate IN"
+                                                              f" ({', '.join('?' * len(bounded))})", tuple(bounded))
+                         if bounded else None)
         totals_cur = self._totals_query(self._cursor(cur), [
             (g, now_ms - w, tokens, None if tokens else self._start_caps.get((g, w))) for g in limits
             for w, tokens in expected[g].items()], taking)
-        return config_cur, holders_cur, totals_cur
+        return config_cur, slots_cur, totals_cur
 
     def _admit_txn(
         self, cur: Any, claimed: list[tuple[Any, tuple[Gate, ...]]], now_ms: int, reads: tuple[Any, Any, Any],
@@ -188,19 +203,30 @@ class FleetSql:
         from statewright.store.admission import Ledger, slots_in_use
 
         admitted, holders, rate_rows, waits = [], [], [], []
-        config_cur, holders_cur, totals_cur = reads
+        config_cur, (slots_how, slots_cur), totals_cur = reads
         config = self._parse_fleet(config_cur.fetchall())
         mine = {r[0] for r, _ in claimed}  # what this admission decides on holds nothing yet
+
+        def in_use(rows: list[Any]) -> dict[str, int]:
+            return slots_in_use((g, t) for c, g, t in rows if c not in mine)
+
+        counting = slots_how == "count"
         ledger = Ledger(
             config,
-            slots_in_use((g, t) for c, g, t in holders_cur.fetchall() if c not in mine),
+            in_use(slots_cur.fetchall()) if counting else {
+                str(g): int(n) for g, n in (slots_cur.fetchall() if slots_cur is not None else ())},
             lambda gate, since: [(int(a), int(t)) for a, t in self._x(
                 cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
             ).fetchall()],
             lambda tenant, day: self._usage_txn(cur, tenant, day),
             lambda gate, since: self._totals_txn(cur, gate, since),
             lambda gate: self._horizon_txn(cur, gate),
+            load_in_use=None if counting else lambda: in_use(self._x(cur, _HOLDERS, (now_ms,)).fetchall()),
+            load_bound=lambda gate: self._bound_txn(cur, gate),
+            counted=counting,
         )
+        if counting:
+            self._count_after_ms = now_ms + _COUNT_EVERY_MS
         windows = _windows_of(config)
         sent_caps, self._start_caps = self._start_caps, {
             (f"limit:{n}", lim.rate.window_ms): lim.rate.amount for n, lim in config.limits.items() if lim.rate}
@@ -230,6 +256,12 @@ class FleetSql:
             rate_rows += [(gate, now_ms, command_id) for gate in rates]
             admitted.append(claim_of(r, tuple(g.name for g in gates)))
         self._windows_ms = windows
+        seen = ledger.checked.union(self._bounded)
+        self._bounded = tuple(sorted(seen if len(seen) <= _BOUNDED_AT_MOST else ledger.checked))
+        bounds = ledger.bounds()
+        if bounds:
+            self._insert_rows(cur, "INSERT INTO sw_slot_bounds (gate, at_most) VALUES", "(?, ?)",
+                              " ON CONFLICT (gate) DO UPDATE SET at_most = excluded.at_most", sorted(bounds.items()))
         if waits:
             self._many(cur, "UPDATE sw_outbox SET lease_owner = NULL, lease_expires_ms = NULL, available_at_ms = ?,"
                             " deliveries = CASE WHEN deliveries > 0 THEN deliveries - 1 ELSE 0 END,"
@@ -252,6 +284,11 @@ class FleetSql:
                 self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
                              " ON CONFLICT DO NOTHING", (gate, before - 1, _HORIZON))
         return admitted
+
+    def _bound_txn(self, cur: Any, gate: str) -> int | None:
+        """At most how many live slots ``gate`` has (None: it was never bounded)."""
+        row = self._x(cur, "SELECT at_most FROM sw_slot_bounds WHERE gate = ?", (gate,)).fetchone()
+        return int(row[0]) if row else None
 
     def _horizon_txn(self, cur: Any, gate: str) -> int | None:
         """Up to when ``gate``'s rate log rows may have been forgotten (None: none were)."""
@@ -356,6 +393,9 @@ class FleetSql:
             self._lock_gates_txn(cur)
             self._x(cur, "DELETE FROM sw_limits")
             self._x(cur, "DELETE FROM sw_tenants")
+            # A gate counts toward its bound only while it has a concurrency: one given one
+            # now may have slots its bound never saw. Every gate is counted afresh.
+            self._x(cur, "DELETE FROM sw_slot_bounds")
             for name, lim in sorted(config.limits.items()):
                 self._x(cur, "INSERT INTO sw_limits (name, body, updated_at_ms) VALUES (?, ?, ?)",
                         (name, json.dumps(lim.to_dict(), sort_keys=True), at_ms))

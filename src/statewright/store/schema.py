@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -200,5 +200,14 @@ MIGRATIONS: dict[int, list[str]] = {
         )""",
         "DELETE FROM sw_rate_log_rows",
         "INSERT INTO sw_rate_log_rows (id, at_most) SELECT 1, COUNT(*) FROM sw_rate_log",
+    ],
+    # At most how many live slots each gate has, kept by every admission (under the gates'
+    # lock, the only place a slot is taken): while that leaves a gate room, its slots need
+    # no count, however many steps hold them. A gate with no row is counted.
+    11: [
+        """CREATE TABLE IF NOT EXISTS sw_slot_bounds (
+            gate TEXT PRIMARY KEY,
+            at_most BIGINT NOT NULL
+        )""",
     ],
 }

@@ -1,0 +1,97 @@
+"""Claim throughput with the fleet's limits and shares on, against off, while many steps
+are running: each holds a slot of every gate it passes (its claim's lease) for the whole
+run, as an agent's step of minutes does.
+
+    .venv/bin/python bench/running_bench.py                  # SQLite, and PostgreSQL at --url
+    .venv/bin/python bench/running_bench.py --running 0 500 2000 --tasks 1000 --rounds 3
+    .venv/bin/python bench/running_bench.py --no-postgres
+
+For each number of running steps, OFF and ON stores (as in fleet_bench.py: ON has four
+weighted tenants with a concurrency, the workflow's concurrency and the step's named limit
+with a concurrency and a rate, five gates a claim) first lease that many commands for an
+hour; then fleet_bench.py's claim loop (claim 8, ack each, and ON the wake) drains the next
+``--tasks`` commands, one batch OFF and one ON in turn, so that the machine's swings fall on
+both. Printed: commands per second OFF and ON, medians over rounds, and the median of the
+rounds' ON/OFF ratios. bench/README.md has a run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+
+from fleet_bench import claim_batch, drop_pg_schema, fill, pg_url, sqlite_url
+
+HOUR_MS = 3_600_000
+
+
+def paired_round(new_url: Any, cleanup: Any, running: int, n: int) -> tuple[float, float]:
+    """One round: commands per second OFF and ON with ``running`` steps holding leases."""
+    urls = {on: new_url() for on in (False, True)}
+    engines = {on: fill(urls[on], on, running + n) for on in (False, True)}
+    spent, done = {False: 0.0, True: 0.0}, {False: 0, True: 0}
+    try:
+        for engine in engines.values():
+            held = 0
+            while held < running:
+                got = engine.store.claim("running", engine.clock.now_ms(), HOUR_MS, min(64, running - held))
+                if not got:
+                    raise RuntimeError(f"leased {held} of {running}, then nothing")
+                held += len(got)
+        while min(done.values()) < n:
+            for on in (False, True):
+                if done[on] >= n:
+                    continue
+                started = time.perf_counter()
+                got = claim_batch(engines[on])
+                spent[on] += time.perf_counter() - started
+                if not got:
+                    raise RuntimeError(f"claimed {done[on]} of {n}, then nothing")
+                done[on] += got
+    finally:
+        for on in (False, True):
+            engines[on].close()
+            cleanup(urls[on])
+    return done[False] / spent[False], done[True] / spent[True]
+
+
+def measure(name: str, new_url: Any, cleanup: Any, running: list[int], n: int, rounds: int) -> None:
+    for r in running:
+        off, on = [], []
+        for _ in range(rounds):
+            a, b = paired_round(new_url, cleanup, r, n)
+            off.append(a)
+            on.append(b)
+        ratios = [b / a for a, b in zip(off, on, strict=True)]
+        print(f"{name:<9} {r:>6,} running   off {statistics.median(off):>7,.0f}   on {statistics.median(on):>7,.0f}"
+              f"   on/off {statistics.median(ratios):5.2f}   round ratios {[round(x, 2) for x in ratios]}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--running", type=int, nargs="+", default=[0, 500, 2000])
+    parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(f"running_bench: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()}-core "
+          f"{platform.machine()}, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
+          f"claim loop of {args.tasks} commands per round, {args.rounds} rounds, commands/s medians", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="sw-running-bench-"))
+    measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, args.running, args.tasks, args.rounds)
+    if not args.no_postgres:
+        measure("postgres", lambda: pg_url(args.url), drop_pg_schema, args.running, args.tasks, args.rounds)
+    print(f"load at the end {os.getloadavg()[0]:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
