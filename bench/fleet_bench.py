@@ -118,14 +118,22 @@ def claim_batch(engine: Any) -> int:
     return len(claims)
 
 
-def claim_paired(new_url: Any, cleanup: Any, n: int) -> tuple[float, float]:
+def claim_paired(new_url: Any, cleanup: Any, n: int, running: int = 0) -> tuple[float, float]:
     """The claim loop OFF and ON on two stores at once, one batch of each in turn, so that
     what the machine does meanwhile (a slow disk flush, another process) falls on both:
-    commands per second OFF and ON."""
+    commands per second OFF and ON. With ``running``, each store first leases that many
+    commands for an hour, as steps that run all along."""
     urls = {on: new_url() for on in (False, True)}
-    engines = {on: fill(urls[on], on, n) for on in (False, True)}
+    engines = {on: fill(urls[on], on, running + n) for on in (False, True)}
     spent, done = {False: 0.0, True: 0.0}, {False: 0, True: 0}
     try:
+        for engine in engines.values():
+            held = 0
+            while held < running:
+                got = engine.store.claim("running", engine.clock.now_ms(), 3_600_000, min(64, running - held))
+                if not got:
+                    raise RuntimeError(f"leased {held} of {running}, then nothing")
+                held += len(got)
         while min(done.values()) < n:
             for on in (False, True):
                 started = time.perf_counter()

@@ -28,46 +28,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 
-from fleet_bench import claim_batch, drop_pg_schema, fill, pg_url, sqlite_url
-
-HOUR_MS = 3_600_000
-
-
-def paired_round(new_url: Any, cleanup: Any, running: int, n: int) -> tuple[float, float]:
-    """One round: commands per second OFF and ON with ``running`` steps holding leases."""
-    urls = {on: new_url() for on in (False, True)}
-    engines = {on: fill(urls[on], on, running + n) for on in (False, True)}
-    spent, done = {False: 0.0, True: 0.0}, {False: 0, True: 0}
-    try:
-        for engine in engines.values():
-            held = 0
-            while held < running:
-                got = engine.store.claim("running", engine.clock.now_ms(), HOUR_MS, min(64, running - held))
-                if not got:
-                    raise RuntimeError(f"leased {held} of {running}, then nothing")
-                held += len(got)
-        while min(done.values()) < n:
-            for on in (False, True):
-                if done[on] >= n:
-                    continue
-                started = time.perf_counter()
-                got = claim_batch(engines[on])
-                spent[on] += time.perf_counter() - started
-                if not got:
-                    raise RuntimeError(f"claimed {done[on]} of {n}, then nothing")
-                done[on] += got
-    finally:
-        for on in (False, True):
-            engines[on].close()
-            cleanup(urls[on])
-    return done[False] / spent[False], done[True] / spent[True]
+from fleet_bench import claim_paired, drop_pg_schema, pg_url, sqlite_url
 
 
 def measure(name: str, new_url: Any, cleanup: Any, running: list[int], n: int, rounds: int) -> None:
     for r in running:
         off, on = [], []
         for _ in range(rounds):
-            a, b = paired_round(new_url, cleanup, r, n)
+            a, b = claim_paired(new_url, cleanup, n, running=r)
             off.append(a)
             on.append(b)
         ratios = [b / a for a, b in zip(off, on, strict=True)]
