@@ -186,11 +186,10 @@ class Ledger:
         return g.capacity or None
 
     def bounds(self) -> dict[str, int]:
-        """What this admission leaves each gate's bound at: the slots it counted or was
-        bounded by, with what it took; only where that changed."""
-        if not self.counted:
-            return {g: self.in_use[g] for g in self.taken}
-        return {g: self.in_use.get(g, 0) for g in self.checked | self.in_use.keys()}
+        """What this admission leaves the bounds of its gates at: the slots it counted or
+        was bounded by, with what it took; only where that changed. Other gates keep theirs,
+        which are still bounds: one that leaves its gate no room is counted where it does."""
+        return {g: self.in_use.get(g, 0) for g in (self.checked if self.counted else self.taken)}
 
     def _used(self, gate: str) -> int:
         """The live slots of ``gate``, or at most as many (see ``in_use``)."""
