@@ -170,8 +170,8 @@ class FleetSql:
         self, cur: Any, names: Sequence[str] | None, now_ms: int, taking: int
     ) -> tuple[Any, Any, Any]:
         """Send what an admission of up to ``taking`` commands reads, after the gates' lock:
-        the config; the slots of its gates, ``names`` (None: those the last admission looked
-        at), as their bounds, or, every ``_COUNT_EVERY_MS``, the id, gates and tenant of
+        the config; the slots of its gates, ``names`` (None: those the last admissions looked
+        at, ``_bounded``), as their bounds, or, every ``_COUNT_EVERY_MS``, the id, gates and tenant of
         every command that holds slots (its admitted claim's lease is alive); and the rate
         log totals of each named limit among ``names`` over the windows the last config read
         gave it. Cursors, not yet waited for."""
