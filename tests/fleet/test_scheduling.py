@@ -162,6 +162,134 @@ def test_a_claim_whose_lease_expired_frees_its_slot_with_no_write(engine: Engine
     assert [c.task_id for c in engine.store.claim("w3", clock.now_ms(), LEASE_MS, 5)] == [t1]  # released: free
 
 
+def test_an_expired_lease_is_claimed_in_its_place_among_the_free_commands(engine: Engine, clock: FakeClock) -> None:
+    """A claim takes free commands and expired leases in one order: priority first, then
+    fair share, whichever kind each is."""
+    wf = workflow("expired")
+    a, b, c = (engine.submit(wf, {"n": i}) for i in range(3))
+    assert [x.task_id for x in engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)] == [a]
+    urgent = engine.submit(wf, {"n": 9}, priority=3)
+    clock.advance(LEASE_MS / 1000 + 1)  # w1 died: its lease of a ran out
+    assert [x.task_id for x in engine.store.claim("w2", clock.now_ms(), LEASE_MS, 2)] == [urgent, a]
+    assert [x.task_id for x in engine.store.claim("w2", clock.now_ms(), LEASE_MS, 2)] == [b, c]
+
+
+def test_a_tenant_that_was_idle_starts_level_with_the_queue_not_with_a_running_step(engine: Engine) -> None:
+    """A step that runs is not queued: a tenant that comes after it starts level with the
+    oldest command still queued, so it does not take the claims the running step's place
+    would give it ahead of the others."""
+    wf = workflow("level")
+    now = engine.clock.now_ms()
+    a = [engine.submit(wf, {"n": i}, tenant="a") for i in range(6)]
+    running = engine.store.claim("w1", now, LEASE_MS, 1)
+    assert [x.task_id for x in running] == a[:1]
+    for x in engine.store.claim("w1", now, LEASE_MS, 3):
+        engine.store.ack(x.command_id, x.token)
+    b = [engine.submit(wf, {"n": i}, tenant="b") for i in range(2)]
+    first_two = {x.task_id for x in engine.store.claim("w1", now, LEASE_MS, 2)}
+    assert len(first_two & set(a)) == 1 and len(first_two & set(b)) == 1
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_a_claim_reads_no_running_step_after_an_upgrade_from_version_11(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """A claim reads the free commands by their order and the leases by when they expire,
+    never the steps that are running: its work does not grow with them. A version 11
+    database, whose order index held every command, gets the new indexes."""
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    wf = workflow("many")
+    for i in range(10):
+        engine.submit(wf, {"n": i})
+    engine.close()
+    for sql in ("DROP INDEX sw_outbox_free", "DROP INDEX sw_outbox_free_due", "DROP INDEX sw_outbox_leased",
+                "CREATE INDEX sw_outbox_order ON sw_outbox (priority DESC, fair)",
+                "CREATE INDEX sw_outbox_due ON sw_outbox (available_at_ms)"):
+        raw_sql(store_url, sql)
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("11", "schema_version"))
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    store: Any = engine.store
+    indexes = {str(r[0]) for r in raw_sql(store_url, "SELECT indexname FROM pg_indexes WHERE schemaname ="
+                                          " current_schema()" if store_url.startswith("postgresql://") else
+                                          "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"sw_outbox_free", "sw_outbox_free_due", "sw_outbox_leased"} <= indexes
+    assert not {"sw_outbox_order", "sw_outbox_due"} & indexes
+
+    def work_of_a_claim() -> int:
+        """What the store's claim of 5 reads, replayed and rolled back: the rows PostgreSQL's
+        plan returned or passed over, or SQLite's virtual machine steps."""
+        sent: list[tuple[str, Sequence[Any]]] = []
+        store._x = lambda cur, sql, params=(): sent.append((sql, params)) or type(store)._x(store, cur, sql, params)
+        try:
+            assert len(store.claim("w0", clock.now_ms(), LEASE_MS, 5)) == 5
+        finally:
+            del store._x
+        sql, params = next((q, p) for q, p in sent if q.startswith("UPDATE sw_outbox SET lease_owner"))
+        return _replayed_work(store_url, sql, params)
+
+    alone = work_of_a_claim()  # 5 queued
+    for i in range(1_200):
+        engine.submit(wf, {"n": i})
+    queued = work_of_a_claim()  # 1,200 queued
+    running = 0
+    while running < 1_000:
+        running += len(store.claim("w1", clock.now_ms(), LEASE_MS, 100))
+    among_running = work_of_a_claim()  # 195 queued, 1,000 running
+    # A claim that read every running step, or every due one, would read a thousand rows.
+    assert max(queued, among_running) < alone * 1.5 + 20, (alone, queued, among_running)
+    clock.advance(LEASE_MS / 1000 + 1)  # every lease runs out: the claim takes them again, oldest first
+    again = store.claim("w2", clock.now_ms(), LEASE_MS, 3)
+    assert [x.task_id for x in again] == [r["task_id"] for r in sorted(
+        (r for r in store.outbox() if r["lease_owner"] == "w2"), key=lambda r: r["fair"])]
+    assert len(again) == 3
+
+
+def _replayed_work(url: str, sql: str, params: Sequence[Any]) -> int:
+    """How much one statement reads, run again in a transaction that is rolled back: the
+    rows PostgreSQL's plan returned or passed over, or SQLite's virtual machine steps."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        from statewright.store.postgres import split_url
+
+        conninfo, schema = split_url(url)
+        with psycopg.connect(conninfo) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            conn.execute("ANALYZE sw_outbox")
+            plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.replace("?", "%s"), tuple(params)).fetchone()
+            conn.rollback()
+        assert plan is not None
+        return sum(_plan_rows(plan[0][0]["Plan"]))
+    import sqlite3
+
+    conn = sqlite3.connect(url.removeprefix("sqlite:///").split("?")[0], isolation_level=None)
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    try:
+        conn.execute("BEGIN")
+        conn.execute(sql, tuple(params)).fetchall()  # compiled before it is counted
+        conn.execute("ROLLBACK")
+        conn.execute("BEGIN")
+        conn.set_progress_handler(count, 1)
+        conn.execute(sql, tuple(params)).fetchall()
+        conn.set_progress_handler(None, 1)
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+    return steps[0]
+
+
+def _plan_rows(node: dict[str, Any]) -> Iterator[int]:
+    """Every row a plan's nodes returned or passed over, through its children."""
+    yield int(node.get("Actual Rows", 0)) + int(node.get("Rows Removed by Filter", 0))
+    for child in node.get("Plans", ()):
+        yield from _plan_rows(child)
+
+
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_an_upgrade_keeps_the_slots_held_in_a_version_7_database(
     store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path

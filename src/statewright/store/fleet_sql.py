@@ -90,12 +90,13 @@ class FleetSql:
         """Where a new command of a tenant takes its place in the fair queue (parameters:
         tenant, tenant, priority): one step past the tenant's last queued command (a step
         of SHARE_SCALE / weight), and never before the oldest command queued at its
-        priority, so a tenant that was idle starts level with the others, not ahead."""
+        priority (a running step is not queued), so a tenant that was idle starts level with
+        the others, not ahead."""
         g = self._greatest
         return (
             f"{g}(COALESCE((SELECT MAX(fair) FROM sw_outbox WHERE tenant = ?)"
             f" + COALESCE((SELECT share_step FROM sw_tenants WHERE tenant = ?), {SHARE_SCALE}), 0),"
-            " COALESCE((SELECT MIN(fair) FROM sw_outbox WHERE priority = ?), 0))"
+            " COALESCE((SELECT MIN(fair) FROM sw_outbox WHERE priority = ? AND lease_expires_ms IS NULL), 0))"
         )
 
     # --- claiming ------------------------------------------------------------------------
@@ -148,11 +149,27 @@ class FleetSql:
             cur,
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
             f" deliveries = deliveries + 1{_HOLDS if holds else ''} WHERE "
-            + self._picked.format("SELECT command_id FROM sw_outbox WHERE available_at_ms <= ? AND"
-                                  f" (lease_expires_ms IS NULL OR lease_expires_ms <= ?){one}"
-                                  f" ORDER BY priority DESC, fair LIMIT {int(limit)}{self.skip_locked}")
+            + self._picked.format(self._due_sql(one, int(limit)))
             + f" RETURNING {CLAIM_RETURNING}",
-            (worker_id, now_ms + lease_ms, now_ms, now_ms, *params),
+            (worker_id, now_ms + lease_ms, now_ms, *params, now_ms, now_ms, *params),
+        )
+
+    def _due_sql(self, one: str, limit: int) -> str:
+        """The ids of the first ``limit`` due commands, higher priority first, then by fair
+        share (parameters: now, ``one``'s, now, now, ``one``'s). The free ones are read by
+        their order (``sw_outbox_free``) and the expired leases by their expiry
+        (``sw_outbox_leased``), and the first of both taken: a claim never reads the steps
+        that are running, however many there are. The free ones are read in their order and
+        no further than the first ``limit`` due (``+`` keeps SQLite from reading every due
+        one by ``sw_outbox_free_due`` and sorting them instead)."""
+        order = f"ORDER BY priority DESC, fair LIMIT {limit}"
+        return (
+            "WITH free AS (SELECT command_id, priority, fair FROM sw_outbox WHERE lease_expires_ms IS NULL"
+            f" AND +available_at_ms <= ?{one} {order}{self.skip_locked}),"
+            " expired AS (SELECT command_id, priority, fair FROM sw_outbox WHERE lease_expires_ms IS NOT NULL"
+            f" AND lease_expires_ms <= ? AND available_at_ms <= ?{one} {order}{self.skip_locked})"
+            " SELECT command_id FROM (SELECT * FROM free UNION ALL SELECT * FROM expired) due"
+            f" {order}"
         )
 
     def _admit(self, rows: list[Any], now_ms: int, held: bool) -> list[Claim]:

@@ -25,7 +25,7 @@ class MemoryFleet:
         """As ``FleetSql._fair_sql``: one share step past the tenant's last queued command,
         never before the oldest queued at its priority."""
         mine = [c.fair for c in self.db.outbox.values() if c.tenant == tenant]
-        level = [c.fair for c in self.db.outbox.values() if c.priority == priority]
+        level = [c.fair for c in self.db.outbox.values() if c.priority == priority and c.lease_expires_ms is None]
         share = self._config().tenants.get(tenant)
         step = share.share_step if share is not None else SHARE_SCALE
         return max(max(mine) + step if mine else 0, min(level) if level else 0)

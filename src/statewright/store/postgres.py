@@ -36,7 +36,7 @@ from statewright.store.base import (
     Wake,
 )
 from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated, with_gates
-from statewright.store.sql import _RELEASE_SQL, SqlStore, _Encoded, _release_params
+from statewright.store.sql import _NEXT_COMMAND_SQL, _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
     import psycopg
@@ -604,8 +604,7 @@ class PostgresStore(SqlStore):
             return super().next_due_ms(task_id=task_id)
         with self._stmt() as cur:
             row = cur.execute(
-                "SELECT LEAST((SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
-                " ELSE lease_expires_ms END) FROM sw_outbox), (SELECT MIN(CASE WHEN"
+                f"SELECT LEAST(({_NEXT_COMMAND_SQL.format('')}), (SELECT MIN(CASE WHEN"
                 " lease_expires_ms IS NULL THEN due_at_ms ELSE lease_expires_ms END) FROM sw_timers))"
             ).fetchone()
         return int(row[0]) if row is not None and row[0] is not None else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -209,5 +209,16 @@ MIGRATIONS: dict[int, list[str]] = {
             gate TEXT PRIMARY KEY,
             at_most BIGINT NOT NULL
         )""",
+    ],
+    # A claim reads only commands it may take: the free ones by their order and when they
+    # are due, the leased ones by when their lease expires. Before, it walked past every
+    # running step in the order index, so each claim cost more the more steps ran.
+    12: [
+        "DROP INDEX IF EXISTS sw_outbox_order",
+        "DROP INDEX IF EXISTS sw_outbox_due",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_free ON sw_outbox (priority DESC, fair) WHERE lease_expires_ms IS NULL",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_free_due ON sw_outbox (available_at_ms) WHERE lease_expires_ms IS NULL",
+        "CREATE INDEX IF NOT EXISTS sw_outbox_leased ON sw_outbox (lease_expires_ms)"
+        " WHERE lease_expires_ms IS NOT NULL",
     ],
 }

@@ -619,11 +619,7 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
         """When a command or timer (of ``task_id``, or any) next becomes claimable."""
         where, params = (" WHERE task_id = ?", (task_id,)) if task_id is not None else ("", ())
         with self._stmt() as cur:
-            a = self._x(
-                cur,
-                "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN available_at_ms"
-                f" ELSE lease_expires_ms END) FROM sw_outbox{where}", params,
-            ).fetchone()
+            a = self._x(cur, _NEXT_COMMAND_SQL.format(where.replace("WHERE", "AND")), params * 2).fetchone()
             b = self._x(
                 cur,
                 "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN due_at_ms"
@@ -631,6 +627,14 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
             ).fetchone()
         vals = [int(v[0]) for v in (a, b) if v is not None and v[0] is not None]
         return min(vals) if vals else None
+
+
+# When a command next becomes claimable (parameters: the ``{}``'s twice): the first free one
+# due, or the first lease to expire, each read at the head of its index.
+_NEXT_COMMAND_SQL = (
+    "SELECT MIN(at) FROM (SELECT MIN(available_at_ms) AS at FROM sw_outbox WHERE lease_expires_ms IS NULL{0}"
+    " UNION ALL SELECT MIN(lease_expires_ms) FROM sw_outbox WHERE lease_expires_ms IS NOT NULL{0}) firsts"
+)
 
 
 class _Refused(Exception):

@@ -120,7 +120,7 @@ class SQLiteStore(SqlStore):
     ) -> list[Claim]:
         """The shared claim, once a read finds a command due: the poll of an idle worker is a
         read, which takes no write lock from the workers that are committing."""
-        if not self._depth and not self._due_now("sw_outbox", "available_at_ms", now_ms, task_id):
+        if not self._depth and not self._command_due(now_ms, task_id):
             return []
         return super().claim(worker_id, now_ms, lease_ms, limit, task_id=task_id)
 
@@ -131,6 +131,15 @@ class SQLiteStore(SqlStore):
         if not self._depth and not self._due_now("sw_timers", "due_at_ms", now_ms, task_id):
             return []
         return super().claim_timers(worker_id, now_ms, lease_ms, limit, task_id=task_id)
+
+    def _command_due(self, now_ms: int, task_id: str | None) -> bool:
+        """Whether a command is due: a free one by when it is (``sw_outbox_free_due``), or a
+        lease that expired (``sw_outbox_leased``); the running steps are not read."""
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        return self._found("SELECT 1 FROM sw_outbox WHERE lease_expires_ms IS NULL AND available_at_ms <= ?"
+                           f"{one} UNION ALL SELECT 1 FROM sw_outbox WHERE lease_expires_ms IS NOT NULL"
+                           f" AND lease_expires_ms <= ? AND available_at_ms <= ?{one} LIMIT 1",
+                           (now_ms, *params, now_ms, now_ms, *params))
 
     def _due_now(self, table: str, due: str, now_ms: int, task_id: str | None) -> bool:
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
