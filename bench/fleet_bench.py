@@ -118,13 +118,14 @@ def claim_batch(engine: Any) -> int:
     return len(claims)
 
 
-def claim_paired(new_url: Any, cleanup: Any, n: int, running: int = 0) -> tuple[float, float]:
+def claim_paired(new_url: Any, cleanup: Any, n: int, running: int = 0, queued: int = 0) -> tuple[float, float]:
     """The claim loop OFF and ON on two stores at once, one batch of each in turn, so that
     what the machine does meanwhile (a slow disk flush, another process) falls on both:
     commands per second OFF and ON. With ``running``, each store first leases that many
-    commands for an hour, as steps that run all along."""
+    commands for an hour, as steps that run all along; with ``queued``, that many more
+    commands wait behind the ones drained, as a backlog does."""
     urls = {on: new_url() for on in (False, True)}
-    engines = {on: fill(urls[on], on, running + n) for on in (False, True)}
+    engines = {on: fill(urls[on], on, running + n + queued) for on in (False, True)}
     spent, done = {False: 0.0, True: 0.0}, {False: 0, True: 0}
     try:
         for engine in engines.values():

@@ -5,13 +5,15 @@ run, as an agent's step of minutes does.
     .venv/bin/python bench/running_bench.py                  # SQLite, and PostgreSQL at --url
     .venv/bin/python bench/running_bench.py --running 0 500 2000 --tasks 1000 --rounds 3
     .venv/bin/python bench/running_bench.py --no-postgres
+    .venv/bin/python bench/running_bench.py --running 0 2000 --queued 10000   # behind a backlog
 
 For each number of running steps, OFF and ON stores (as in fleet_bench.py: ON has four
 weighted tenants with a concurrency, the workflow's concurrency and the step's named limit
 with a concurrency and a rate, five gates a claim) first lease that many commands for an
 hour; then fleet_bench.py's claim loop (claim 8, ack each, and ON the wake) drains the next
 ``--tasks`` commands, one batch OFF and one ON in turn, so that the machine's swings fall on
-both. Printed: commands per second OFF and ON, medians over rounds, and the median of the
+both. With ``--queued``, that many more commands wait behind them all along, as a backlog
+does. Printed: commands per second OFF and ON, medians over rounds, and the median of the
 rounds' ON/OFF ratios. bench/README.md has a run."""
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a pack
 from fleet_bench import claim_paired, drop_pg_schema, pg_url, sqlite_url
 
 
-def measure(name: str, new_url: Any, cleanup: Any, running: list[int], n: int, rounds: int) -> None:
+def measure(name: str, new_url: Any, cleanup: Any, running: list[int], n: int, rounds: int, queued: int) -> None:
     for r in running:
         off, on = [], []
         for _ in range(rounds):
-            a, b = claim_paired(new_url, cleanup, n, running=r)
+            a, b = claim_paired(new_url, cleanup, n, running=r, queued=queued)
             off.append(a)
             on.append(b)
         ratios = [b / a for a, b in zip(off, on, strict=True)]
@@ -49,15 +51,19 @@ def main() -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--running", type=int, nargs="+", default=[0, 500, 2000])
     parser.add_argument("--tasks", type=int, default=1000)
+    parser.add_argument("--queued", type=int, default=0, help="commands that stay queued behind those drained")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     print(f"running_bench: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()}-core "
           f"{platform.machine()}, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
-          f"claim loop of {args.tasks} commands per round, {args.rounds} rounds, commands/s medians", flush=True)
+          f"claim loop of {args.tasks} commands per round, {args.queued} more queued, {args.rounds} rounds,"
+          " commands/s medians", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="sw-running-bench-"))
-    measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, args.running, args.tasks, args.rounds)
+    measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, args.running, args.tasks, args.rounds,
+            args.queued)
     if not args.no_postgres:
-        measure("postgres", lambda: pg_url(args.url), drop_pg_schema, args.running, args.tasks, args.rounds)
+        measure("postgres", lambda: pg_url(args.url), drop_pg_schema, args.running, args.tasks, args.rounds,
+                args.queued)
     print(f"load at the end {os.getloadavg()[0]:.2f}", flush=True)
 
 

@@ -302,7 +302,7 @@ def test_an_upgrade_keeps_the_slots_held_in_a_version_7_database(
     held = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)
     assert [c.task_id for c in held] == [t1]
     engine.close()
-    for sql in ("DROP INDEX sw_outbox_slots", "ALTER TABLE sw_outbox DROP COLUMN slot_token",
+    for sql in ("ALTER TABLE sw_outbox DROP COLUMN slot_token",
                 "CREATE TABLE sw_slots (gate TEXT NOT NULL, command_id TEXT NOT NULL, token INTEGER NOT NULL,"
                 " PRIMARY KEY (gate, command_id))"):
         raw_sql(store_url, sql)

@@ -42,8 +42,10 @@ _PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows
 # room: a bound stays above what ended (an expired lease, a finished step) until then.
 _COUNT_EVERY_MS = 10_000
 _BOUNDED_AT_MOST = 256  # how many gates' bounds an admission that cannot name its gates reads ahead
-_HOLDERS = ("SELECT command_id, gates, tenant FROM sw_outbox WHERE slot_token IS NOT NULL AND slot_token = token"
-            " AND lease_expires_ms > ?")
+# Every command that holds slots: its admitted claim's lease is alive (read by the index of
+# leases: the steps running, no more).
+_HOLDERS = ("SELECT command_id, gates, tenant FROM sw_outbox WHERE lease_expires_ms IS NOT NULL"
+            " AND lease_expires_ms > ? AND slot_token = token")
 _HORIZON = ""  # the command id of the rate log row that marks up to when a gate's rows may be gone
 # How many rows the rate log holds at most: every row written adds one (one that conflicts
 # too), every row forgotten takes one away. All its writers hold the gates' lock.

@@ -212,10 +212,12 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # A claim reads only commands it may take: the free ones by their order and when they
     # are due, the leased ones by when their lease expires. Before, it walked past every
-    # running step in the order index, so each claim cost more the more steps ran.
+    # running step in the order index, so each claim cost more the more steps ran. The live
+    # leases are where the slots are counted too: the index of slot holders is gone.
     12: [
         "DROP INDEX IF EXISTS sw_outbox_order",
         "DROP INDEX IF EXISTS sw_outbox_due",
+        "DROP INDEX IF EXISTS sw_outbox_slots",
         "CREATE INDEX IF NOT EXISTS sw_outbox_free ON sw_outbox (priority DESC, fair) WHERE lease_expires_ms IS NULL",
         "CREATE INDEX IF NOT EXISTS sw_outbox_free_due ON sw_outbox (available_at_ms) WHERE lease_expires_ms IS NULL",
         "CREATE INDEX IF NOT EXISTS sw_outbox_leased ON sw_outbox (lease_expires_ms)"
