@@ -46,7 +46,7 @@ _BOUNDED_AT_MOST = 256  # how many gates' bounds an admission that cannot name i
 # leases: the steps running, no more).
 _HOLDERS = ("SELECT command_id, gates, tenant FROM sw_outbox WHERE lease_expires_ms IS NOT NULL"
             " AND lease_expires_ms > ? AND slot_token = token")
-_HORIZON = ""  # the command id of the rate log row that marks up to when a gate's rows may be gone
+# The rate log row of no command marks up to when a gate's rows may be gone (one per gate).
 # How many rows the rate log holds at most: every row written adds one (one that conflicts
 # too), every row forgotten takes one away. All its writers hold the gates' lock.
 _ROWS_AT_MOST = "(SELECT at_most FROM sw_rate_log_rows WHERE id = 1)"
@@ -61,9 +61,9 @@ class FleetSql:
     _bounded: tuple[str, ...] = ()  # the gates with a concurrency the last admissions looked at
     _windows_ms: dict[str, dict[int, bool]] = {}  # per limit gate, its rate windows in the last config read
     _start_caps: dict[tuple[str, int], int] = {}  # (limit gate, window): its start rate, in the last config read
-    # Up to when a gate's rate log rows may be gone (parameters: _HORIZON, the gate), by the
-    # command id's index: its rows of no command are one per gate.
-    _horizon_of: str = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = ? AND gate = ?)"
+    # Up to when a gate's rate log rows may be gone (parameter: the gate), by the index of
+    # the rows of no command (``sw_rate_log_marks``).
+    _horizon_of: str = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = '' AND gate = ?)"
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
     _claim_holds: bool = True  # the claim runs in its admission's transaction (see _claim_query)
     # The rows a statement changes, picked by a subquery that orders and limits them.
@@ -224,6 +224,8 @@ class FleetSql:
         admitted, holders, rate_rows, waits = [], [], [], []
         config_cur, (slots_how, slots_cur), totals_cur = reads
         config = self._parse_fleet(config_cur.fetchall())
+        # The limits whose token rate counts what a start reports: only their rows are looked up by command.
+        metered = {f"limit:{n}" for n, lim in config.limits.items() if lim.tokens is not None}
         mine = {r[0] for r, _ in claimed}  # what this admission decides on holds nothing yet
 
         def in_use(rows: list[Any]) -> dict[str, int]:
@@ -272,7 +274,7 @@ class FleetSql:
                 slots, rates = ledger.take(gates, now_ms)
             if slots:
                 holders.append((command_id, token))
-            rate_rows += [(gate, now_ms, command_id) for gate in rates]
+            rate_rows += [(gate, now_ms, command_id, 1 if gate in metered else 0) for gate in rates]
             admitted.append(claim_of(r, tuple(g.name for g in gates)))
         self._windows_ms = windows
         seen = ledger.checked.union(self._bounded)
@@ -288,8 +290,8 @@ class FleetSql:
         if holders and not held:
             self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", holders)
         if rate_rows:
-            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES",
-                              "(?, ?, ?, 0)", " ON CONFLICT DO NOTHING", rate_rows)
+            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered) VALUES",
+                              "(?, ?, ?, 0, ?)", " ON CONFLICT DO NOTHING", rate_rows)
             self._x(cur, "UPDATE sw_rate_log_rows SET at_most = at_most + ? WHERE id = 1", (len(rate_rows),))
         if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
@@ -300,8 +302,8 @@ class FleetSql:
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
                 # A row of no command marks up to when the gate's rows may be gone: an admission
                 # whose clock is so far behind that its window reaches there cannot count, and waits.
-                self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens) VALUES (?, ?, ?, 0)"
-                             " ON CONFLICT DO NOTHING", (gate, before - 1, _HORIZON))
+                self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered)"
+                             " VALUES (?, ?, '', 0, 0) ON CONFLICT DO NOTHING", (gate, before - 1))
         return admitted
 
     def _bound_txn(self, cur: Any, gate: str) -> int | None:
@@ -311,7 +313,7 @@ class FleetSql:
 
     def _horizon_txn(self, cur: Any, gate: str) -> int | None:
         """Up to when ``gate``'s rate log rows may have been forgotten (None: none were)."""
-        row = self._x(cur, f"SELECT {self._horizon_of}", (_HORIZON, gate)).fetchone()
+        row = self._x(cur, f"SELECT {self._horizon_of}", (gate,)).fetchone()
         return int(row[0]) if row and row[0] is not None else None
 
     def _cursor(self, cur: Any) -> Any:
@@ -336,11 +338,11 @@ class FleetSql:
             if cap is not None:
                 parts.append(f"SELECT ?, ?, CASE WHEN {span} <= ? THEN {span} ELSE ({count}) END, NULL,"
                              f" {self._horizon_of}")
-                params += (g, since, cap - taking, g, since, _HORIZON, g)
+                params += (g, since, cap - taking, g, since, g)
             else:
                 parts.append(f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'},"
                              f" {self._horizon_of} FROM sw_rate_log WHERE gate = ? AND at_ms > ?")
-                params += (g, since, _HORIZON, g, g, since)
+                params += (g, since, g, g, since)
         return self._x(cur, " UNION ALL ".join(parts), tuple(params))
 
     def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
@@ -391,8 +393,8 @@ class FleetSql:
                 if not counted:
                     continue
                 if gate.startswith("limit:"):
-                    self._x(cur, "UPDATE sw_rate_log SET tokens = tokens + ? WHERE command_id = ? AND gate = ?",
-                            (tokens, command_id, gate))
+                    self._x(cur, "UPDATE sw_rate_log SET tokens = tokens + ? WHERE command_id = ? AND metered = 1"
+                                 " AND gate = ?", (tokens, command_id, gate))
                 else:
                     self._x(
                         cur,
@@ -418,6 +420,9 @@ class FleetSql:
             for name, lim in sorted(config.limits.items()):
                 self._x(cur, "INSERT INTO sw_limits (name, body, updated_at_ms) VALUES (?, ?, ?)",
                         (name, json.dumps(lim.to_dict(), sort_keys=True), at_ms))
+                if lim.tokens is not None:  # a token rate counts what steps started before it report
+                    self._x(cur, "UPDATE sw_rate_log SET metered = 1 WHERE gate = ? AND metered = 0"
+                                 " AND command_id <> ''", (f"limit:{name}",))
             for name, share in sorted(config.tenants.items()):
                 self._x(cur, "INSERT INTO sw_tenants (tenant, share_step, gating, body, updated_at_ms)"
                              " VALUES (?, ?, ?, ?, ?)",

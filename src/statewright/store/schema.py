@@ -222,5 +222,12 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE INDEX IF NOT EXISTS sw_outbox_free_due ON sw_outbox (available_at_ms) WHERE lease_expires_ms IS NULL",
         "CREATE INDEX IF NOT EXISTS sw_outbox_leased ON sw_outbox (lease_expires_ms)"
         " WHERE lease_expires_ms IS NOT NULL",
+        # A start is looked up by its command only where a token rate counts what it reports
+        # (``metered``), and a gate's mark of what was forgotten by the gate: the rate log's
+        # index by command, which every start wrote at a page of its own, is gone.
+        "ALTER TABLE sw_rate_log ADD COLUMN metered INTEGER NOT NULL DEFAULT 1",
+        "DROP INDEX IF EXISTS sw_rate_log_command",
+        "CREATE INDEX IF NOT EXISTS sw_rate_log_metered ON sw_rate_log (command_id) WHERE metered = 1",
+        "CREATE INDEX IF NOT EXISTS sw_rate_log_marks ON sw_rate_log (gate, at_ms) WHERE command_id = ''",
     ],
 }

@@ -25,8 +25,8 @@ _LONGEST_PAUSE_SECONDS = 0.001
 
 class SQLiteStore(SqlStore):
     # SQLite would read the gate's rows by the key instead, every one of them.
-    _horizon_of = ("(SELECT MAX(at_ms) FROM sw_rate_log INDEXED BY sw_rate_log_command"
-                   " WHERE command_id = ? AND gate = ?)")
+    _horizon_of = ("(SELECT MAX(at_ms) FROM sw_rate_log INDEXED BY sw_rate_log_marks"
+                   " WHERE command_id = '' AND gate = ?)")
 
     def __init__(self, path: str | Path, *, synchronous: str = "FULL", create: bool = True) -> None:
         sync = synchronous.upper()
