@@ -91,6 +91,16 @@ def split_url(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=urlencode(rest))), schema
 
 
+def _claim_plan(conn: Any) -> None:
+    """Make the claim read the free commands in their order, by ``sw_outbox_free``, for as
+    many as it takes, whatever the statistics say. Where they say few commands are free
+    (a new table, or one last analyzed while every command was leased), the planner would
+    rather read every free command and sort them: a claim that grows with the queue. For
+    the rest of this transaction only."""
+    conn.execute("SET LOCAL enable_seqscan = off", prepare=False)
+    conn.execute("SET LOCAL enable_bitmapscan = off", prepare=False)
+
+
 class PostgresStore(SqlStore):
     """``url`` is the URL with any password replaced by ``***`` (it shows up in messages);
     the store connects with the URL it was given."""
@@ -319,6 +329,17 @@ class PostgresStore(SqlStore):
     def _claim_scope(self) -> AbstractContextManager[Any]:
         return nullcontext()
 
+    def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
+        """The shared claim, in a transaction of its own with the plan it must have
+        (``_claim_plan``): one round trip, its rows read once it has committed."""
+        if getattr(self._local, "cur", None) is not None:
+            return super()._claim_rows(worker_id, now_ms, lease_ms, limit, task_id)
+        with self._classified(), self._pool.connection() as conn, conn.cursor() as cur:
+            with self._one_trip(conn):
+                _claim_plan(conn)
+                self._claim_query(cur, worker_id, now_ms, lease_ms, limit, task_id, holds=self._claim_holds)
+            return in_claim_order(cur.fetchall())
+
     def _claim_round(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None
     ) -> tuple[list[Claim], int, bool]:
@@ -334,6 +355,7 @@ class PostgresStore(SqlStore):
             self._local.cur = cur
             try:
                 self._lock_gates_txn(cur)
+                _claim_plan(conn)
                 claim_cur = self._claim_query(self._cursor(cur), worker_id, now_ms, lease_ms, limit, task_id,
                                               holds=True)
                 reads = self._admission_reads(cur, None, now_ms, limit)
