@@ -244,7 +244,8 @@ def test_a_claim_reads_no_running_step_after_an_upgrade_from_version_11(
         finally:
             monkeypatch.undo()
         at = next(i for i, (q, _) in enumerate(sent) if q.startswith("UPDATE sw_outbox SET lease_owner"))
-        return _replayed_work(store_url, sent[at][0], sent[at][1], [q for q, _ in sent[:at] if q.startswith("SET ")])
+        return _replayed_work(store_url, [(q, p) for q, p in sent[:at + 1] if q.startswith(("WITH free", "UPDATE"))],
+                              [q for q, _ in sent[:at] if q.startswith("SET ")])
 
     alone = work_of_a_claim()  # 5 queued
     for i in range(1_200):
@@ -263,9 +264,9 @@ def test_a_claim_reads_no_running_step_after_an_upgrade_from_version_11(
     assert len(again) == 3
 
 
-def _replayed_work(url: str, sql: str, params: Sequence[Any], settings: Sequence[str] = ()) -> int:
-    """How much one statement reads, run again in a transaction that is rolled back, after
-    ``settings``: the rows PostgreSQL's plan returned or passed over, or SQLite's virtual
+def _replayed_work(url: str, statements: Sequence[tuple[str, Sequence[Any]]], settings: Sequence[str] = ()) -> int:
+    """How much ``statements`` read, run again in a transaction that is rolled back, after
+    ``settings``: the rows PostgreSQL's plans returned or passed over, or SQLite's virtual
     machine steps."""
     if url.startswith("postgresql://"):
         import psycopg
@@ -277,10 +278,10 @@ def _replayed_work(url: str, sql: str, params: Sequence[Any], settings: Sequence
             conn.execute(f'SET search_path TO "{schema}"')
             for setting in settings:
                 conn.execute(setting)
-            plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, tuple(params)).fetchone()
+            plans = [conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, tuple(params)).fetchone()
+                     for sql, params in statements]
             conn.rollback()
-        assert plan is not None
-        return sum(_plan_rows(plan[0][0]["Plan"]))
+        return sum(sum(_plan_rows(plan[0][0]["Plan"])) for plan in plans if plan is not None)
     import sqlite3
 
     conn = sqlite3.connect(url.removeprefix("sqlite:///").split("?")[0], isolation_level=None)
@@ -291,14 +292,13 @@ def _replayed_work(url: str, sql: str, params: Sequence[Any], settings: Sequence
         return 0
 
     try:
-        conn.execute("BEGIN")
-        conn.execute(sql, tuple(params)).fetchall()  # compiled before it is counted
-        conn.execute("ROLLBACK")
-        conn.execute("BEGIN")
-        conn.set_progress_handler(count, 1)
-        conn.execute(sql, tuple(params)).fetchall()
-        conn.set_progress_handler(None, 1)
-        conn.execute("ROLLBACK")
+        for counted in (False, True):  # compiled before they are counted
+            conn.execute("BEGIN")
+            conn.set_progress_handler(count if counted else None, 1)
+            for sql, params in statements:
+                conn.execute(sql, tuple(params)).fetchall()
+            conn.set_progress_handler(None, 1)
+            conn.execute("ROLLBACK")
     finally:
         conn.close()
     return steps[0]

@@ -146,15 +146,26 @@ class FleetSql:
         admission gives back what must wait, and with it the slots. The LIMIT is written into
         the statement (one text per limit): a bound one, PostgreSQL's generic plan guesses at
         a tenth of the table, and made a plan of its own for every claim instead."""
-        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        where, params = self._claim_where(cur, now_ms, int(limit), task_id)
         return self._x(
             cur,
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-            f" deliveries = deliveries + 1{_HOLDS if holds else ''} WHERE "
-            + self._picked.format(self._due_sql(one, int(limit)))
-            + f" RETURNING {CLAIM_RETURNING}",
-            (worker_id, now_ms + lease_ms, now_ms, *params, now_ms, now_ms, *params),
+            f" deliveries = deliveries + 1{_HOLDS if holds else ''} WHERE {where} RETURNING {CLAIM_RETURNING}",
+            (worker_id, now_ms + lease_ms, *params),
         )
+
+    def _claim_where(self, cur: Any, now_ms: int, limit: int, task_id: str | None) -> tuple[str, tuple[Any, ...]]:
+        """Which rows the claim takes, and the parameters that says so: the due ones,
+        picked in the statement itself (``_due_sql``), so that concurrent claims skip what
+        another holds (PostgreSQL's SKIP LOCKED)."""
+        due, params = self._due(now_ms, limit, task_id)
+        return self._picked.format(due), params
+
+    def _due(self, now_ms: int, limit: int, task_id: str | None) -> tuple[str, tuple[Any, ...]]:
+        """The query of the ids of the first ``limit`` commands due at ``now_ms`` (of
+        ``task_id``, or any), and its parameters."""
+        one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        return self._due_sql(one, limit), (now_ms, *params, now_ms, now_ms, *params)
 
     def _due_sql(self, one: str, limit: int) -> str:
         """The ids of the first ``limit`` due commands, higher priority first, then by fair
