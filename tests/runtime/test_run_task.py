@@ -94,7 +94,7 @@ def test_between_two_steps_of_a_task_alone_there_is_one_commit_and_no_read(
     writes = [tx for tx in txs if any(s.split(None, 1)[0] in ("INSERT", "UPDATE", "DELETE") for s in tx)]
     # the claim of the first step, then one commit per step (each claiming the next step)
     assert len(writes) == 1 + 8
-    assert writes[0][0].startswith("UPDATE sw_outbox")
+    assert [s.split(None, 2)[:2] for s in writes[0]] == [["WITH", "free"], ["UPDATE", "sw_outbox"]]  # the claim
     step_commits = [tx for tx in txs if any(s.startswith("INSERT INTO sw_events") for s in tx)]
     assert len(step_commits) == 8
     first = txs.index(step_commits[0])
