@@ -301,3 +301,36 @@ def test_a_claim_under_gates_is_planned_once_not_at_every_claim(pg_url: str, tmp
         engine.close()
     # psycopg prepares a statement at its sixth run; PostgreSQL makes five custom plans first.
     assert generic + custom >= 20 and custom <= 5
+
+
+def test_a_wake_while_an_admission_holds_the_gates_lock_waits_for_it_and_wakes_its_waiter(
+    pg: PostgresStore, pg_url: str
+) -> None:
+    """A wake first reads whether anything waits, and skips its write when nothing does. An
+    admission under way may be giving a command back to wait for the very slot that just
+    freed: the wake then waits for its lock, and wakes what it gave back."""
+    submit(pg, "t1", [NewCommand("c1", "run_step", {}, T0)])
+    gate = "step:wf/s1"
+    import psycopg as driver
+
+    from statewright.store.postgres import _GATES_LOCK_KEY
+
+    conninfo, schema = split_url(pg_url)
+    with driver.connect(conninfo) as admission:  # an admission that has not committed yet
+        admission.execute(f'SET search_path TO "{schema}"')
+        admission.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+        admission.execute("UPDATE sw_outbox SET available_at_ms = %s, wait_gate = %s WHERE command_id = 'c1'",
+                          (T0 + 60_000, gate))
+        woke = threading.Thread(target=pg.wake, args=([gate], T0 + 1))
+        woke.start()
+        deadline = time.monotonic() + 10
+        while not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
+            assert time.monotonic() < deadline, "the wake did not wait for the admission's lock"
+            time.sleep(0.005)
+        admission.commit()
+    woke.join(10)
+    assert not woke.is_alive()
+    assert [r["available_at_ms"] for r in pg.outbox()] == [T0 + 1]  # woken
+    pg.wake([gate], T0 + 2)  # nothing waits now: no write
+    assert [r["available_at_ms"] for r in pg.outbox()] == [T0 + 1]
+    assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held

@@ -387,9 +387,25 @@ class PostgresStore(SqlStore):
         if getattr(self._local, "cur", None) is not None:
             super().wake(gates, now_ms, count)
             return
-        with self._classified(), self._pool.connection() as conn, self._one_trip(conn):
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
-            conn.execute(*self._wake_statement(gates, now_ms, count))
+        with self._classified(), self._pool.connection() as conn:
+            if not self._may_wait(conn, gates, now_ms):
+                return
+            with self._one_trip(conn):
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+                conn.execute(*self._wake_statement(gates, now_ms, count))
+
+    def _may_wait(self, conn: Any, gates: Sequence[str], now_ms: int) -> bool:
+        """Whether a command may be waiting for one of ``gates``: no admission holds the
+        gates' lock now, and then a read finds no waiter (one round trip, no write). An
+        admission that counted the slot of a claim that ended took the lock before that
+        end: if the lock is free after it, that admission has committed, and the read,
+        which comes after, sees what it gave back to wait."""
+        marks = ", ".join(["%s"] * len(gates))
+        with conn.pipeline():
+            free = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+            found = conn.execute(f"SELECT EXISTS (SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
+                                 " AND lease_expires_ms IS NULL AND available_at_ms > %s)", (*gates, now_ms))
+        return not free.fetchone()[0] or bool(found.fetchone()[0])
 
     def _wake_statement(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[str, tuple[Any, ...]]:
         marks = ", ".join(["%s"] * len(gates))
