@@ -165,11 +165,11 @@ class FleetSql:
         """The query of the ids of the first ``limit`` commands due at ``now_ms`` (of
         ``task_id``, or any), and its parameters."""
         one, params = (" AND task_id = ?", (task_id,)) if task_id is not None else ("", ())
-        return self._due_sql(one, limit), (now_ms, *params, now_ms, now_ms, *params)
+        return self._due_sql(one, str(int(limit))), (now_ms, *params, now_ms, now_ms, *params)
 
-    def _due_sql(self, one: str, limit: int) -> str:
-        """The ids of the first ``limit`` due commands, higher priority first, then by fair
-        share (parameters: now, ``one``'s, now, now, ``one``'s). The free ones are read by
+    def _due_sql(self, one: str, limit: str) -> str:
+        """The ids of the first ``limit`` (an expression) due commands, higher priority first,
+        then by fair share (parameters: now, ``one``'s, now, now, ``one``'s). The free ones are read by
         their order (``sw_outbox_free``) and the expired leases by their expiry
         (``sw_outbox_leased``), and the first of both taken: a claim never reads the steps
         that are running, however many there are. The free ones are read in their order and
