@@ -46,7 +46,6 @@ _BOUNDED_AT_MOST = 256  # how many gates' bounds an admission that cannot name i
 # leases: the steps running, no more).
 _HOLDERS = ("SELECT command_id, gates, tenant FROM sw_outbox WHERE lease_expires_ms IS NOT NULL"
             " AND lease_expires_ms > ? AND slot_token = token")
-# The rate log row of no command marks up to when a gate's rows may be gone (one per gate).
 # How many rows the rate log holds at most: every row written adds one (one that conflicts
 # too), every row forgotten takes one away. All its writers hold the gates' lock.
 _ROWS_AT_MOST = "(SELECT at_most FROM sw_rate_log_rows WHERE id = 1)"
@@ -145,7 +144,8 @@ class FleetSql:
         row under gates takes their slots with its lease (``slot_token``, the new token); the
         admission gives back what must wait, and with it the slots. The LIMIT is written into
         the statement (one text per limit): a bound one, PostgreSQL's generic plan guesses at
-        a tenth of the table, and made a plan of its own for every claim instead."""
+        a tenth of the table, and made a plan of its own for every claim instead (its
+        ``sw_due_commands`` is held to one generic plan by its settings)."""
         where, params = self._claim_where(cur, now_ms, int(limit), task_id)
         return self._x(
             cur,
@@ -168,13 +168,13 @@ class FleetSql:
         return self._due_sql(one, str(int(limit))), (now_ms, *params, now_ms, now_ms, *params)
 
     def _due_sql(self, one: str, limit: str) -> str:
-        """The ids of the first ``limit`` (an expression) due commands, higher priority first,
-        then by fair share (parameters: now, ``one``'s, now, now, ``one``'s). The free ones are read by
-        their order (``sw_outbox_free``) and the expired leases by their expiry
-        (``sw_outbox_leased``), and the first of both taken: a claim never reads the steps
-        that are running, however many there are. The free ones are read in their order and
-        no further than the first ``limit`` due (``+`` keeps SQLite from reading every due
-        one by ``sw_outbox_free_due`` and sorting them instead)."""
+        """The ids of the first ``limit`` (an expression) due commands, higher priority
+        first, then by fair share (parameters: now, ``one``'s, now, now, ``one``'s). The free
+        ones are read by their order (``sw_outbox_free``) and the expired leases by their
+        expiry (``sw_outbox_leased``), and the first of both taken: a claim never reads the
+        steps that are running, however many there are. The free ones are read no further
+        than the first ``limit`` due (``+`` keeps SQLite from reading every due one by
+        ``sw_outbox_free_due`` and sorting them instead)."""
         order = f"ORDER BY priority DESC, fair LIMIT {limit}"
         return (
             "WITH free AS (SELECT command_id, priority, fair FROM sw_outbox WHERE lease_expires_ms IS NULL"

@@ -127,7 +127,7 @@ class SQLiteStore(SqlStore):
     def _claim_where(self, cur: Any, now_ms: int, limit: int, task_id: str | None) -> tuple[str, tuple[Any, ...]]:
         """The due ones, read first and named by id: the claim's transaction holds the write
         lock, so none can be taken in between. An UPDATE ... RETURNING whose rows a compound
-        subquery picks took SQLite 190 us where the two statements take 50."""
+        subquery picks took SQLite about 190 us for 8 rows, the two statements about 65."""
         ids = tuple(str(r[0]) for r in self._x(cur, *self._due(now_ms, limit, task_id)).fetchall())
         return (f"command_id IN ({', '.join('?' * len(ids))})" if ids else "0 = 1"), ids
 
