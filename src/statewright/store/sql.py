@@ -617,9 +617,9 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
 
     def next_due_ms(self, *, task_id: str | None = None) -> int | None:
         """When a command or timer (of ``task_id``, or any) next becomes claimable."""
-        where, params = (" WHERE task_id = ?", (task_id,)) if task_id is not None else ("", ())
+        one, where, params = ("", "", ()) if task_id is None else (" AND task_id = ?", " WHERE task_id = ?", (task_id,))
         with self._stmt() as cur:
-            a = self._x(cur, _NEXT_COMMAND_SQL.format(where.replace("WHERE", "AND")), params * 2).fetchone()
+            a = self._x(cur, _NEXT_COMMAND_SQL.format(one), params * 2).fetchone()
             b = self._x(
                 cur,
                 "SELECT MIN(CASE WHEN lease_expires_ms IS NULL THEN due_at_ms"
