@@ -216,14 +216,14 @@ def test_a_claim_reads_no_running_step_after_an_upgrade_from_version_11(
     if postgres:  # never analyzed: its statistics say next to nothing is free, whatever is
         raw_sql(store_url, "ALTER TABLE sw_outbox SET (autovacuum_enabled = false)")
     indexes = {str(r[0]) for r in raw_sql(store_url, "SELECT indexname FROM pg_indexes WHERE schemaname ="
-                                          " current_schema()" if store_url.startswith("postgresql://") else
+                                          " current_schema()" if postgres else
                                           "SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"sw_outbox_free", "sw_outbox_free_due", "sw_outbox_leased"} <= indexes
     assert not {"sw_outbox_order", "sw_outbox_due"} & indexes
 
     def work_of_a_claim() -> int:
-        """What the store's claim of 5 reads, replayed as it was sent, after what its
-        transaction set before it, and rolled back (``_replayed_work``)."""
+        """What the store's claim of 5 reads, replayed as it was sent and rolled back
+        (``_replayed_work``)."""
         sent: list[tuple[str, Sequence[Any]]] = []
         if postgres:
             import psycopg
@@ -243,8 +243,7 @@ def test_a_claim_reads_no_running_step_after_an_upgrade_from_version_11(
         finally:
             monkeypatch.undo()
         at = next(i for i, (q, _) in enumerate(sent) if q.startswith("UPDATE sw_outbox SET lease_owner"))
-        return _replayed_work(store_url, [(q, p) for q, p in sent[:at + 1] if q.startswith(("WITH free", "UPDATE"))],
-                              [q for q, _ in sent[:at] if q.startswith("SET ")])
+        return _replayed_work(store_url, [(q, p) for q, p in sent[:at + 1] if q.startswith(("WITH free", "UPDATE"))])
 
     alone = work_of_a_claim()  # 5 queued
     for i in range(1_200):
@@ -263,10 +262,9 @@ def test_a_claim_reads_no_running_step_after_an_upgrade_from_version_11(
     assert len(again) == 3
 
 
-def _replayed_work(url: str, statements: Sequence[tuple[str, Sequence[Any]]], settings: Sequence[str] = ()) -> int:
-    """How much ``statements`` read, run again in a transaction that is rolled back, after
-    ``settings``: the outbox rows PostgreSQL's scans read, or SQLite's virtual machine
-    steps."""
+def _replayed_work(url: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> int:
+    """How much ``statements`` read, run again in a transaction that is rolled back: the
+    outbox rows PostgreSQL's scans read, or SQLite's virtual machine steps."""
     if url.startswith("postgresql://"):
         import psycopg
 
@@ -275,8 +273,6 @@ def _replayed_work(url: str, statements: Sequence[tuple[str, Sequence[Any]]], se
         conninfo, schema = split_url(url)
         with psycopg.connect(conninfo) as conn:
             conn.execute(f'SET search_path TO "{schema}"')
-            for setting in settings:
-                conn.execute(setting)
             for sql, params in statements:
                 conn.execute(sql, tuple(params))
             # The outbox rows this transaction read: fetched by its index scans, or by whole scans.
