@@ -46,8 +46,8 @@ def situations(draw: Any) -> tuple[FleetConfig, dict[str, int], dict[str, int], 
 
 def ledger(config: FleetConfig, in_use: dict[str, int], started: dict[str, int]) -> Ledger:
     """A ledger over a rate log holding ``started`` starts per limit, inside the window."""
-    def window(gate: str, since: int) -> list[tuple[int, int]]:
-        return [(NOW_MS - 1_000 - i, 0) for i in range(started.get(gate, 0))]
+    def window(gate: str, since: int) -> list[tuple[int, int, int]]:
+        return [(NOW_MS - 1_000 - i, 1, 0) for i in range(started.get(gate, 0))]
 
     return Ledger(config, dict(in_use), window, lambda tenant, day: (0, 0.0),
                   lambda gate, since: (started.get(gate, 0), 0), lambda gate: None)
@@ -82,5 +82,10 @@ def test_commands_admitted_together_get_what_each_would_get_in_turn(
         assert [taken[id(gates)] for gates in claimed] == in_turn
         assert together.in_use == one_by_one.in_use
         assert together.totals == one_by_one.totals
-        assert {g: sorted(rows) for g, rows in together.windows.items()} == \
-               {g: sorted(rows) for g, rows in one_by_one.windows.items()}
+        assert starts_of(together) == starts_of(one_by_one)
+
+
+def starts_of(book: Ledger) -> dict[str, list[tuple[int, int]]]:
+    """Per gate, the starts an admission added to its rate log, one (time, tokens) each:
+    one row may count several."""
+    return {g: sorted((at, t) for at, n, t in rows for _ in range(n)) for g, rows in book.windows.items()}

@@ -562,14 +562,89 @@ def test_a_claim_whose_clock_is_behind_what_was_forgotten_waits(engine: Engine, 
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
-def test_the_rate_logs_row_bound_follows_its_rows_and_survives_an_upgrade(
+def test_an_admission_writes_one_rate_log_row_for_its_starts_and_one_per_start_under_a_token_rate(
     store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
 ) -> None:
-    """The most rows the rate log holds, which stands for a window's count while a rate has
-    room, follows every start written and every row forgotten; a version 9 database, which
-    had no such number, gets its rows counted on upgrade."""
-    def bound_and_rows() -> tuple[int, int]:
+    """Commands admitted together under a limit with a start rate alone share one rate log
+    row, named by the first, which counts them all: the rate holds as it did with a row
+    each. Under a token rate each start keeps a row of its own, for the tokens it reports."""
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    limits = {"api": NamedLimit("api", rate=parse_rate("5/min")),
+              "llm": NamedLimit("llm", rate=parse_rate("50/min"), tokens=parse_rate("1000/min"))}
+    engine.store.put_fleet(FleetConfig(limits=limits), clock.now_ms())
+    wf = workflow("together", step={"limits": ["api", "llm"]})
+    for i in range(8):
+        engine.submit(wf, {"n": i})
+    started = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 8)
+    assert len(started) == 5
+    rows = raw_sql(store_url, "SELECT gate, command_id, starts, metered FROM sw_rate_log WHERE command_id <> ''"
+                              " ORDER BY gate, command_id")
+    assert [(str(g), str(c), int(n), int(m)) for g, c, n, m in rows] == [
+        ("limit:api", started[0].command_id, 5, 0),
+        *sorted(("limit:llm", c.command_id, 1, 1) for c in started),
+    ]
+    assert engine.store.claim("w1", clock.now_ms(), LEASE_MS, 8) == []
+    for c in started:
+        engine.store.ack(c.command_id, c.token)
+    clock.advance(61)
+    assert len(engine.store.claim("w1", clock.now_ms(), LEASE_MS, 8)) == 3
+
+
+def test_tokens_count_for_every_start_admitted_together_once_a_token_rate_is_added(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """Starts admitted together under a start rate alone, whose limit then gains a token
+    rate, count the tokens each of them reports, not only the first's."""
+    engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", rate=parse_rate("10/min"))}), clock.now_ms())
+    wf = workflow("metered", step={"limits": ["api"]})
+    ids = [engine.submit(wf, {"n": i}) for i in range(4)]
+    started = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 3)
+    assert [c.task_id for c in started] == ids[:3]
+    engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", rate=parse_rate("10/min"),
+                                                                 tokens=parse_rate("100/min"))}), clock.now_ms())
+    for c in started:
+        engine.store.record_usage(c.command_id, "", c.gates, 40, 0.0, clock.now_ms())
+        engine.store.ack(c.command_id, c.token)
+    assert engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1) == []  # 120 tokens of 100 in the window
+    assert "waits for limit 'api' (100/min tokens" in waiting_reasons(engine.store.outbox(), clock.now_ms())[ids[3]]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_an_upgrade_from_version_12_counts_each_start_once_and_no_mark(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """A version 12 rate log has a row per start and marks of what was forgotten, and its
+    bound counted rows. After the upgrade each row counts one start, a mark none, and the
+    bound is counted afresh: a rate left room for one start has room for one."""
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", rate=parse_rate("4/min"))}), clock.now_ms())
+    wf = workflow("upgraded", step={"limits": ["api"]})
+    ids = [engine.submit(wf, {"n": i}) for i in range(6)]
+    for _ in range(3):
+        (c,) = engine.store.claim("w1", clock.now_ms(), LEASE_MS, 1)
+        engine.store.ack(c.command_id, c.token)
+    engine.close()
+    raw_sql(store_url, "ALTER TABLE sw_rate_log DROP COLUMN starts")
+    raw_sql(store_url, "UPDATE sw_rate_log_rows SET at_most = 4")  # version 12 counted the mark's row too
+    raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("12", "schema_version"))
+    again = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    rows = raw_sql(store_url, "SELECT command_id, starts FROM sw_rate_log ORDER BY command_id")
+    assert [(str(c) == "", int(n)) for c, n in rows] == [(True, 0), (False, 1), (False, 1), (False, 1)]
+    assert int(raw_sql(store_url, "SELECT at_most FROM sw_rate_log_rows")[0][0]) == 3
+    assert [c.task_id for c in again.store.claim("w1", clock.now_ms(), LEASE_MS, 3)] == ids[3:4]
+
+
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
+def test_the_rate_logs_start_bound_follows_its_starts_and_survives_an_upgrade(
+    store_url: str, open_engine: Callable[..., Engine], clock: FakeClock, tmp_path: Path
+) -> None:
+    """The most starts the rate log holds, which stands for a window's count while a rate
+    has room, follows every start written and every row forgotten. An admission writes one
+    row for all its starts under a limit with no token rate. A version 9 database, which
+    had no such number, gets its starts counted on upgrade."""
+    def bound_starts_rows() -> tuple[int, int, int]:
         return (int(raw_sql(store_url, "SELECT at_most FROM sw_rate_log_rows")[0][0]),
+                int(raw_sql(store_url, "SELECT SUM(starts) FROM sw_rate_log")[0][0]),
                 int(raw_sql(store_url, "SELECT COUNT(*) FROM sw_rate_log")[0][0]))
 
     engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
@@ -583,18 +658,18 @@ def test_the_rate_logs_row_bound_follows_its_rows_and_survives_an_upgrade(
             engine.store.ack(c.command_id, c.token)
 
     start(3)
-    assert bound_and_rows() == (4, 4)  # three starts; the first admission marks what it forgot (nothing)
+    assert bound_starts_rows() == (3, 3, 2)  # three starts in one row; the mark of what was forgotten (nothing)
     clock.advance(11)  # past two windows and the time between two forgettings
     start(2)
-    assert bound_and_rows() == (3, 3)  # all four forgotten, two started, a new mark
+    assert bound_starts_rows() == (2, 2, 2)  # all three forgotten, two started, a new mark
     engine.close()
     raw_sql(store_url, "DROP TABLE sw_rate_log_rows")
     raw_sql(store_url, "UPDATE sw_meta SET value = ? WHERE key = ?", ("9", "schema_version"))
     again = open_engine(clock=clock, workspace_root=tmp_path / "ws")
-    assert bound_and_rows() == (3, 3)
+    assert bound_starts_rows() == (2, 2, 2)
     for c in again.store.claim("w1", clock.now_ms(), LEASE_MS, 4):
         again.store.ack(c.command_id, c.token)
-    assert bound_and_rows() == (7, 7)  # the mark replaced, four started
+    assert bound_starts_rows() == (6, 6, 3)  # the mark replaced, four started in a row of their own
 
 
 @pytest.mark.parametrize("backend", SQL_BACKENDS)

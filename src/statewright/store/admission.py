@@ -91,11 +91,11 @@ class Ledger:
     # Live slots per gate (a gate missing has none); with ``load_in_use``, at most as many:
     # each gate's bound, or one missing where ``load_bound`` tells it.
     in_use: dict[str, int]
-    load_window: Callable[[str, int], list[tuple[int, int]]]  # (at_ms, tokens) of rows after a time
+    load_window: Callable[[str, int], list[tuple[int, int, int]]]  # (at_ms, starts, tokens) of rows after a time
     load_spent: Callable[[str, int], tuple[int, float]]  # (tokens, usd) of a tenant on a day
-    load_totals: Callable[[str, int], tuple[int, int]] | None = None  # (rows, tokens) after a time
+    load_totals: Callable[[str, int], tuple[int, int]] | None = None  # (starts, tokens) after a time
     load_horizon: Callable[[str], int | None] | None = None  # up to when a gate's rows may be forgotten
-    windows: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # rows this admission added
+    windows: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)  # rows this admission added
     spent: dict[tuple[str, int], tuple[int, float]] = field(default_factory=dict)
     window_ms: dict[str, int] = field(default_factory=dict)  # the longest window each rate gate was read for
     totals: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # (gate, window) -> [starts, tokens]
@@ -133,21 +133,29 @@ class Ledger:
         """When every command of a claim (``claimed``: the gates of each) may start, count
         them all and give, per set of gates (keyed by identity: ``claim_gates`` hands out one
         tuple per set), what ``take`` gives each command of that set: where all fit at once,
-        each would be admitted in turn too, and this decides once per set of gates instead of
-        once per command. None, counting nothing, where they do not all fit at the lowest
-        capacity a gate is given (definitions may give one gate different ones): then each is
-        decided in turn."""
+        each would be admitted in turn too. Each gate is checked once, for all the commands
+        that pass it, and counted once. None, counting nothing, where they do not all fit at
+        the lowest capacity a gate is given (definitions may give one gate different ones):
+        then each is decided in turn."""
         count: dict[int, int] = {}
         distinct: dict[int, tuple[Gate, ...]] = {}
-        need: dict[str, int] = {}
         for gates in claimed:
-            count[id(gates)] = count.get(id(gates), 0) + 1
-            distinct[id(gates)] = gates
+            key = id(gates)
+            if key in count:
+                count[key] += 1
+            else:
+                count[key] = 1
+                distinct[key] = gates
+        need: dict[str, int] = {}
+        each: dict[tuple[str, int], Gate] = {}  # every gate once, with each capacity it is given
+        for key, gates in distinct.items():
             for g in gates:
-                need[g.name] = need.get(g.name, 0) + 1
-        if any(self.check(gates, now_ms, need) is not None for gates in distinct.values()):
+                need[g.name] = need.get(g.name, 0) + count[key]
+                each[(g.name, g.capacity)] = g
+        if any(self.check((g,), now_ms, need) is not None for g in each.values()):
             return None
-        return {key: self.take(gates, now_ms, count[key]) for key, gates in distinct.items()}
+        taken = self._take_sets([(gates, count[key]) for key, gates in distinct.items()], now_ms)
+        return dict(zip(distinct, taken, strict=True))
 
     def forgettable(self, now_ms: int) -> dict[str, int]:
         """Per rate gate read: rows before this no window can count any longer (two windows
@@ -158,20 +166,47 @@ class Ledger:
     def take(self, gates: Sequence[Gate], now_ms: int, times: int = 1) -> tuple[list[str], list[str]]:
         """Count ``times`` commands admitted with ``gates``: the gates each holds a slot of,
         and the named limits whose rate log each joins."""
+        return self._take_sets([(gates, times)], now_ms)[0]
+
+    def _take_sets(
+        self, sets: Sequence[tuple[Sequence[Gate], int]], now_ms: int
+    ) -> list[tuple[list[str], list[str]]]:
+        """Count the commands admitted with each set of gates (the gates, how many): what
+        ``take`` gives each set; each gate's count is changed once for all."""
+        out: list[tuple[list[str], list[str]]] = []
+        slots_taken: dict[str, int] = {}
+        rates_taken: dict[str, int] = {}
+        for gates, times in sets:
+            slots, rates = self._roles(gates)
+            for name in slots:
+                slots_taken[name] = slots_taken.get(name, 0) + times
+            for name in rates:
+                rates_taken[name] = rates_taken.get(name, 0) + times
+            out.append((slots, rates))
+        for name, times in slots_taken.items():
+            self.in_use[name] = self._used(name) + times
+            self.taken[name] = self.taken.get(name, 0) + times
+        for name, times in rates_taken.items():
+            self.windows.setdefault(name, []).append((now_ms, times, 0))  # taken by this admission
+            for key, totals in self.totals.items():
+                if key[0] == name:
+                    totals[0] += times
+        return out
+
+    def _roles(self, gates: Sequence[Gate]) -> tuple[list[str], list[str]]:
+        """Of ``gates``, those a command admitted holds a slot of, and the named limits
+        whose rate log it joins."""
         slots, rates = [], []
         for g in gates:
             kind, _, name = g.name.partition(":")
-            if self.capacity(g) is not None:
+            if kind == "limit":
+                lim = self.config.limits.get(name)
+                if lim is not None and lim.concurrency is not None:
+                    slots.append(g.name)
+                if lim is not None and (lim.rate is not None or lim.tokens is not None):
+                    rates.append(g.name)
+            elif self.capacity(g) is not None:
                 slots.append(g.name)
-                self.in_use[g.name] = self._used(g.name) + times
-                self.taken[g.name] = self.taken.get(g.name, 0) + times
-            lim = self.config.limits.get(name) if kind == "limit" else None
-            if lim is not None and (lim.rate is not None or lim.tokens is not None):
-                rates.append(g.name)
-                self.windows.setdefault(g.name, []).extend([(now_ms, 0)] * times)  # taken by this admission
-                for key, totals in self.totals.items():
-                    if key[0] == g.name:
-                        totals[0] += times
         return slots, rates
 
     # --- the checks ----------------------------------------------------------------------
@@ -257,15 +292,15 @@ class Ledger:
                 self.totals[key] = list(self.load_totals(gate, since))
             else:
                 rows = self.load_window(gate, since)
-                self.totals[key] = [len(rows), sum(t for _, t in rows)]
+                self.totals[key] = [sum(n for _, n, _ in rows), sum(t for _, _, t in rows)]
             self.window_ms[gate] = max(self.window_ms.get(gate, 0), rate.window_ms)
         count, used_tokens = self.totals[key]
         used = used_tokens if tokens else count
         if used + (0 if tokens else more - 1) < rate.amount:
             return None
         rows = sorted([*self.load_window(gate, since), *self.windows.get(gate, [])])
-        for at_ms, t in rows:  # the oldest leave the window first
-            used -= t if tokens else 1
+        for at_ms, n, t in rows:  # the oldest leave the window first
+            used -= t if tokens else n
             if used + (0 if tokens else more - 1) < rate.amount:
                 return at_ms + rate.window_ms + 1
         return now_ms + rate.window_ms

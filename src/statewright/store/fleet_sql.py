@@ -46,8 +46,8 @@ _BOUNDED_AT_MOST = 256  # how many gates' bounds an admission that cannot name i
 # leases: the steps running, no more).
 _HOLDERS = ("SELECT command_id, gates, tenant FROM sw_outbox WHERE lease_expires_ms IS NOT NULL"
             " AND lease_expires_ms > ? AND slot_token = token")
-# How many rows the rate log holds at most: every row written adds one (one that conflicts
-# too), every row forgotten takes one away. All its writers hold the gates' lock.
+# How many starts the rate log holds at most: every row written adds its starts, every row
+# forgotten takes its starts away. All its writers hold the gates' lock.
 _ROWS_AT_MOST = "(SELECT at_most FROM sw_rate_log_rows WHERE id = 1)"
 
 
@@ -233,6 +233,7 @@ class FleetSql:
         from statewright.store.admission import Ledger, slots_in_use
 
         admitted, holders, rate_rows, waits = [], [], [], []
+        together: dict[str, list[Any]] = {}  # limit gate -> [its first command, starts]
         config_cur, (slots_how, slots_cur), totals_cur = reads
         config = self._parse_fleet(config_cur.fetchall())
         # The limits whose token rate counts what a start reports: only their rows are looked up by command.
@@ -247,8 +248,8 @@ class FleetSql:
             config,
             in_use(slots_cur.fetchall()) if counting else {
                 str(g): int(n) for g, n in (slots_cur.fetchall() if slots_cur is not None else ())},
-            lambda gate, since: [(int(a), int(t)) for a, t in self._x(
-                cur, "SELECT at_ms, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
+            lambda gate, since: [(int(a), int(n), int(t)) for a, n, t in self._x(
+                cur, "SELECT at_ms, starts, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
             ).fetchall()],
             lambda tenant, day: self._usage_txn(cur, tenant, day),
             lambda gate, since: self._totals_txn(cur, gate, since),
@@ -285,7 +286,13 @@ class FleetSql:
                 slots, rates = ledger.take(gates, now_ms)
             if slots:
                 holders.append((command_id, token))
-            rate_rows += [(gate, now_ms, command_id, 1 if gate in metered else 0) for gate in rates]
+            for gate in rates:
+                if gate in metered:  # a row of its own, which the tokens it reports are added to
+                    rate_rows.append((gate, now_ms, command_id, 1, 1))
+                elif gate in together:
+                    together[gate][1] += 1
+                else:  # one row for all the starts this admission takes, named by the first
+                    together[gate] = [command_id, 1]
             admitted.append(claim_of(r, tuple(g.name for g in gates)))
         self._windows_ms = windows
         seen = ledger.checked.union(self._bounded)
@@ -300,21 +307,24 @@ class FleetSql:
                             " waiting = ?, wait_gate = ?, slot_token = NULL WHERE command_id = ? AND token = ?", waits)
         if holders and not held:
             self._many(cur, "UPDATE sw_outbox SET slot_token = token WHERE command_id = ? AND token = ?", holders)
+        rate_rows += [(gate, now_ms, first, 0, n) for gate, (first, n) in sorted(together.items())]
         if rate_rows:
-            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered) VALUES",
-                              "(?, ?, ?, 0, ?)", " ON CONFLICT DO NOTHING", rate_rows)
-            self._x(cur, "UPDATE sw_rate_log_rows SET at_most = at_most + ? WHERE id = 1", (len(rate_rows),))
+            self._insert_rows(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered, starts) VALUES",
+                              "(?, ?, ?, 0, ?, ?)", " ON CONFLICT (gate, at_ms, command_id)"
+                              " DO UPDATE SET starts = sw_rate_log.starts + excluded.starts", rate_rows)
+            self._x(cur, "UPDATE sw_rate_log_rows SET at_most = at_most + ? WHERE id = 1",
+                    (sum(r[4] for r in rate_rows),))
         if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
             for gate, before in ledger.forgettable(now_ms).items():
                 # Counted before they are deleted: a pipelined DELETE tells no row count.
-                self._x(cur, "UPDATE sw_rate_log_rows SET at_most = at_most + 1 - (SELECT COUNT(*) FROM sw_rate_log"
-                             " WHERE gate = ? AND at_ms < ?) WHERE id = 1", (gate, before))
+                self._x(cur, "UPDATE sw_rate_log_rows SET at_most = at_most - (SELECT COALESCE(SUM(starts), 0)"
+                             " FROM sw_rate_log WHERE gate = ? AND at_ms < ?) WHERE id = 1", (gate, before))
                 self._x(cur, "DELETE FROM sw_rate_log WHERE gate = ? AND at_ms < ?", (gate, before))
                 # A row of no command marks up to when the gate's rows may be gone: an admission
                 # whose clock is so far behind that its window reaches there cannot count, and waits.
-                self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered)"
-                             " VALUES (?, ?, '', 0, 0) ON CONFLICT DO NOTHING", (gate, before - 1))
+                self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered, starts)"
+                             " VALUES (?, ?, '', 0, 0, 0) ON CONFLICT DO NOTHING", (gate, before - 1))
         return admitted
 
     def _bound_txn(self, cur: Any, gate: str) -> int | None:
@@ -335,15 +345,14 @@ class FleetSql:
     def _totals_query(self, cur: Any, windows: list[tuple[str, int, bool, int | None]], taking: int) -> Any:
         """Starts and tokens in the rate log of each (gate, after this time, whether its
         tokens count, the start rate when only starts count), as rows of (gate, since,
-        starts, tokens or NULL); None when there are none to read. Starts alone are counted
-        from the rate log's key: no row is read. Where the most rows the rate log holds leave
-        room for ``taking`` more starts under the rate, that number stands for the count:
-        every start taken is admitted either way."""
+        starts, tokens or NULL); None when there are none to read. Where the most starts the
+        rate log holds leave room for ``taking`` more under the rate, that number stands for
+        the count: every start taken is admitted either way."""
         if not windows:
             return None
         parts: list[str] = []
         params: list[Any] = []
-        count = "SELECT COUNT(*) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
+        count = "SELECT COALESCE(SUM(starts), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?"
         span = _ROWS_AT_MOST  # one lookup by the primary key, written twice
         for g, since, tokens, cap in windows:
             if cap is not None:
@@ -351,14 +360,16 @@ class FleetSql:
                              f" {self._horizon_of}")
                 params += (g, since, cap - taking, g, since, g)
             else:
-                parts.append(f"SELECT ?, ?, COUNT(*), {'COALESCE(SUM(tokens), 0)' if tokens else 'NULL'},"
+                summed = "COALESCE(SUM(tokens), 0)" if tokens else "NULL"
+                parts.append(f"SELECT ?, ?, COALESCE(SUM(starts), 0), {summed},"
                              f" {self._horizon_of} FROM sw_rate_log WHERE gate = ? AND at_ms > ?")
                 params += (g, since, g, g, since)
         return self._x(cur, " UNION ALL ".join(parts), tuple(params))
 
     def _totals_txn(self, cur: Any, gate: str, since_ms: int) -> tuple[int, int]:
         """Starts and tokens in the rate log of ``gate`` after ``since_ms``."""
-        row = self._x(cur, "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM sw_rate_log WHERE gate = ? AND at_ms > ?",
+        row = self._x(cur, "SELECT COALESCE(SUM(starts), 0), COALESCE(SUM(tokens), 0) FROM sw_rate_log"
+                           " WHERE gate = ? AND at_ms > ?",
                       (gate, since_ms)).fetchone()
         return int(row[0]), int(row[1])
 
@@ -404,8 +415,13 @@ class FleetSql:
                 if not counted:
                     continue
                 if gate.startswith("limit:"):
-                    self._x(cur, "UPDATE sw_rate_log SET tokens = tokens + ? WHERE command_id = ? AND metered = 1"
-                                 " AND gate = ?", (tokens, command_id, gate))
+                    added = self._x(cur, "UPDATE sw_rate_log SET tokens = tokens + ? WHERE command_id = ?"
+                                         " AND metered = 1 AND gate = ?", (tokens, command_id, gate))
+                    if not added.rowcount:  # its start has no row of its own: its tokens count from now
+                        self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered, starts)"
+                                     " VALUES (?, ?, ?, ?, 1, 0) ON CONFLICT (gate, at_ms, command_id)"
+                                     " DO UPDATE SET tokens = sw_rate_log.tokens + excluded.tokens",
+                                (gate, at_ms, command_id, tokens))
                 else:
                     self._x(
                         cur,

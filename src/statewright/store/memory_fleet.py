@@ -67,7 +67,7 @@ class MemoryFleet:
                     if slots:
                         held = replace(held, slot_token=held.token)
                     for g in rates:
-                        self.db.rate_log.setdefault(g, []).append([now_ms, c.command_id, 0])
+                        self.db.rate_log.setdefault(g, []).append([now_ms, c.command_id, 0, 1])
                 self.db.outbox[c.command_id] = held
                 out.append(_claim(held, tuple(g.name for g in gates)))
             if ledger is not None:
@@ -82,9 +82,9 @@ class MemoryFleet:
                             if c.slot_token is not None and c.slot_token == c.token
                             and c.lease_expires_ms is not None and c.lease_expires_ms > now_ms)
 
-    def _window(self, gate: str, since_ms: int) -> list[tuple[int, int]]:
+    def _window(self, gate: str, since_ms: int) -> list[tuple[int, int, int]]:
         rows = self.db.rate_log.get(gate, [])
-        return [(int(r[0]), int(r[2])) for r in rows if r[0] > since_ms]
+        return [(int(r[0]), int(r[3]), int(r[2])) for r in rows if r[0] > since_ms]
 
     def _spent(self, tenant: str, day: int) -> tuple[int, float]:
         return self.db.usage.get((tenant, day), (0, 0.0))
@@ -108,9 +108,11 @@ class MemoryFleet:
                 if not counted:
                     continue
                 if gate.startswith("limit:"):
-                    for r in self.db.rate_log.get(gate, []):
-                        if r[1] == command_id:
-                            r[2] += tokens
+                    rows = [r for r in self.db.rate_log.get(gate, []) if r[1] == command_id]
+                    for r in rows:
+                        r[2] += tokens
+                    if not rows:  # its start was forgotten: its tokens count from now
+                        self.db.rate_log.setdefault(gate, []).append([at_ms, command_id, tokens, 0])
                 else:
                     key = (tenant, at_ms // DAY_MS)
                     t, m = self.db.usage.get(key, (0, 0.0))

@@ -115,7 +115,7 @@ class Database:
         self.people_log: dict[int, Any] = {}  # seq -> RawPeopleRow
         # The fleet (store/admission.py): its config, rate log, usage per day.
         self.fleet: Any = None  # FleetConfig, or None: nothing configured
-        self.rate_log: dict[str, list[list[Any]]] = {}  # gate -> [[at_ms, command id, tokens]]
+        self.rate_log: dict[str, list[list[Any]]] = {}  # gate -> [[at_ms, command id, tokens, starts]]
         self.rate_horizon: dict[str, int] = {}  # gate -> rows at or before this may have been forgotten
         self.usage: dict[tuple[str, int], tuple[int, float]] = {}  # (tenant, day) -> (tokens, usd)
 

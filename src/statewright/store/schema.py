@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -229,5 +229,15 @@ MIGRATIONS: dict[int, list[str]] = {
         "DROP INDEX IF EXISTS sw_rate_log_command",
         "CREATE INDEX IF NOT EXISTS sw_rate_log_metered ON sw_rate_log (command_id) WHERE metered = 1",
         "CREATE INDEX IF NOT EXISTS sw_rate_log_marks ON sw_rate_log (gate, at_ms) WHERE command_id = ''",
+    ],
+    # A rate log row counts ``starts``: an admission writes one row for all the starts it
+    # takes under a limit with no token rate (named by the first), where it wrote one per
+    # start. A start under a token rate keeps a row of its own, which its tokens are added
+    # to. A row that marks what was forgotten is no start. The most the rate log holds
+    # (``sw_rate_log_rows``) counts starts, not rows: counted afresh.
+    13: [
+        "ALTER TABLE sw_rate_log ADD COLUMN starts INTEGER NOT NULL DEFAULT 1",
+        "UPDATE sw_rate_log SET starts = 0 WHERE command_id = ''",
+        "UPDATE sw_rate_log_rows SET at_most = (SELECT COALESCE(SUM(starts), 0) FROM sw_rate_log) WHERE id = 1",
     ],
 }
