@@ -19,6 +19,7 @@ import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
@@ -36,7 +37,8 @@ CLAIM_RETURNING = (
     " (SELECT gating FROM sw_tenants WHERE sw_tenants.tenant = sw_outbox.tenant), priority, fair"
 )
 _ADMISSION_ROUNDS = 4  # claims again after giving back the commands that must wait
-_PARSED: dict[tuple[tuple[str, str, str], ...], FleetConfig] = {}  # fleet config rows -> parsed
+_PARSED: dict[tuple[tuple[str, str, str], ...], ParsedFleet] = {}  # fleet config rows -> parsed
+_NAMES: dict[int, tuple[tuple[Gate, ...], tuple[str, ...]]] = {}  # id of a set of gates -> it, its names
 _PRUNE_EVERY_MS = 10_000  # how often an admission forgets old rate log rows
 # How often an admission counts the live slots one by one even where every bound leaves
 # room: a bound stays above what ended (an expired lease, a finished step) until then.
@@ -235,9 +237,8 @@ class FleetSql:
         admitted, holders, rate_rows, waits = [], [], [], []
         together: dict[str, list[Any]] = {}  # limit gate -> [its first command, starts]
         config_cur, (slots_how, slots_cur), totals_cur = reads
-        config = self._parse_fleet(config_cur.fetchall())
-        # The limits whose token rate counts what a start reports: only their rows are looked up by command.
-        metered = {f"limit:{n}" for n, lim in config.limits.items() if lim.tokens is not None}
+        parsed = self._parsed_fleet(config_cur.fetchall())
+        config, metered = parsed.config, parsed.metered
         mine = {r[0] for r, _ in claimed}  # what this admission decides on holds nothing yet
 
         def in_use(rows: list[Any]) -> dict[str, int]:
@@ -260,19 +261,18 @@ class FleetSql:
         )
         if counting:
             self._count_after_ms = now_ms + _COUNT_EVERY_MS
-        windows = _windows_of(config)
-        sent_caps, self._start_caps = self._start_caps, {
-            (f"limit:{n}", lim.rate.window_ms): lim.rate.amount for n, lim in config.limits.items() if lim.rate}
+        windows = parsed.windows
+        sent_caps, self._start_caps = self._start_caps, parsed.start_caps
         if totals_cur is not None:
             for g, since, n, tokens, horizon in totals_cur.fetchall():
-                window = now_ms - int(since)
-                ledger.horizons[str(g)] = int(horizon) if horizon is not None else None
-                if tokens is None and windows.get(str(g), {}).get(window):
+                gate, window = str(g), now_ms - int(since)
+                ledger.horizons[gate] = int(horizon) if horizon is not None else None
+                if tokens is None and windows.get(gate, {}).get(window):
                     continue  # a token rate over this window is new in the config: the ledger reads it
-                if sent_caps.get((str(g), window)) != self._start_caps.get((str(g), window)):
+                if sent_caps.get((gate, window)) != self._start_caps.get((gate, window)):
                     continue  # a start rate that changed: a bound read for the old one may not do
-                ledger.totals[(str(g), window)] = [int(n), int(tokens or 0)]
-                ledger.window_ms[str(g)] = max(ledger.window_ms.get(str(g), 0), window)
+                ledger.totals[(gate, window)] = [int(n), int(tokens or 0)]
+                ledger.window_ms[gate] = max(ledger.window_ms.get(gate, 0), window)
         taken = ledger.take_all([gates for _, gates in claimed], now_ms)
         for r, gates in claimed:
             command_id, token = str(r[0]), int(r[4])
@@ -293,7 +293,7 @@ class FleetSql:
                     together[gate][1] += 1
                 else:  # one row for all the starts this admission takes, named by the first
                     together[gate] = [command_id, 1]
-            admitted.append(claim_of(r, tuple(g.name for g in gates)))
+            admitted.append(claim_of(r, gate_names(gates)))
         self._windows_ms = windows
         seen = ledger.checked.union(self._bounded)
         self._bounded = tuple(sorted(seen if len(seen) <= _BOUNDED_AT_MOST else ledger.checked))
@@ -470,17 +470,43 @@ class FleetSql:
                                               " SELECT 't', tenant, body FROM sw_tenants").fetchall())
 
     def _parse_fleet(self, rows: list[Any]) -> FleetConfig:
+        return self._parsed_fleet(rows).config
+
+    def _parsed_fleet(self, rows: list[Any]) -> ParsedFleet:
+        """The config the rows of ``sw_limits`` and ``sw_tenants`` hold, with what
+        admissions derive from it (made once per distinct text)."""
         key = tuple((str(k), str(n), str(b)) for k, n, b in rows)
         cached = _PARSED.get(key)
         if cached is None:
-            cached = FleetConfig(
+            cached = ParsedFleet.of(FleetConfig(
                 {n: limit_from_row(n, json.loads(b)) for k, n, b in key if k == "l"},
                 {n: tenant_from_row(n, json.loads(b)) for k, n, b in key if k == "t"},
-            )
+            ))
             if len(_PARSED) > 64:
                 _PARSED.clear()
             _PARSED[key] = cached
         return cached
+
+
+@dataclass(frozen=True)
+class ParsedFleet:
+    """A fleet config as read, with what every admission under it derives: the limit
+    gates whose token rate counts what a start reports (only their rows are looked up by
+    command), each limit gate's rate windows (``_windows_of``), and its start rates."""
+
+    config: FleetConfig
+    metered: frozenset[str]
+    windows: dict[str, dict[int, bool]]
+    start_caps: dict[tuple[str, int], int]
+
+    @classmethod
+    def of(cls, config: FleetConfig) -> ParsedFleet:
+        return cls(
+            config,
+            frozenset(f"limit:{n}" for n, lim in config.limits.items() if lim.tokens is not None),
+            _windows_of(config),
+            {(f"limit:{n}", lim.rate.window_ms): lim.rate.amount for n, lim in config.limits.items() if lim.rate},
+        )
 
 
 def _windows_of(config: FleetConfig) -> dict[str, dict[int, bool]]:
@@ -528,6 +554,16 @@ def is_gated(r: Any) -> bool:
 def in_claim_order(rows: list[Any]) -> list[Any]:
     """Claimed rows by priority, then fair share (RETURNING keeps no order)."""
     return sorted(rows, key=lambda r: (-int(r[11]), int(r[12])))
+
+
+def gate_names(gates: tuple[Gate, ...]) -> tuple[str, ...]:
+    """The names of ``gates`` (made once per set: ``claim_gates`` hands out one tuple each)."""
+    names = _NAMES.get(id(gates))
+    if names is None or names[0] is not gates:
+        if len(_NAMES) > 1024:
+            _NAMES.clear()
+        names = _NAMES[id(gates)] = (gates, tuple(g.name for g in gates))
+    return names[1]
 
 
 def claim_of(r: Any, gates: tuple[str, ...] = ()) -> Claim:
