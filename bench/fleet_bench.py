@@ -42,33 +42,41 @@ LIMIT = "model-api"
 TENANTS = ("t1", "t2", "t3", "t4")
 
 
-def fleet_on() -> Any:
+def fleet_on(limits: bool = True) -> Any:
+    """ON's config; without ``limits``, the tenants' weights alone (SHARES)."""
     from statewright.definition.fleet import FleetConfig, NamedLimit, TenantShare, parse_rate
 
+    if not limits:
+        return FleetConfig(tenants={t: TenantShare(t, weight=i + 1) for i, t in enumerate(TENANTS)})
     return FleetConfig(
         limits={LIMIT: NamedLimit(LIMIT, concurrency=10_000, rate=parse_rate("100000000/min"))},
         tenants={t: TenantShare(t, weight=i + 1, concurrency=10_000) for i, t in enumerate(TENANTS)},
     )
 
 
-def workflow(on: bool) -> Any:
+def workflow(on: bool | str) -> Any:
     from statewright.definition.loader import workflow_from_dict
 
     step: dict[str, Any] = {"id": "s1", "kind": "code", "owner": "bench", "run": {"callable": "bench_steps:noop"}}
     top: dict[str, Any] = {}
-    if on:
+    if on is True:
         step |= {"concurrency": 10_000, "limits": [LIMIT]}
         top = {"concurrency": 10_000}
-    return workflow_from_dict({"workflow": f"fleet-{'on' if on else 'off'}", "steps": [step], **top})
+    return workflow_from_dict({"workflow": f"fleet-{mode_name(on)}", "steps": [step], **top})
 
 
-def fill(url: str, on: bool, n: int) -> Any:
+def mode_name(on: bool | str) -> str:
+    """OFF (False), ON (True), or SHARES ("shares": the tenants' weighted shares, no limit)."""
+    return on if isinstance(on, str) else "on" if on else "off"
+
+
+def fill(url: str, on: bool | str, n: int) -> Any:
     from statewright import Engine
     from statewright.store import open_store
 
     engine = Engine(open_store(url), workspace_root=Path(tempfile.gettempdir()) / "sw-fleet-bench-ws")
     if on:
-        engine.store.put_fleet(fleet_on(), engine.clock.now_ms())
+        engine.store.put_fleet(fleet_on(limits=on is True), engine.clock.now_ms())
     wf = workflow(on)
     for i in range(n):
         engine.submit(wf, {"n": i}, tenant=TENANTS[i % len(TENANTS)] if on else None)
@@ -118,15 +126,18 @@ def claim_batch(engine: Any) -> int:
     return len(claims)
 
 
-def claim_paired(new_url: Any, cleanup: Any, n: int, running: int = 0, queued: int = 0) -> tuple[float, float]:
-    """The claim loop OFF and ON on two stores at once, one batch of each in turn, so that
-    what the machine does meanwhile (a slow disk flush, another process) falls on both:
-    commands per second OFF and ON. With ``running``, each store first leases that many
-    commands for an hour, as steps that run all along; with ``queued``, that many more
-    commands wait behind the ones drained, as a backlog does."""
-    urls = {on: new_url() for on in (False, True)}
-    engines = {on: fill(urls[on], on, running + n + queued) for on in (False, True)}
-    spent, done = {False: 0.0, True: 0.0}, {False: 0, True: 0}
+def claim_paired(
+    new_url: Any, cleanup: Any, n: int, running: int = 0, queued: int = 0, modes: tuple[bool | str, ...] = (False, True)
+) -> tuple[float, ...]:
+    """The claim loop OFF and ON (``modes``: and SHARES, with "shares") on stores side by
+    side, one batch of each in turn, so that what the machine does meanwhile (a slow disk
+    flush, another process) falls on all: commands per second of each, in the order of
+    ``modes``. With ``running``, each store first leases that many commands for an hour, as
+    steps that run all along; with ``queued``, that many more commands wait behind the ones
+    drained, as a backlog does."""
+    urls = {on: new_url() for on in modes}
+    engines = {on: fill(urls[on], on, running + n + queued) for on in modes}
+    spent, done = dict.fromkeys(modes, 0.0), dict.fromkeys(modes, 0)
     try:
         for engine in engines.values():
             held = 0
@@ -136,7 +147,7 @@ def claim_paired(new_url: Any, cleanup: Any, n: int, running: int = 0, queued: i
                     raise RuntimeError(f"leased {held} of {running}, then nothing")
                 held += len(got)
         while min(done.values()) < n:
-            for on in (False, True):
+            for on in modes:
                 started = time.perf_counter()
                 got = claim_batch(engines[on])
                 spent[on] += time.perf_counter() - started
@@ -144,10 +155,10 @@ def claim_paired(new_url: Any, cleanup: Any, n: int, running: int = 0, queued: i
                     raise RuntimeError(f"claimed {done[on]} of {n}, then nothing")
                 done[on] += got
     finally:
-        for on in (False, True):
+        for on in modes:
             engines[on].close()
             cleanup(urls[on])
-    return done[False] / spent[False], done[True] / spent[True]
+    return tuple(done[on] / spent[on] for on in modes)
 
 
 def sqlite_url(tmp: Path) -> str:

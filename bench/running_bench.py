@@ -6,6 +6,7 @@ run, as an agent's step of minutes does.
     .venv/bin/python bench/running_bench.py --running 0 500 2000 --tasks 1000 --rounds 3
     .venv/bin/python bench/running_bench.py --no-postgres
     .venv/bin/python bench/running_bench.py --running 0 2000 --queued 10000   # behind a backlog
+    .venv/bin/python bench/running_bench.py --running 0 --shares   # and the shares alone
 
 For each number of running steps, OFF and ON stores (as in fleet_bench.py: ON has four
 weighted tenants with a concurrency, the workflow's concurrency and the step's named limit
@@ -13,8 +14,11 @@ with a concurrency and a rate, five gates a claim) first lease that many command
 hour; then fleet_bench.py's claim loop (claim 8, ack each, and ON the wake) drains the next
 ``--tasks`` commands, one batch OFF and one ON in turn, so that the machine's swings fall on
 both. With ``--queued``, that many more commands wait behind them all along, as a backlog
-does. Printed: commands per second OFF and ON, medians over rounds, and the median of the
-rounds' ON/OFF ratios. bench/README.md has a run."""
+does. With ``--shares``, a third store, SHARES, has the four tenants' weighted shares alone
+(no concurrency, no limit: claimed by fair share, admitted by nothing), drained in turn
+with the other two: what fair shares cost, apart from admission. Printed: commands per
+second OFF and ON (and SHARES), medians over rounds, and the median of the rounds' ON/OFF
+(and SHARES/OFF) ratios. bench/README.md has a run."""
 
 from __future__ import annotations
 
@@ -33,16 +37,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a pack
 from fleet_bench import claim_paired, drop_pg_schema, pg_url, sqlite_url
 
 
-def measure(name: str, new_url: Any, cleanup: Any, running: list[int], n: int, rounds: int, queued: int) -> None:
+def measure(
+    name: str, new_url: Any, cleanup: Any, running: list[int], n: int, rounds: int, queued: int, shares: bool
+) -> None:
+    modes: tuple[bool | str, ...] = (False, "shares", True) if shares else (False, True)
     for r in running:
-        off, on = [], []
+        rates: dict[bool | str, list[float]] = {m: [] for m in modes}
         for _ in range(rounds):
-            a, b = claim_paired(new_url, cleanup, n, running=r, queued=queued)
-            off.append(a)
-            on.append(b)
-        ratios = [b / a for a, b in zip(off, on, strict=True)]
-        print(f"{name:<9} {r:>6,} running   off {statistics.median(off):>7,.0f}   on {statistics.median(on):>7,.0f}"
-              f"   on/off {statistics.median(ratios):5.2f}   round ratios {[round(x, 2) for x in ratios]}", flush=True)
+            for m, rate in zip(modes, claim_paired(new_url, cleanup, n, running=r, queued=queued, modes=modes),
+                               strict=True):
+                rates[m].append(rate)
+        ratios = [b / a for a, b in zip(rates[False], rates[True], strict=True)]
+        also = ""
+        if shares:
+            of_off = [b / a for a, b in zip(rates[False], rates["shares"], strict=True)]
+            also = (f"   shares {statistics.median(rates['shares']):>7,.0f}   shares/off"
+                    f" {statistics.median(of_off):5.2f} {[round(x, 2) for x in of_off]}")
+        print(f"{name:<9} {r:>6,} running   off {statistics.median(rates[False]):>7,.0f}"
+              f"   on {statistics.median(rates[True]):>7,.0f}   on/off {statistics.median(ratios):5.2f}"
+              f"   round ratios {[round(x, 2) for x in ratios]}{also}", flush=True)
 
 
 def main() -> None:
@@ -53,6 +66,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--queued", type=int, default=0, help="commands that stay queued behind those drained")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--shares", action="store_true",
+                        help="also SHARES: the four tenants' weighted shares alone, no limit, so no admission")
     args = parser.parse_args()
     print(f"running_bench: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()}-core "
           f"{platform.machine()}, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
@@ -60,10 +75,10 @@ def main() -> None:
           " commands/s medians", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="sw-running-bench-"))
     measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, args.running, args.tasks, args.rounds,
-            args.queued)
+            args.queued, args.shares)
     if not args.no_postgres:
         measure("postgres", lambda: pg_url(args.url), drop_pg_schema, args.running, args.tasks, args.rounds,
-                args.queued)
+                args.queued, args.shares)
     print(f"load at the end {os.getloadavg()[0]:.2f}", flush=True)
 
 
