@@ -65,12 +65,19 @@ def _worker_argv(store_url: str) -> list[str]:
 
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs Linux pidfds")
+def _ignore_hup() -> None:
+    """In the worker's process before exec: SIGHUP ignored, as ``nohup`` starts it."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("hup", ["default", "ignored"])  # ignored: a worker started under nohup
 @pytest.mark.parametrize("backend", SQL_BACKENDS)  # workers in other processes share the database
 def test_a_killed_workers_step_processes_die_and_the_next_delivery_is_told(
-    open_engine: Callable[..., Engine], store_url: str, tmp_path: Path,
+    open_engine: Callable[..., Engine], store_url: str, tmp_path: Path, hup: str,
 ) -> None:
     """SIGKILL the worker while its step's child (and the child's own child) run: every
-    one of the step's processes is gone by pid. The next worker's delivery of the same
+    one of the step's processes is gone by pid, also where the worker was started with
+    SIGHUP ignored, which its children inherit. The next worker's delivery of the same
     command sees STATEWRIGHT_REDELIVERED=1, the delivery count and the same key."""
     script = tmp_path / "step.py"
     script.write_text(STEP)
@@ -85,6 +92,7 @@ def test_a_killed_workers_step_processes_die_and_the_next_delivery_is_told(
         ]})
         tid = engine.submit(wf, {"workspace": str(tmp_path)})
         with subprocess.Popen(_worker_argv(store_url), env=env, stdout=subprocess.PIPE,
+                              preexec_fn=_ignore_hup if hup == "ignored" else None,
                               stderr=subprocess.PIPE) as worker:
             pids: list[int] = []
             try:

@@ -4,11 +4,11 @@ POSIX only (``start_new_session`` and ``os.killpg``).
 
 A step's processes die with the worker that started them. On Linux the command runs under
 a tiny ``/bin/sh`` supervisor that leads the group: the kernel sends it SIGHUP when the
-worker's thread that started it dies (``prctl(PR_SET_PDEATHSIG)``, set before exec, and the
-supervisor exits at once if the worker died before that), and it then kills its whole
-group. Elsewhere the command runs as the group's leader with no such signal. The signal
-follows the *thread* that started the process; ``run_process`` holds that thread until the
-group is gone, so it never fires early.
+worker's thread that started it dies (``prctl(PR_SET_PDEATHSIG)``, set before exec, with
+SIGHUP's default action restored, and the supervisor exits at once if the worker died
+before that), and it then kills its whole group. Elsewhere the command runs as the group's
+leader with no such signal. The signal follows the *thread* that started the process;
+``run_process`` holds that thread until the group is gone, so it never fires early.
 
 HOME and TMPDIR, unless the step declared them, point at a private directory made for the
 one process and removed after it: a step never works in the worker's home.
@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from statewright._record import record
 
@@ -171,18 +172,38 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
 
 def _die_with_parent() -> Callable[[], None] | None:
     """A pre-exec function that ties the child to this thread's life, or None where the
-    platform has no parent-death signal."""
-    prctl = _prctl()
-    if prctl is None:
+    platform has no parent-death signal. SIGHUP gets its default action back first: a
+    worker started under ``nohup`` (or by anything else that ignores SIGHUP) hands the
+    ignoring down, and sh refuses to trap a signal that was ignored when it started, so
+    the supervisor would outlive the worker with its whole group."""
+    prctl, set_signal = _prctl(), _libc_signal()
+    if prctl is None or set_signal is None:
         return None
     parent = os.getpid()
 
     def preexec() -> None:  # runs in the child, between fork and exec
+        set_signal(int(signal.SIGHUP), None)  # SIG_DFL
         prctl(_PR_SET_PDEATHSIG, int(signal.SIGHUP), 0, 0, 0)
         if os.getppid() != parent:  # the worker died before the signal was armed
             os.kill(os.getpid(), signal.SIGKILL)
 
     return preexec
+
+
+@functools.cache
+def _libc_signal() -> Callable[..., int] | None:
+    """libc's ``signal``, to set a disposition between fork and exec (Python's own
+    ``signal.signal`` belongs to the main thread; a step may start from any)."""
+    try:
+        import ctypes
+
+        fn: Any = ctypes.CDLL(None, use_errno=True).signal
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    fn.restype = ctypes.c_void_p
+    out: Callable[..., int] = fn
+    return out
 
 
 @functools.cache
