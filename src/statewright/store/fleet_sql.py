@@ -16,6 +16,7 @@ they leave room."""
 from __future__ import annotations
 
 import json
+import uuid
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -24,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
 from statewright.store.base import Claim
+from statewright.store.grants import GRANT_SKEW_MS, grant_of
 
 if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
     from statewright.store.admission import Gate
+    from statewright.store.grants import Grant
 
 _HOLDS = (  # a claimed row under gates holds their slots with the claim's new token
     ", slot_token = CASE WHEN gates IS NOT NULL OR (SELECT gating FROM sw_tenants"
@@ -48,6 +51,8 @@ _BOUNDED_AT_MOST = 256  # how many gates' bounds an admission that cannot name i
 # leases: the steps running, no more).
 _HOLDERS = ("SELECT command_id, gates, tenant FROM sw_outbox WHERE lease_expires_ms IS NOT NULL"
             " AND lease_expires_ms > ? AND slot_token = token")
+# The slots set aside by grants that may still be used (store/grants.py): counted as held.
+_GRANTED = "SELECT gate, SUM(amount) FROM sw_grants WHERE expires_ms > ? GROUP BY gate"
 # How many starts the rate log holds at most: every row written adds its starts, every row
 # forgotten takes its starts away. All its writers hold the gates' lock.
 _ROWS_AT_MOST = "(SELECT at_most FROM sw_rate_log_rows WHERE id = 1)"
@@ -67,6 +72,8 @@ class FleetSql:
     _horizon_of: str = "(SELECT MAX(at_ms) FROM sw_rate_log WHERE command_id = '' AND gate = ?)"
     _greatest: str = "MAX"  # the two-argument maximum: MAX on SQLite, GREATEST on PostgreSQL
     _claim_holds: bool = True  # the claim runs in its admission's transaction (see _claim_query)
+    _grant: Grant | None = None  # what this store's next claims may be admitted from (store/grants.py)
+    _owner: str = ""  # this store's name in sw_grants
     # The rows a statement changes, picked by a subquery that orders and limits them.
     _picked: str = "command_id IN ({})"
 
@@ -123,10 +130,33 @@ class FleetSql:
     ) -> tuple[list[Claim], int, bool]:
         """One claim and the admission of what it claimed under gates: the claims, how many
         rows were claimed, and whether any had gates."""
-        rows = self._claim_rows(worker_id, now_ms, lease_ms, limit, task_id)
+        holds = self._claim_holds or self._grant is not None  # from a grant, the claim holds the slots
+        rows = self._claim_rows(worker_id, now_ms, lease_ms, limit, task_id, holds)
         plain = [claim_of(r) for r in rows if not is_gated(r)]
         gated = [r for r in rows if is_gated(r)]
-        return (plain + self._admit(gated, now_ms, self._claim_holds) if gated else plain), len(rows), bool(gated)
+        granted = self._from_grant(gated, now_ms) if gated and holds else None
+        if granted is not None:
+            return plain + granted, len(rows), True
+        return (plain + self._admit(gated, now_ms, holds) if gated else plain), len(rows), bool(gated)
+
+    def _from_grant(self, rows: list[Any], now_ms: int) -> list[Claim] | None:
+        """The claims of ``rows``, admitted from this store's grant; None where it cannot
+        admit them all (it ended, does not cover their gates, has too little left, or the
+        fleet config changed since it was taken): then they go through an admission."""
+        grant = self._grant
+        if grant is None:
+            return None
+        claimed = with_gates(rows)
+        needs = grant.needs([gates for _, gates in claimed], now_ms)
+        if needs is None:
+            return None
+        with self._stmt() as cur:
+            row = self._x(cur, "SELECT version FROM sw_fleet_version WHERE id = 1").fetchone()
+        if row is None or int(row[0]) != grant.version:
+            self._grant = None
+            return None
+        grant.spend(needs)
+        return [claim_of(r, gate_names(gates)) for r, gates in claimed]
 
     def _claim_scope(self) -> AbstractContextManager[Any]:
         """What a claim and its admission run in: one transaction on SQLite (one commit for
@@ -134,10 +164,12 @@ class FleetSql:
         one statement on its own and only an admission takes the gates' lock."""
         return self._tx()
 
-    def _claim_rows(self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None) -> list[Any]:
+    def _claim_rows(
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, holds: bool
+    ) -> list[Any]:
         with self._stmt() as cur:
             return in_claim_order(self._claim_query(
-                cur, worker_id, now_ms, lease_ms, limit, task_id, holds=self._claim_holds).fetchall())
+                cur, worker_id, now_ms, lease_ms, limit, task_id, holds=holds).fetchall())
 
     def _claim_query(
         self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool
@@ -209,10 +241,13 @@ class FleetSql:
         gave it. Cursors, not yet waited for."""
         expected = self._windows_ms
         limits = [g for g in (expected if names is None else names) if g.startswith("limit:") and g in expected]
-        config_cur = self._x(self._cursor(cur), "SELECT 'l', name, body FROM sw_limits UNION ALL"
+        config_cur = self._x(self._cursor(cur), "SELECT 'v', '', CAST(version AS TEXT) FROM sw_fleet_version"
+                                                " UNION ALL SELECT 'l', name, body FROM sw_limits UNION ALL"
                                                 " SELECT 't', tenant, body FROM sw_tenants")
+        slots_cur: tuple[str, Any]
         if now_ms >= self._count_after_ms:
-            slots_cur = ("count", self._x(self._cursor(cur), _HOLDERS, (now_ms,)))
+            slots_cur = ("count", (self._x(self._cursor(cur), _HOLDERS, (now_ms,)),
+                                   self._x(self._cursor(cur), _GRANTED, (now_ms - GRANT_SKEW_MS,))))
         else:
             bounded = self._bounded if names is None else names
             slots_cur = ("bounds", self._x(self._cursor(cur), "SELECT gate, at_most FROM sw_slot_bounds WHERE gate IN"
@@ -241,13 +276,16 @@ class FleetSql:
         config, metered = parsed.config, parsed.metered
         mine = {r[0] for r, _ in claimed}  # what this admission decides on holds nothing yet
 
-        def in_use(rows: list[Any]) -> dict[str, int]:
-            return slots_in_use((g, t) for c, g, t in rows if c not in mine)
+        def in_use(holders: list[Any], granted: list[Any]) -> dict[str, int]:
+            out = slots_in_use((g, t) for c, g, t in holders if c not in mine)
+            for gate, n in granted:
+                out[str(gate)] = out.get(str(gate), 0) + int(n)
+            return out
 
         counting = slots_how == "count"
         ledger = Ledger(
             config,
-            in_use(slots_cur.fetchall()) if counting else {
+            in_use(slots_cur[0].fetchall(), slots_cur[1].fetchall()) if counting else {
                 str(g): int(n) for g, n in (slots_cur.fetchall() if slots_cur is not None else ())},
             lambda gate, since: [(int(a), int(n), int(t)) for a, n, t in self._x(
                 cur, "SELECT at_ms, starts, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
@@ -255,7 +293,9 @@ class FleetSql:
             lambda tenant, day: self._usage_txn(cur, tenant, day),
             lambda gate, since: self._totals_txn(cur, gate, since),
             lambda gate: self._horizon_txn(cur, gate),
-            load_in_use=None if counting else lambda: in_use(self._x(cur, _HOLDERS, (now_ms,)).fetchall()),
+            load_in_use=None if counting else lambda: in_use(
+                self._x(cur, _HOLDERS, (now_ms,)).fetchall(),
+                self._x(cur, _GRANTED, (now_ms - GRANT_SKEW_MS,)).fetchall()),
             load_bound=lambda gate: self._bound_txn(cur, gate),
             counted=counting,
         )
@@ -298,6 +338,20 @@ class FleetSql:
         seen = ledger.checked.union(self._bounded)
         self._bounded = tuple(sorted(seen if len(seen) <= _BOUNDED_AT_MOST else ledger.checked))
         bounds = ledger.bounds()
+        grant = grant_of(ledger, [gates for _, gates in claimed], parsed.version, now_ms) if taken else None
+        if grant is not None:  # what it sets aside is counted now: in bounds, as slots held, as starts
+            self._grant = self._grant.with_rooms(grant) if self._grant is not None else grant
+            self._owner = self._owner or uuid.uuid4().hex
+            kept = sorted((g, room) for g, room in grant.rooms.items() if room.slots is not None)
+            for gate, room in kept:
+                bounds[gate] = bounds.get(gate, ledger.in_use.get(gate, 0)) + int(room.slots or 0)
+            if kept:
+                self._insert_rows(cur, "INSERT INTO sw_grants (owner, gate, amount, expires_ms) VALUES",
+                                  "(?, ?, ?, ?)", " ON CONFLICT (owner, gate) DO UPDATE SET amount = excluded.amount,"
+                                  " expires_ms = excluded.expires_ms",
+                                  [(self._owner, g, room.slots, room.expires_ms) for g, room in kept])
+            rate_rows += [(g, room.expires_ms, f"grant:{self._owner}", 0, room.starts)
+                          for g, room in sorted(grant.rooms.items()) if room.starts is not None]
         if bounds:
             self._insert_rows(cur, "INSERT INTO sw_slot_bounds (gate, at_most) VALUES", "(?, ?)",
                               " ON CONFLICT (gate) DO UPDATE SET at_most = excluded.at_most", sorted(bounds.items()))
@@ -316,6 +370,7 @@ class FleetSql:
                     (sum(r[4] for r in rate_rows),))
         if now_ms >= self._prune_after_ms:  # what left every window is forgotten, now and then
             self._prune_after_ms = now_ms + _PRUNE_EVERY_MS
+            self._x(cur, "DELETE FROM sw_grants WHERE expires_ms <= ?", (now_ms - GRANT_SKEW_MS,))
             for gate, before in ledger.forgettable(now_ms).items():
                 # Counted before they are deleted: a pipelined DELETE tells no row count.
                 self._x(cur, "UPDATE sw_rate_log_rows SET at_most = at_most - (SELECT COALESCE(SUM(starts), 0)"
@@ -455,6 +510,10 @@ class FleetSql:
                              " VALUES (?, ?, ?, ?, ?)",
                         (name, share.share_step, 1 if share.gating else 0,
                          json.dumps(share.to_dict(), sort_keys=True), at_ms))
+            # Grants were taken under the config before: none admits anything any longer.
+            self._x(cur, "UPDATE sw_fleet_version SET version = version + 1 WHERE id = 1")
+            self._x(cur, "DELETE FROM sw_grants")
+            self._grant = None
             # A budget may have been raised: what it parked is looked at again now.
             self._x(cur, "UPDATE sw_outbox SET available_at_ms = ? WHERE wait_gate LIKE 'budget:%'"
                          " AND lease_expires_ms IS NULL AND available_at_ms > ?", (at_ms, at_ms))
@@ -481,7 +540,7 @@ class FleetSql:
             cached = ParsedFleet.of(FleetConfig(
                 {n: limit_from_row(n, json.loads(b)) for k, n, b in key if k == "l"},
                 {n: tenant_from_row(n, json.loads(b)) for k, n, b in key if k == "t"},
-            ))
+            ), next((int(b) for k, _, b in key if k == "v"), 0))
             if len(_PARSED) > 64:
                 _PARSED.clear()
             _PARSED[key] = cached
@@ -490,19 +549,22 @@ class FleetSql:
 
 @dataclass(frozen=True)
 class ParsedFleet:
-    """A fleet config as read, with what every admission under it derives: the limit
-    gates whose token rate counts what a start reports (only their rows are looked up by
-    command), each limit gate's rate windows (``_windows_of``), and its start rates."""
+    """A fleet config as read (and its version, where it was read), with what every
+    admission under it derives: the limit gates whose token rate counts what a start
+    reports (only their rows are looked up by command), each limit gate's rate windows
+    (``_windows_of``), and its start rates."""
 
     config: FleetConfig
+    version: int
     metered: frozenset[str]
     windows: dict[str, dict[int, bool]]
     start_caps: dict[tuple[str, int], int]
 
     @classmethod
-    def of(cls, config: FleetConfig) -> ParsedFleet:
+    def of(cls, config: FleetConfig, version: int = 0) -> ParsedFleet:
         return cls(
             config,
+            version,
             frozenset(f"limit:{n}" for n, lim in config.limits.items() if lim.tokens is not None),
             _windows_of(config),
             {(f"limit:{n}", lim.rate.window_ms): lim.rate.amount for n, lim in config.limits.items() if lim.rate},

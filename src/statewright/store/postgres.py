@@ -355,8 +355,12 @@ class PostgresStore(SqlStore):
         """While claims meet commands under gates, a claim is admitted in its own transaction:
         BEGIN, the gates' lock, the claim and the admission's reads go in one round trip, the
         writes and COMMIT in another. A claim that meets none makes the next one the single
-        statement of its own again."""
-        if not self._gated_seen or getattr(self._local, "cur", None) is not None:
+        statement of its own again, as does a grant that may admit it (store/grants.py): the
+        claim is then one statement that holds its rows' slots, and only what the grant
+        cannot admit goes through an admission."""
+        grant = self._grant
+        if (not self._gated_seen or getattr(self._local, "cur", None) is not None
+                or (grant is not None and grant.live(now_ms))):
             out = super()._claim_round(worker_id, now_ms, lease_ms, limit, task_id)
             self._gated_seen = out[2]
             return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -239,5 +239,22 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE sw_rate_log ADD COLUMN starts INTEGER NOT NULL DEFAULT 1",
         "UPDATE sw_rate_log SET starts = 0 WHERE command_id = ''",
         "UPDATE sw_rate_log_rows SET at_most = (SELECT COALESCE(SUM(starts), 0) FROM sw_rate_log) WHERE id = 1",
+    ],
+    # Grants (store/grants.py): the slots a worker's admission set aside for its next claims,
+    # counted with the live slots until a while after they end; and the fleet config's
+    # version, which every config put moves on, ending every grant taken before.
+    14: [
+        """CREATE TABLE IF NOT EXISTS sw_grants (
+            owner TEXT NOT NULL,
+            gate TEXT NOT NULL,
+            amount BIGINT NOT NULL,
+            expires_ms BIGINT NOT NULL,
+            PRIMARY KEY (owner, gate)
+        )""",
+        """CREATE TABLE IF NOT EXISTS sw_fleet_version (
+            id INTEGER PRIMARY KEY,
+            version BIGINT NOT NULL
+        )""",
+        "INSERT INTO sw_fleet_version (id, version) SELECT 1, 0 WHERE NOT EXISTS (SELECT 1 FROM sw_fleet_version)",
     ],
 }

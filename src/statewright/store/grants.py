@@ -1,0 +1,155 @@
+"""Grants: room an admission sets aside for its worker's next claims, so that while every
+gate has plenty of room a claim is admitted with no statement of its own.
+
+An admission that admits a whole claim, with every gate far from its limit, may take a
+grant for the worker that made it: a few slots of each gate with a concurrency (at most a
+quarter of the room left, at most ``_AT_MOST``) and a few starts of each start rate, for
+``GRANT_MS``. What it takes is counted before it is used, so no other worker can take it:
+
+- the slots are added to the gates' bounds, and every count of the live slots adds the
+  slots of each grant not ended ``GRANT_SKEW_MS`` ago (``sw_grants``);
+- the starts are a rate log row dated at the grant's end: every window that holds a start
+  made from the grant starts before that end, so it counts the row.
+
+The worker's next claims whose gates the grant covers are admitted from it, without
+reading or writing anything but the fleet config's version: a config put since (which
+drops every grant) ends it, as does its end. Slots and starts of a grant that are never
+used are counted until the grant ends and the next count or the window passes: room set
+aside, never room taken twice. A tenant with a budget or a limit with a token rate is
+never granted: what they count is reported after the start. Pure: the store reads and
+writes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
+    from statewright.definition.fleet import Rate
+    from statewright.store.admission import Gate, Ledger
+
+GRANT_MS = 1_000
+"""How long a grant lasts (shorter for a start rate whose window is under four times that)."""
+GRANT_SKEW_MS = 5_000
+"""How long after its end a count of the live slots still adds a grant's slots: another
+worker's clock may be behind."""
+_AT_MOST = 256  # slots or starts of one gate a grant takes at most
+_SHARE = 4  # a grant takes at most this fraction of the room a gate has left
+_AT_LEAST = 8  # a gate with room for fewer than this is granted nothing: it is near its limit
+
+
+@dataclass
+class Room:
+    """What a grant set aside for one gate: ``slots`` and ``starts`` left (None: the gate
+    has no concurrency, or no start rate), for the capacities a definition gave it, from
+    ``made_ms`` until ``expires_ms``."""
+
+    capacities: frozenset[int]
+    slots: int | None
+    starts: int | None
+    made_ms: int
+    expires_ms: int
+
+
+@dataclass
+class Grant:
+    """What one worker may admit from without an admission, per gate, while the fleet
+    config's version is ``version``."""
+
+    version: int
+    rooms: dict[str, Room]
+
+    def needs(self, claimed: Sequence[tuple[Gate, ...]], now_ms: int) -> dict[str, int] | None:
+        """How many of ``claimed`` (the gates of each command) pass each gate; None where a
+        gate's room has ended, is not there, or has too little left: then none is admitted
+        from the grant."""
+        count: dict[int, int] = {}  # per set of gates (one tuple each: ``claim_gates``), how many
+        sets: dict[int, tuple[Gate, ...]] = {}
+        for gates in claimed:
+            key = id(gates)
+            if key in count:
+                count[key] += 1
+            else:
+                count[key], sets[key] = 1, gates
+        rooms = self.rooms
+        need: dict[str, int] = {}
+        for key, gates in sets.items():
+            for g in gates:
+                room = rooms.get(g.name)
+                if room is None or not room.made_ms <= now_ms < room.expires_ms or g.capacity not in room.capacities:
+                    return None
+                need[g.name] = need.get(g.name, 0) + count[key]
+        for name, n in need.items():
+            room = self.rooms[name]
+            if (room.slots is not None and n > room.slots) or (room.starts is not None and n > room.starts):
+                return None
+        return need
+
+    def live(self, now_ms: int) -> bool:
+        """Whether any of its rooms may still admit."""
+        return any(room.made_ms <= now_ms < room.expires_ms for room in self.rooms.values())
+
+    def spend(self, need: dict[str, int]) -> None:
+        for name, n in need.items():
+            room = self.rooms[name]
+            if room.slots is not None:
+                room.slots -= n
+            if room.starts is not None:
+                room.starts -= n
+
+    def with_rooms(self, newer: Grant) -> Grant:
+        """This grant with ``newer``'s rooms in place of its own, where they share a
+        version; else ``newer`` alone."""
+        if newer.version != self.version:
+            return newer
+        return Grant(self.version, {**self.rooms, **newer.rooms})
+
+
+def grant_of(ledger: Ledger, claimed: Sequence[tuple[Gate, ...]], version: int, now_ms: int) -> Grant | None:
+    """The rooms an admission that admitted all of ``claimed`` (counted in ``ledger``) may
+    set aside, one per gate of theirs that is far from its limits; None where there are
+    none. A gate near its limit, a tenant with a budget, a limit with a token rate, or a
+    rate whose count is not at hand gets no room."""
+    config = ledger.config
+    capacities: dict[str, set[int]] = {}
+    for gates in claimed:
+        for g in gates:
+            capacities.setdefault(g.name, set()).add(g.capacity)
+    rooms: dict[str, Room] = {}
+    for name, given in capacities.items():
+        kind, _, short = name.partition(":")
+        cap: int | None = None
+        rate: Rate | None = None
+        if kind == "tenant":
+            share = config.tenants.get(short)
+            if share is not None and (share.daily_tokens is not None or share.daily_usd is not None):
+                continue
+            cap = share.concurrency if share is not None else None
+        elif kind == "limit":
+            lim = config.limits.get(short)
+            if lim is not None and lim.tokens is not None:
+                continue
+            cap, rate = (lim.concurrency, lim.rate) if lim is not None else (None, None)
+        else:
+            cap = min(given) or None
+        slots = starts = None
+        if cap is not None:
+            slots = min(_AT_MOST, (cap - ledger.in_use.get(name, cap)) // _SHARE)
+            if slots < _AT_LEAST:
+                continue
+        life = GRANT_MS
+        if rate is not None:
+            totals = ledger.totals.get((name, rate.window_ms))
+            horizon = ledger.horizons.get(name)
+            if totals is None or (horizon is not None and now_ms - rate.window_ms < horizon):
+                continue
+            starts = min(_AT_MOST, (rate.amount - totals[0]) // _SHARE)
+            if starts < _AT_LEAST:
+                continue
+            life = min(life, rate.window_ms // 4)
+        rooms[name] = Room(frozenset(given), slots, starts, now_ms, now_ms + life)
+    return Grant(version, rooms) if rooms else None
+
+
+__all__ = ["GRANT_MS", "GRANT_SKEW_MS", "Grant", "Room", "grant_of"]
