@@ -16,7 +16,6 @@ they leave room."""
 from __future__ import annotations
 
 import json
-import uuid
 from abc import abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -341,7 +340,10 @@ class FleetSql:
         grant = grant_of(ledger, [gates for _, gates in claimed], parsed.version, now_ms) if taken else None
         if grant is not None:  # what it sets aside is counted now: in bounds, as slots held, as starts
             self._grant = self._grant.with_rooms(grant) if self._grant is not None else grant
-            self._owner = self._owner or uuid.uuid4().hex
+            if not self._owner:
+                import uuid
+
+                self._owner = uuid.uuid4().hex
             kept = sorted((g, room) for g, room in grant.rooms.items() if room.slots is not None)
             for gate, room in kept:
                 bounds[gate] = bounds.get(gate, ledger.in_use.get(gate, 0)) + int(room.slots or 0)
