@@ -137,15 +137,7 @@ class Ledger:
         that pass it, and counted once. None, counting nothing, where they do not all fit at
         the lowest capacity a gate is given (definitions may give one gate different ones):
         then each is decided in turn."""
-        count: dict[int, int] = {}
-        distinct: dict[int, tuple[Gate, ...]] = {}
-        for gates in claimed:
-            key = id(gates)
-            if key in count:
-                count[key] += 1
-            else:
-                count[key] = 1
-                distinct[key] = gates
+        count, distinct = by_set(claimed)
         need: dict[str, int] = {}
         each: dict[tuple[str, int], Gate] = {}  # every gate once, with each capacity it is given
         for key, gates in distinct.items():
@@ -338,6 +330,21 @@ def _utc(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
 
+def by_set(claimed: Sequence[tuple[Gate, ...]]) -> tuple[dict[int, int], dict[int, tuple[Gate, ...]]]:
+    """Commands' gates (one tuple per set: ``claim_gates``) by set, keyed by identity: how
+    many commands have each, and the set itself."""
+    count: dict[int, int] = {}
+    distinct: dict[int, tuple[Gate, ...]] = {}
+    for gates in claimed:
+        key = id(gates)
+        if key in count:
+            count[key] += 1
+        else:
+            count[key] = 1
+            distinct[key] = gates
+    return count, distinct
+
+
 @lru_cache(maxsize=1024)
 def claim_gates(text: str | None, tenant: str, gating: bool) -> tuple[Gate, ...]:
     """The gates a claim passes: its command's (``text``, the column), with its tenant's
@@ -366,6 +373,7 @@ __all__ = [
     "Gate",
     "Ledger",
     "Waiting",
+    "by_set",
     "claim_gates",
     "gates_json",
     "gates_of",

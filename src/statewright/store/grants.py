@@ -64,14 +64,9 @@ class Grant:
         """How many of ``claimed`` (the gates of each command) pass each gate; None where a
         gate's room has ended, is not there, or has too little left: then none is admitted
         from the grant."""
-        count: dict[int, int] = {}  # per set of gates (one tuple each: ``claim_gates``), how many
-        sets: dict[int, tuple[Gate, ...]] = {}
-        for gates in claimed:
-            key = id(gates)
-            if key in count:
-                count[key] += 1
-            else:
-                count[key], sets[key] = 1, gates
+        from statewright.store.admission import by_set  # a claim with gates has loaded it
+
+        count, sets = by_set(claimed)
         rooms = self.rooms
         need: dict[str, int] = {}
         for key, gates in sets.items():
