@@ -338,22 +338,8 @@ class FleetSql:
         self._bounded = tuple(sorted(seen if len(seen) <= _BOUNDED_AT_MOST else ledger.checked))
         bounds = ledger.bounds()
         grant = grant_of(ledger, [gates for _, gates in claimed], parsed.version, now_ms) if taken else None
-        if grant is not None:  # what it sets aside is counted now: in bounds, as slots held, as starts
-            self._grant = self._grant.with_rooms(grant) if self._grant is not None else grant
-            if not self._owner:
-                import uuid
-
-                self._owner = uuid.uuid4().hex
-            kept = sorted((g, room) for g, room in grant.rooms.items() if room.slots is not None)
-            for gate, room in kept:
-                bounds[gate] = bounds.get(gate, ledger.in_use.get(gate, 0)) + int(room.slots or 0)
-            if kept:
-                self._insert_rows(cur, "INSERT INTO sw_grants (owner, gate, amount, expires_ms) VALUES",
-                                  "(?, ?, ?, ?)", " ON CONFLICT (owner, gate) DO UPDATE SET amount = excluded.amount,"
-                                  " expires_ms = excluded.expires_ms",
-                                  [(self._owner, g, room.slots, room.expires_ms) for g, room in kept])
-            rate_rows += [(g, room.expires_ms, f"grant:{self._owner}", 0, room.starts)
-                          for g, room in sorted(grant.rooms.items()) if room.starts is not None]
+        if grant is not None:
+            rate_rows += self._set_aside_txn(cur, grant, bounds, ledger.in_use)
         if bounds:
             self._insert_rows(cur, "INSERT INTO sw_slot_bounds (gate, at_most) VALUES", "(?, ?)",
                               " ON CONFLICT (gate) DO UPDATE SET at_most = excluded.at_most", sorted(bounds.items()))
@@ -383,6 +369,26 @@ class FleetSql:
                 self._x(cur, "INSERT INTO sw_rate_log (gate, at_ms, command_id, tokens, metered, starts)"
                              " VALUES (?, ?, '', 0, 0, 0) ON CONFLICT DO NOTHING", (gate, before - 1))
         return admitted
+
+    def _set_aside_txn(self, cur: Any, grant: Grant, bounds: dict[str, int], in_use: dict[str, int]) -> list[Any]:
+        """Count what ``grant`` sets aside before this store admits from it: its slots in
+        ``bounds`` (written after) and in ``sw_grants``; its starts as rate log rows dated at
+        its end, returned to be written with the admission's own."""
+        self._grant = self._grant.with_rooms(grant) if self._grant is not None else grant
+        if not self._owner:
+            import uuid
+
+            self._owner = uuid.uuid4().hex
+        kept = sorted((g, room) for g, room in grant.rooms.items() if room.slots is not None)
+        for gate, room in kept:
+            bounds[gate] = bounds.get(gate, in_use.get(gate, 0)) + int(room.slots or 0)
+        if kept:
+            self._insert_rows(cur, "INSERT INTO sw_grants (owner, gate, amount, expires_ms) VALUES", "(?, ?, ?, ?)",
+                              " ON CONFLICT (owner, gate) DO UPDATE SET amount = excluded.amount,"
+                              " expires_ms = excluded.expires_ms",
+                              [(self._owner, g, room.slots, room.expires_ms) for g, room in kept])
+        return [(g, room.expires_ms, f"grant:{self._owner}", 0, room.starts)
+                for g, room in sorted(grant.rooms.items()) if room.starts is not None]
 
     def _bound_txn(self, cur: Any, gate: str) -> int | None:
         """At most how many live slots ``gate`` has (None: it was never bounded)."""
