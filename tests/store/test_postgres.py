@@ -334,3 +334,28 @@ def test_a_wake_while_an_admission_holds_the_gates_lock_waits_for_it_and_wakes_i
     pg.wake([gate], T0 + 2)  # nothing waits now: no write
     assert [r["available_at_ms"] for r in pg.outbox()] == [T0 + 1]
     assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held
+
+
+def test_a_fleet_put_waits_for_a_claim_that_read_the_version_before_it(pg: PostgresStore, pg_url: str) -> None:
+    """A claim admitted from a grant reads the config's version in its own statement. A put
+    must not commit between that read and the claim's commit: an admission after the put
+    would count neither the grant (the put deletes it) nor the claim's slots (not yet
+    committed). The read holds the config's lock shared; the put takes it last, and waits."""
+    conninfo, schema = split_url(pg_url)
+    with psycopg.connect(conninfo) as claim:  # a claim that read the version, not yet committed
+        claim.execute(f'SET search_path TO "{schema}"')
+        assert claim.execute("SELECT sw_config_version()").fetchone() == (0,)
+        put = threading.Thread(target=pg.put_fleet, args=(FleetConfig(tenants={"t": TenantShare("t")}), T0))
+        put.start()
+        deadline = time.monotonic() + 10
+        while not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
+            assert time.monotonic() < deadline, "the put did not wait for the claim"
+            time.sleep(0.005)
+        assert raw_sql(pg_url, "SELECT version FROM sw_fleet_version") == [(0,)]  # not committed yet
+        claim.commit()
+    put.join(10)
+    assert not put.is_alive()
+    assert raw_sql(pg_url, "SELECT version FROM sw_fleet_version") == [(1,)]
+    with psycopg.connect(conninfo, autocommit=True) as after:
+        after.execute(f'SET search_path TO "{schema}"')
+        assert after.execute("SELECT sw_config_version()").fetchone() == (1,)

@@ -75,6 +75,10 @@ class FleetSql:
     _owner: str = ""  # this store's name in sw_grants
     # The rows a statement changes, picked by a subquery that orders and limits them.
     _picked: str = "command_id IN ({})"
+    # The fleet config's version as a claim returns it: read in the claim's transaction, in
+    # which no config put can commit (on SQLite, writers are serialized; PostgreSQL's
+    # function holds off a put until the claim commits).
+    _version_sql: str = "(SELECT version FROM sw_fleet_version WHERE id = 1)"
 
     @abstractmethod
     def _tx(self) -> AbstractContextManager[Any]: ...
@@ -93,6 +97,11 @@ class FleetSql:
 
     def _lock_gates_txn(self, cur: Any) -> None:
         """Hold off every other admission until this transaction ends."""
+        return None
+
+    def _lock_config_txn(self, cur: Any) -> None:
+        """Commit a fleet config put only once no claim that read the version before it is
+        still to commit (``_version_sql``): taken last, after every write of the put."""
         return None
 
     def _fair_sql(self) -> str:
@@ -129,30 +138,31 @@ class FleetSql:
     ) -> tuple[list[Claim], int, bool]:
         """One claim and the admission of what it claimed under gates: the claims, how many
         rows were claimed, and whether any had gates."""
-        holds = self._claim_holds or self._grant is not None  # from a grant, the claim holds the slots
-        rows = self._claim_rows(worker_id, now_ms, lease_ms, limit, task_id, holds)
+        grant = self._grant
+        holds = self._claim_holds or grant is not None  # from a grant, the claim holds the slots
+        rows, version = self._claim_rows(worker_id, now_ms, lease_ms, limit, task_id, holds,
+                                         versioned=grant is not None and grant.live(now_ms))
         plain = [claim_of(r) for r in rows if not is_gated(r)]
         gated = [r for r in rows if is_gated(r)]
-        granted = self._from_grant(gated, now_ms) if gated and holds else None
+        granted = self._from_grant(gated, now_ms, version) if gated and version is not None else None
         if granted is not None:
             return plain + granted, len(rows), True
         return (plain + self._admit(gated, now_ms, holds) if gated else plain), len(rows), bool(gated)
 
-    def _from_grant(self, rows: list[Any], now_ms: int) -> list[Claim] | None:
+    def _from_grant(self, rows: list[Any], now_ms: int, version: int) -> list[Claim] | None:
         """The claims of ``rows``, admitted from this store's grant; None where it cannot
         admit them all (it ended, does not cover their gates, has too little left, or the
-        fleet config changed since it was taken): then they go through an admission."""
+        fleet config's ``version``, read after the claim, is not the one it was taken
+        under): then they go through an admission."""
         grant = self._grant
         if grant is None:
+            return None
+        if version != grant.version:
+            self._grant = None
             return None
         claimed = with_gates(rows)
         needs = grant.needs([gates for _, gates in claimed], now_ms)
         if needs is None:
-            return None
-        with self._stmt() as cur:
-            row = self._x(cur, "SELECT version FROM sw_fleet_version WHERE id = 1").fetchone()
-        if row is None or int(row[0]) != grant.version:
-            self._grant = None
             return None
         grant.spend(needs)
         return [claim_of(r, gate_names(gates)) for r, gates in claimed]
@@ -164,26 +174,35 @@ class FleetSql:
         return self._tx()
 
     def _claim_rows(
-        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, holds: bool
-    ) -> list[Any]:
+        self, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, holds: bool,
+        *, versioned: bool = False,
+    ) -> tuple[list[Any], int | None]:
+        """The claimed rows in claim order and, with ``versioned``, the fleet config's
+        version as the claim saw it (None without, or with no row claimed): a grant admits
+        from the claim only under the version it was taken under (``_from_grant``)."""
         with self._stmt() as cur:
-            return in_claim_order(self._claim_query(
-                cur, worker_id, now_ms, lease_ms, limit, task_id, holds=holds).fetchall())
+            rows = in_claim_order(self._claim_query(
+                cur, worker_id, now_ms, lease_ms, limit, task_id, holds=holds, versioned=versioned).fetchall())
+        return rows, (int(rows[0][13]) if rows[0][13] is not None else -1) if versioned and rows else None
 
     def _claim_query(
-        self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool
+        self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool,
+        versioned: bool = False,
     ) -> Any:
         """The claim. With ``holds`` (the admission runs in the same transaction) a claimed
         row under gates takes their slots with its lease (``slot_token``, the new token); the
         admission gives back what must wait, and with it the slots. The LIMIT is written into
         the statement (one text per limit): a bound one, PostgreSQL's generic plan guesses at
         a tenth of the table, and made a plan of its own for every claim instead (its
-        ``sw_due_commands`` is held to one generic plan by its settings)."""
+        ``sw_due_commands`` is held to one generic plan by its settings). With ``versioned``,
+        each row returned ends with the fleet config's version (``_version_sql``)."""
         where, params = self._claim_where(cur, now_ms, int(limit), task_id)
+        version = f", {self._version_sql}" if versioned else ""
         return self._x(
             cur,
             "UPDATE sw_outbox SET lease_owner = ?, lease_expires_ms = ?, token = token + 1,"
-            f" deliveries = deliveries + 1{_HOLDS if holds else ''} WHERE {where} RETURNING {CLAIM_RETURNING}",
+            f" deliveries = deliveries + 1{_HOLDS if holds else ''} WHERE {where}"
+            f" RETURNING {CLAIM_RETURNING}{version}",
             (worker_id, now_ms + lease_ms, *params),
         )
 
@@ -526,6 +545,7 @@ class FleetSql:
             self._x(cur, "UPDATE sw_outbox SET available_at_ms = ? WHERE wait_gate LIKE 'budget:%'"
                          " AND lease_expires_ms IS NULL AND available_at_ms > ?", (at_ms, at_ms))
             self._work_added_txn(cur)
+            self._lock_config_txn(cur)
 
     def fleet(self) -> FleetConfig:
         with self._stmt() as cur:

@@ -47,6 +47,7 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,45}$")
 _SCHEMA_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.schema").digest()[:8], "big", signed=True)
 _PEOPLE_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.people").digest()[:8], "big", signed=True)
 _GATES_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.gates").digest()[:8], "big", signed=True)
+_CONFIG_LOCK_KEY = int.from_bytes(hashlib.sha256(b"statewright.fleet-config").digest()[:8], "big", signed=True)
 _LISTEN_SLICE_SECONDS = 0.1  # how often the listener thread looks at its stop flag
 
 
@@ -103,6 +104,7 @@ class PostgresStore(SqlStore):
     # parameters, so the prepared claim is planned once. With IN and a bound LIMIT, a claim
     # under fair shares got a new plan at every call, each reading the indexes' dead entries.
     _picked = "command_id = ANY(ARRAY({}))"
+    _version_sql = "(SELECT sw_config_version())"
     _greatest = "GREATEST"
 
     def __init__(
@@ -304,11 +306,13 @@ class PostgresStore(SqlStore):
                         sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self._schema))
                     )
                 version = super().ensure_schema(upgrade=upgrade)
-                due = self._due_function()
-                found = cur.execute("SELECT prosrc FROM pg_proc WHERE proname = 'sw_due_commands'"
-                                    " AND pronamespace = current_schema()::regnamespace").fetchone()
-                if found is None or found[0] != due[1]:
-                    cur.execute(due[0])
+                for name, (create, body) in (("sw_due_commands", self._due_function()),
+                                             ("sw_wake", self._wake_function()),
+                                             ("sw_config_version", self._version_function())):
+                    found = cur.execute("SELECT prosrc FROM pg_proc WHERE proname = %s"
+                                        " AND pronamespace = current_schema()::regnamespace", (name,)).fetchone()
+                    if found is None or found[0] != body:
+                        cur.execute(create)
                 return version
         except NotAStatewrightDatabaseError as exc:
             where = f"schema {self._schema!r}" if self._schema else "the current schema"
@@ -346,6 +350,48 @@ class PostgresStore(SqlStore):
         return (
             "CREATE OR REPLACE FUNCTION sw_due_commands(p_now BIGINT, p_limit INTEGER) RETURNS TEXT[]"
             f" LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT {settings} AS $fn${body}$fn$",
+            body,
+        )
+
+    def _wake_function(self) -> tuple[str, str]:
+        """The wake as one statement (``wake``): when no admission holds the gates' lock,
+        it is taken, and a read finds whether any command waits for ``p_gates``; only then
+        are the first ``p_count`` waiters made due, and announced. When an admission holds
+        the lock, the wake waits for it, so that what that admission gives back to wait is
+        seen. Each statement of a VOLATILE function reads what was committed when it
+        starts, so the read and the update come after the lock, in one round trip."""
+        waiting = "wait_gate = ANY(p_gates) AND lease_expires_ms IS NULL AND available_at_ms > p_now"
+        body = (
+            "DECLARE woken INTEGER; BEGIN"
+            f" IF pg_try_advisory_xact_lock({_GATES_LOCK_KEY}) THEN"
+            f" IF NOT EXISTS (SELECT 1 FROM sw_outbox WHERE {waiting}) THEN RETURN 0; END IF;"
+            f" ELSE PERFORM pg_advisory_xact_lock({_GATES_LOCK_KEY}); END IF;"
+            " UPDATE sw_outbox SET available_at_ms = p_now WHERE " + self._picked.format(
+                f"SELECT command_id FROM sw_outbox WHERE {waiting} ORDER BY priority DESC, fair LIMIT p_count") + ";"
+            " GET DIAGNOSTICS woken = ROW_COUNT;"
+            " IF woken > 0 THEN PERFORM pg_notify(p_channel, current_schema()); END IF;"
+            " RETURN woken; END"
+        )
+        settings = "SET plan_cache_mode = force_generic_plan"  # planned once: a plan of its own took longer
+        body = f"/* {settings} */ {body}"
+        return (
+            "CREATE OR REPLACE FUNCTION sw_wake(p_gates TEXT[], p_now BIGINT, p_count INTEGER, p_channel TEXT)"
+            f" RETURNS INTEGER LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT {settings}"
+            f" AS $fn${body}$fn$",
+            body,
+        )
+
+    def _version_function(self) -> tuple[str, str]:
+        """The fleet config's version as a claim reads it (``_version_sql``): after a
+        shared hold of the config's lock, which a config put takes last and alone
+        (``_lock_config_txn``). A put cannot commit between this read and the claim's
+        commit, so a claim that read the version before a put commits before it, and its
+        slots are seen by every admission after the put."""
+        body = (f"BEGIN PERFORM pg_advisory_xact_lock_shared({_CONFIG_LOCK_KEY});"
+                " RETURN (SELECT version FROM sw_fleet_version WHERE id = 1); END")
+        return (
+            "CREATE OR REPLACE FUNCTION sw_config_version() RETURNS BIGINT LANGUAGE plpgsql VOLATILE"
+            f" SET search_path FROM CURRENT AS $fn${body}$fn$",
             body,
         )
 
@@ -393,41 +439,19 @@ class PostgresStore(SqlStore):
                 self._local.cur = None
 
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
-        """The shared wake as one statement: make the first waiters due, and announce them
-        when there were any; after the gates' lock, so that what an admission under way
-        gives back to wait is seen (one pipelined round trip)."""
+        """The wake as one statement (``sw_wake``, ``_wake_function``): one round trip,
+        which writes only when a command waits for one of ``gates``. An admission that
+        counted the slot of a claim that ended took the gates' lock before that end: if
+        the lock is free after it, that admission has committed, and the read after the
+        lock sees what it gave back to wait."""
         if getattr(self._local, "cur", None) is not None:
             super().wake(gates, now_ms, count)
             return
         with self._classified(), self._pool.connection() as conn:
-            if not self._may_wait(conn, gates, now_ms):
-                return
-            with self._one_trip(conn):
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
-                conn.execute(*self._wake_statement(gates, now_ms, count))
-
-    def _may_wait(self, conn: Any, gates: Sequence[str], now_ms: int) -> bool:
-        """Whether a command may be waiting for one of ``gates``: no admission holds the
-        gates' lock now, and then a read finds no waiter (one round trip, no write). An
-        admission that counted the slot of a claim that ended took the lock before that
-        end: if the lock is free after it, that admission has committed, and the read,
-        which comes after, sees what it gave back to wait."""
-        marks = ", ".join(["%s"] * len(gates))
-        with conn.pipeline():
-            free = conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
-            found = conn.execute(f"SELECT EXISTS (SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
-                                 " AND lease_expires_ms IS NULL AND available_at_ms > %s)", (*gates, now_ms))
-        return not free.fetchone()[0] or bool(found.fetchone()[0])
+            conn.execute(*self._wake_statement(gates, now_ms, count))
 
     def _wake_statement(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[str, tuple[Any, ...]]:
-        marks = ", ".join(["%s"] * len(gates))
-        return (
-            "WITH u AS (UPDATE sw_outbox SET available_at_ms = %s WHERE " + self._picked.format(
-                f"SELECT command_id FROM sw_outbox WHERE wait_gate IN ({marks}) AND lease_expires_ms IS NULL"
-                " AND available_at_ms > %s ORDER BY priority DESC, fair LIMIT %s") + " RETURNING 1)"
-            " SELECT pg_notify(%s, current_schema()) WHERE EXISTS (SELECT 1 FROM u)",
-            (now_ms, *gates, now_ms, count * len(gates), CHANNEL),
-        )
+        return "SELECT sw_wake(%s, %s, %s, %s)", (list(gates), now_ms, count * len(gates), CHANNEL)
 
     def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
         """All of ``rows`` in one multi-row INSERT: in a pipeline, one statement costs far
@@ -448,6 +472,9 @@ class PostgresStore(SqlStore):
         """Admissions run one at a time: each one's counts include every slot admitted
         before it (each statement after the lock sees what committed before)."""
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+
+    def _lock_config_txn(self, cur: Any) -> None:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_CONFIG_LOCK_KEY,))
 
     def put_definition(self, content_hash: str, name: str, version: int, body: Mapping[str, Any]) -> None:
         try:
@@ -553,7 +580,6 @@ class PostgresStore(SqlStore):
                     for sql, params, _, _ in prepared:
                         conn.execute(sql, params)
                     if wake is not None:
-                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
                         conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count))
             except refused:
                 return None
