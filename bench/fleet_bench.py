@@ -21,7 +21,9 @@ ordered by fair share and admitted under five gates):
       so that the machine's own swings (a slow disk flush on PostgreSQL) fall on both; the
       ratio is the median of each round's.
 
-Rounds alternate OFF and ON; the figures are medians over rounds. bench/README.md has a run."""
+Rounds alternate OFF and ON; the figures are medians over rounds, and (1) and (2) also
+print each round's ON/OFF (against the OFF round just before it) and their median.
+bench/README.md has a run."""
 
 from __future__ import annotations
 
@@ -192,8 +194,10 @@ def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int) -> list[
                 finally:
                     cleanup(url)
         off, on_ = statistics.median(figures[False]), statistics.median(figures[True])
+        ratios = [b / a for a, b in zip(figures[False], figures[True], strict=True)]
         line = (f"{name:<10} {label:<28} off {off:>8,.0f}   on {on_:>8,.0f}   on/off {on_ / off:5.2f}   "
-                f"rounds off {[round(f) for f in figures[False]]} on {[round(f) for f in figures[True]]}")
+                f"rounds off {[round(f) for f in figures[False]]} on {[round(f) for f in figures[True]]}"
+                f"   round ratios {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f}")
         print(line, flush=True)
         lines.append(line)
     paired: dict[bool, list[float]] = {False: [], True: []}
