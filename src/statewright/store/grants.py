@@ -15,11 +15,11 @@ The worker's next claims whose gates the grant covers are admitted from it, with
 reading or writing anything but the fleet config's version, which the claim statement
 returns: a config put since (which drops every grant) ends it, as does its end. No put
 commits between a claim's read of the version and the claim's commit (store/fleet_sql.py,
-``_version_sql``), so the claims a grant admits are seen by every admission after the put. Slots and starts of a grant that are never
-used are counted until the grant ends and the next count or the window passes: room set
-aside, never room taken twice. A tenant with a budget or a limit with a token rate is
-never granted: what they count is reported after the start. Pure: the store reads and
-writes."""
+``_version_sql``), so the claims a grant admits are seen by every admission after the put.
+Slots and starts of a grant that are never used are counted until the grant ends and the
+next count or the window passes: room set aside, never room taken twice. A tenant with a
+budget or a limit with a token rate is never granted: what they count is reported after
+the start. Pure: the store reads and writes."""
 
 from __future__ import annotations
 
