@@ -4,6 +4,7 @@ PostgreSQL.
     .venv/bin/python bench/fleet_bench.py                 # SQLite, and PostgreSQL at --url
     .venv/bin/python bench/fleet_bench.py --quick         # small sizes, few rounds
     .venv/bin/python bench/fleet_bench.py --no-postgres
+    .venv/bin/python bench/fleet_bench.py --processes 4  # and (4): four worker processes
 
 Two workloads, each run with the fleet OFF (no tenants, no limits: the one-statement claim)
 and ON (every task of one of four tenants with weights, a tenant concurrency, the workflow's
@@ -20,6 +21,9 @@ ordered by fair share and admitted under five gates):
   (3) claim loop, paired: (2) OFF and ON on two stores at once, one batch of each in turn,
       so that the machine's own swings (a slow disk flush on PostgreSQL) fall on both; the
       ratio is the median of each round's.
+  (4) with ``--processes P``: P worker processes (each as in (1)) drain the N one-step
+      tasks from one database, each claim admitted across all of them; tasks per second
+      from when every process has its store open.
 
 Rounds alternate OFF and ON; the figures are medians over rounds, and (1) and (2) also
 print each round's ON/OFF (against the OFF round just before it) and their median.
@@ -97,6 +101,42 @@ def worker_round(url: str, on: bool, n: int) -> float:
         engine.close()
     if stats.commands < n:
         raise RuntimeError(f"the worker performed {stats.commands} commands, expected {n}")
+    return n / spent
+
+
+def _process_worker(url: str, ready: Any, done: Any) -> None:
+    """One worker process of ``processes_round``: opens the store, waits for the start, drains."""
+    from statewright import Engine
+    from statewright.runtime.worker import Worker
+    from statewright.store import open_store
+
+    engine = Engine(open_store(url), workspace_root=Path(tempfile.gettempdir()) / "sw-fleet-bench-ws")
+    try:
+        ready.wait()
+        done.put(Worker(engine, concurrency=4).run(until_idle=True).commands)
+    finally:
+        engine.close()
+
+
+def processes_round(url: str, on: bool, n: int, processes: int) -> float:
+    """``processes`` worker processes (each ``Worker(concurrency=4)``) on one database drain
+    ``n`` one-step tasks: tasks per second, from when every process has its store open."""
+    import multiprocessing
+
+    fill(url, on, n).close()
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Barrier(processes + 1), ctx.Queue()
+    workers = [ctx.Process(target=_process_worker, args=(url, ready, done)) for _ in range(processes)]
+    for w in workers:
+        w.start()
+    ready.wait()
+    started = time.perf_counter()
+    for w in workers:
+        w.join()
+    spent = time.perf_counter() - started
+    performed = sum(done.get(timeout=10) for _ in workers)
+    if performed < n:
+        raise RuntimeError(f"the workers performed {performed} commands, expected {n}")
     return n / spent
 
 
@@ -182,24 +222,9 @@ def drop_pg_schema(url: str) -> None:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int) -> list[str]:
-    lines = []
-    for label, fn in (("(1) worker, tasks/s", worker_round), ("(2) claim loop, commands/s", claim_round)):
-        figures: dict[bool, list[float]] = {False: [], True: []}
-        for _ in range(rounds):
-            for on in (False, True):
-                url = new_url()
-                try:
-                    figures[on].append(fn(url, on, n))
-                finally:
-                    cleanup(url)
-        off, on_ = statistics.median(figures[False]), statistics.median(figures[True])
-        ratios = [b / a for a, b in zip(figures[False], figures[True], strict=True)]
-        line = (f"{name:<10} {label:<28} off {off:>8,.0f}   on {on_:>8,.0f}   on/off {on_ / off:5.2f}   "
-                f"rounds off {[round(f) for f in figures[False]]} on {[round(f) for f in figures[True]]}"
-                f"   round ratios {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f}")
-        print(line, flush=True)
-        lines.append(line)
+def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int, processes: int = 0) -> list[str]:
+    lines = [in_rounds(name, "(1) worker, tasks/s", worker_round, new_url, cleanup, n, rounds),
+             in_rounds(name, "(2) claim loop, commands/s", claim_round, new_url, cleanup, n, rounds)]
     paired: dict[bool, list[float]] = {False: [], True: []}
     for _ in range(rounds):
         off, on_ = claim_paired(new_url, cleanup, n)
@@ -211,7 +236,29 @@ def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int) -> list[
             f"round ratios {[round(r, 2) for r in ratios]}")
     print(line, flush=True)
     lines.append(line)
+    if processes:
+        lines.append(in_rounds(name, f"(4) {processes} worker processes, tasks/s",
+                               lambda url, on, n: processes_round(url, on, n, processes), new_url, cleanup, n, rounds))
     return lines
+
+
+def in_rounds(name: str, label: str, fn: Any, new_url: Any, cleanup: Any, n: int, rounds: int) -> str:
+    """``fn(url, on, n)`` OFF then ON on a fresh database each, ``rounds`` times: the line printed."""
+    figures: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for on in (False, True):
+            url = new_url()
+            try:
+                figures[on].append(fn(url, on, n))
+            finally:
+                cleanup(url)
+    off, on_ = statistics.median(figures[False]), statistics.median(figures[True])
+    ratios = [b / a for a, b in zip(figures[False], figures[True], strict=True)]
+    line = (f"{name:<10} {label:<28} off {off:>8,.0f}   on {on_:>8,.0f}   on/off {on_ / off:5.2f}   "
+            f"rounds off {[round(f) for f in figures[False]]} on {[round(f) for f in figures[True]]}"
+            f"   round ratios {[round(r, 2) for r in ratios]}, median {statistics.median(ratios):.2f}")
+    print(line, flush=True)
+    return line
 
 
 def main() -> None:
@@ -221,6 +268,7 @@ def main() -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--tasks", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--processes", type=int, default=0, help="also (4): this many worker processes on one database")
     args = parser.parse_args()
     n = args.tasks or (200 if args.quick else 1000)
     rounds = args.rounds or (2 if args.quick else 5)
@@ -228,9 +276,9 @@ def main() -> None:
           f"{platform.machine()}, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
           f"{n} one-step tasks per round, {rounds} rounds, medians", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="sw-fleet-bench-"))
-    measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, n, rounds)
+    measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, n, rounds, args.processes)
     if not args.no_postgres:
-        measure("postgres", lambda: pg_url(args.url), drop_pg_schema, n, rounds)
+        measure("postgres", lambda: pg_url(args.url), drop_pg_schema, n, rounds, args.processes)
     print(f"load at the end {os.getloadavg()[0]:.2f}", flush=True)
 
 
