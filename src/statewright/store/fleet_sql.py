@@ -152,8 +152,8 @@ class FleetSql:
     def _from_grant(self, rows: list[Any], now_ms: int, version: int) -> list[Claim] | None:
         """The claims of ``rows``, admitted from this store's grant; None where it cannot
         admit them all (it ended, does not cover their gates, has too little left, or the
-        fleet config's ``version``, read after the claim, is not the one it was taken
-        under): then they go through an admission."""
+        fleet config's ``version``, as the claim statement read it, is not the one it was
+        taken under): then they go through an admission."""
         grant = self._grant
         if grant is None:
             return None
