@@ -25,8 +25,8 @@ ordered by fair share and admitted under five gates):
       tasks from one database, each claim admitted across all of them; tasks per second
       from when every process has its store open.
 
-Rounds alternate OFF and ON; the figures are medians over rounds, and (1) and (2) also
-print each round's ON/OFF (against the OFF round just before it) and their median.
+Rounds alternate OFF and ON; the figures are medians over rounds, and (1), (2) and (4)
+also print each round's ON/OFF (against the OFF round just before it) and their median.
 bench/README.md has a run."""
 
 from __future__ import annotations
