@@ -183,7 +183,9 @@ class FleetSql:
         with self._stmt() as cur:
             rows = in_claim_order(self._claim_query(
                 cur, worker_id, now_ms, lease_ms, limit, task_id, holds=holds, versioned=versioned).fetchall())
-        return rows, (int(rows[0][13]) if rows[0][13] is not None else -1) if versioned and rows else None
+        if not versioned or not rows:
+            return rows, None
+        return rows, int(rows[0][13])  # sw_fleet_version's one row is made with the table
 
     def _claim_query(
         self, cur: Any, worker_id: str, now_ms: int, lease_ms: int, limit: int, task_id: str | None, *, holds: bool,
@@ -264,8 +266,7 @@ class FleetSql:
                                                 " SELECT 't', tenant, body FROM sw_tenants")
         slots_cur: tuple[str, Any]
         if now_ms >= self._count_after_ms:
-            slots_cur = ("count", (self._x(self._cursor(cur), _HOLDERS, (now_ms,)),
-                                   self._x(self._cursor(cur), _GRANTED, (now_ms - GRANT_SKEW_MS,))))
+            slots_cur = ("count", self._count_reads(cur, now_ms))
         else:
             bounded = self._bounded if names is None else names
             slots_cur = ("bounds", self._x(self._cursor(cur), "SELECT gate, at_most FROM sw_slot_bounds WHERE gate IN"
@@ -294,16 +295,16 @@ class FleetSql:
         config, metered = parsed.config, parsed.metered
         mine = {r[0] for r, _ in claimed}  # what this admission decides on holds nothing yet
 
-        def in_use(holders: list[Any], granted: list[Any]) -> dict[str, int]:
-            out = slots_in_use((g, t) for c, g, t in holders if c not in mine)
-            for gate, n in granted:
+        def in_use(reads: tuple[Any, Any]) -> dict[str, int]:
+            out = slots_in_use((g, t) for c, g, t in reads[0].fetchall() if c not in mine)
+            for gate, n in reads[1].fetchall():
                 out[str(gate)] = out.get(str(gate), 0) + int(n)
             return out
 
         counting = slots_how == "count"
         ledger = Ledger(
             config,
-            in_use(slots_cur[0].fetchall(), slots_cur[1].fetchall()) if counting else {
+            in_use(slots_cur) if counting else {
                 str(g): int(n) for g, n in (slots_cur.fetchall() if slots_cur is not None else ())},
             lambda gate, since: [(int(a), int(n), int(t)) for a, n, t in self._x(
                 cur, "SELECT at_ms, starts, tokens FROM sw_rate_log WHERE gate = ? AND at_ms > ?", (gate, since)
@@ -311,9 +312,7 @@ class FleetSql:
             lambda tenant, day: self._usage_txn(cur, tenant, day),
             lambda gate, since: self._totals_txn(cur, gate, since),
             lambda gate: self._horizon_txn(cur, gate),
-            load_in_use=None if counting else lambda: in_use(
-                self._x(cur, _HOLDERS, (now_ms,)).fetchall(),
-                self._x(cur, _GRANTED, (now_ms - GRANT_SKEW_MS,)).fetchall()),
+            load_in_use=None if counting else lambda: in_use(self._count_reads(cur, now_ms)),
             load_bound=lambda gate: self._bound_txn(cur, gate),
             counted=counting,
         )
@@ -408,6 +407,13 @@ class FleetSql:
                               [(self._owner, g, room.slots, room.expires_ms) for g, room in kept])
         return [(g, room.expires_ms, f"grant:{self._owner}", 0, room.starts)
                 for g, room in sorted(grant.rooms.items()) if room.starts is not None]
+
+    def _count_reads(self, cur: Any, now_ms: int) -> tuple[Any, Any]:
+        """The reads of a count of the live slots, one by one, each on a cursor of its own,
+        sent before either is waited for: every command that holds slots, and the slots set
+        aside by grants that may still be used."""
+        return (self._x(self._cursor(cur), _HOLDERS, (now_ms,)),
+                self._x(self._cursor(cur), _GRANTED, (now_ms - GRANT_SKEW_MS,)))
 
     def _bound_txn(self, cur: Any, gate: str) -> int | None:
         """At most how many live slots ``gate`` has (None: it was never bounded)."""
