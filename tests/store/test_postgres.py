@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -22,7 +23,7 @@ from statewright.store.postgres import PostgresStore, redact, split_url
 from statewright.store.schema import SCHEMA_VERSION
 
 from .backends import fresh_pg_schema, pg_server, raw_sql
-from .test_conformance import LEASE_MS, T0, run_step, step, submit
+from .test_conformance import LEASE_MS, T0, batch_step, run_step, step, submit
 
 pytestmark = pytest.mark.postgres
 
@@ -334,6 +335,65 @@ def test_a_wake_while_an_admission_holds_the_gates_lock_waits_for_it_and_wakes_i
     pg.wake([gate], T0 + 2)  # nothing waits now: no write
     assert [r["available_at_ms"] for r in pg.outbox()] == [T0 + 1]
     assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held
+
+
+def test_an_outcome_commit_is_committed_before_its_wake_waits_for_an_admission(
+    pg: PostgresStore, pg_url: str
+) -> None:
+    """A worker's outcome commit carries the wake of the claims that ended, sent right after
+    its COMMIT in the same round trip: the gates' lock is never held through that commit's
+    flush. An admission under way holds the lock: the outcomes are committed while the wake
+    waits for it, and then the wake makes due what the admission gave back."""
+    from statewright.store.base import Wake
+
+    gate = "step:wf/s1"
+    submit(pg, "t1", [run_step("t1/a/1")])
+    submit(pg, "t2", [NewCommand("c2", "run_step", {}, T0)])
+    [claim] = pg.claim("w1", T0, LEASE_MS, 1, task_id="t1")
+    conninfo, schema = split_url(pg_url)
+    from statewright.store.postgres import _GATES_LOCK_KEY
+
+    with psycopg.connect(conninfo) as admission:  # gives c2 back to wait, not committed yet
+        admission.execute(f'SET search_path TO "{schema}"')
+        admission.execute("SELECT pg_advisory_xact_lock(%s)", (_GATES_LOCK_KEY,))
+        admission.execute("UPDATE sw_outbox SET available_at_ms = %s, wait_gate = %s WHERE command_id = 'c2'",
+                          (T0 + 60_000, gate))
+        request = batch_step("t1", 1, "t1:r1", complete=("t1/a/1", claim.token))
+        results: list[Any] = []
+        outcome = threading.Thread(
+            target=lambda: results.append(pg.append_batch([request], wake=Wake((gate,), T0 + 1, 1))))
+        outcome.start()
+        deadline = time.monotonic() + 10
+        while not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
+            assert time.monotonic() < deadline, "the wake did not wait for the admission's lock"
+            time.sleep(0.005)
+        # the outcome is committed while its wake waits
+        assert raw_sql(pg_url, "SELECT version FROM sw_tasks WHERE task_id = 't1'") == [(2,)]
+        assert raw_sql(pg_url, "SELECT command_id FROM sw_outbox WHERE task_id = 't1'") == []
+        admission.commit()
+    outcome.join(10)
+    assert not outcome.is_alive()
+    assert results and results[0] is not None and [r.version for r in results[0]] == [2]
+    assert [r["available_at_ms"] for r in pg.outbox("t2")] == [T0 + 1]  # woken
+    assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held
+
+
+def test_a_refused_outcome_commit_sends_no_wake(pg: PostgresStore, pg_url: str) -> None:
+    """The wake after an outcome commit runs only where the batch committed: a refused batch
+    (here, a stale fencing token) writes nothing, and wakes nothing."""
+    from statewright.store.base import Wake
+
+    gate = "step:wf/s1"
+    submit(pg, "t1", [run_step("t1/a/1")])
+    submit(pg, "t2", [NewCommand("c2", "run_step", {}, T0)])
+    [claim] = pg.claim("w1", T0, LEASE_MS, 1, task_id="t1")
+    raw_sql(pg_url, f"UPDATE sw_outbox SET available_at_ms = {T0 + 60_000}, wait_gate = '{gate}'"
+                    " WHERE command_id = 'c2'")
+    request = batch_step("t1", 1, "t1:r1", complete=("t1/a/1", claim.token + 1))
+    assert pg.append_batch([request], wake=Wake((gate,), T0 + 1, 1)) is None
+    assert [r["available_at_ms"] for r in pg.outbox("t2")] == [T0 + 60_000]  # still waiting
+    loaded = pg.load("t1")
+    assert loaded is not None and loaded.version == 1
 
 
 def test_a_fleet_put_waits_for_a_claim_that_read_the_version_before_it(pg: PostgresStore, pg_url: str) -> None:

@@ -129,7 +129,7 @@ class AppendRequest:
 
 @record
 class Wake:
-    """Claims under limits that ended, to be told in the commit of their outcomes
+    """Claims under limits that ended, to be told with the commit of their outcomes
     (``Store.append_batch``): ``Store.wake``'s arguments."""
 
     gates: tuple[str, ...]
@@ -283,7 +283,8 @@ class Store(Protocol):
         """All of ``requests`` in ONE transaction (one commit), or none of them: None when
         any one is refused (a version conflict, a stale lease, a duplicate event id), and
         then nothing was written; the caller appends them one by one to learn which. With
-        ``wake``, the same transaction does what ``Store.wake`` does with it."""
+        ``wake``, what ``Store.wake`` does with it is done too: in the same transaction, or
+        right after its commit (PostgreSQL), only where the batch committed."""
         ...
 
     def append_all(self, requests: Sequence[AppendRequest]) -> list[AppendResult]:

@@ -9,7 +9,7 @@ the claim and its admission share one transaction; a transaction-level advisory 
 PostgreSQL, where, while claims meet gated rows, the claim moves into that transaction).
 Each admission sends all its reads before it waits for any. A slot is held by the admitted
 claim's lease (``slot_token`` on its outbox row), so a claim that ends frees its slots with
-no write; a worker wakes their waiters in the commit of the claims' outcomes. An admission
+no write; a worker wakes their waiters with the commit of the claims' outcomes. An admission
 reads its gates' bounds (``sw_slot_bounds``, kept by every admission), not the slots, while
 they leave room."""
 

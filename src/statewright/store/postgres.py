@@ -223,9 +223,11 @@ class PostgresStore(SqlStore):
             yield cur
 
     @contextmanager
-    def _one_trip(self, conn: Any) -> Iterator[None]:
-        """A transaction sent as one pipeline with its BEGIN and COMMIT: its statements go
-        in as few round trips as the results it waits for (one, when it waits for none).
+    def _one_trip(self, conn: Any, after: tuple[str, tuple[Any, ...]] | None = None) -> Iterator[None]:
+        """A transaction sent as one pipeline with its BEGIN and COMMIT, and ``after`` (a
+        statement and its parameters) on its own after the COMMIT, skipped where the
+        transaction failed: its statements go in as few round trips as the results it waits
+        for (one, when it waits for none).
         psycopg's ``transaction()`` inside a pipeline waits for its BEGIN on its own, and
         around one sends BEGIN and COMMIT each as a round trip of its own (row locks taken
         in the pipeline are held across it). An error rolls it back, through psycopg, which
@@ -239,6 +241,8 @@ class PostgresStore(SqlStore):
                     conn.execute("BEGIN", prepare=False)
                     yield
                     conn.execute("COMMIT", prepare=False)
+                    if after is not None:
+                        conn.execute(*after)
                 except BaseException as exc:  # the pipeline's end reports it aborted: rolled back below
                     failed = exc
         except self._psycopg.Error as exc:  # an error the pipeline's end (its sync) brought back
@@ -559,10 +563,13 @@ class PostgresStore(SqlStore):
     def append_batch(
         self, requests: Sequence[AppendRequest], *, wake: Wake | None = None
     ) -> list[AppendResult] | None:
-        """Every request as its one statement (``_one_statement``), and ``wake`` as its one
-        statement after the gates' lock, all in ONE transaction sent as one pipeline: one
-        round trip and one commit for the batch. Any refusal rolls the whole batch back and
-        returns None."""
+        """Every request as its one statement (``_one_statement``) in ONE transaction, and
+        ``wake`` as its one statement right after that transaction's COMMIT, all sent as one
+        pipeline: one round trip and one commit for the batch. The wake runs only where the
+        batch committed, and holds the gates' lock for its own statement alone: in the batch's
+        transaction it held it through the commit's flush, which every admission and every
+        other worker's wake waited for. After the commit is as safe as within it (``wake``
+        says why). Any refusal rolls the whole batch back and returns None."""
         if getattr(self._local, "cur", None) is not None or any(r.complete_remote for r in requests):
             return super().append_batch(requests, wake=wake)  # closing a remote attempt: the shared SQL
         errors = self._psycopg.errors
@@ -576,11 +583,10 @@ class PostgresStore(SqlStore):
                 prepared.append(one)
             crash_point("in_append_txn")  # nothing is sent yet: a crash here leaves nothing written
             try:
-                with self._one_trip(conn):
+                after = self._wake_statement(wake.gates, wake.now_ms, wake.count) if wake is not None else None
+                with self._one_trip(conn, after):
                     for sql, params, _, _ in prepared:
                         conn.execute(sql, params)
-                    if wake is not None:
-                        conn.execute(*self._wake_statement(wake.gates, wake.now_ms, wake.count))
             except refused:
                 return None
         for r, (_, _, result, h) in zip(requests, prepared, strict=True):
