@@ -20,7 +20,8 @@ ordered by fair share and admitted under five gates):
 
   (3) claim loop, paired: (2) OFF and ON on two stores at once, one batch of each in turn,
       so that the machine's own swings (a slow disk flush on PostgreSQL) fall on both; the
-      ratio is the median of each round's.
+      ratio is the median of each round's. Also printed: where a batch's time went, the
+      claim, the acks and (ON) the wake, in microseconds per batch over all rounds.
   (4) with ``--processes P``: P worker processes (each as in (1)) drain the N one-step
       tasks from one database, each claim admitted across all of them; tasks per second
       from when every process has its store open.
@@ -156,27 +157,37 @@ def claim_round(url: str, on: bool, n: int) -> float:
     return n / spent
 
 
-def claim_batch(engine: Any) -> int:
-    """One claim of up to 8 commands, the ack of each and, ON, the wake; how many it claimed."""
+def claim_batch(engine: Any, parts: dict[str, float] | None = None) -> int:
+    """One claim of up to 8 commands, the ack of each and, ON, the wake; how many it claimed.
+    With ``parts``, the seconds each of the three took are added to it."""
     store = engine.store
+    started = time.perf_counter()
     claims = store.claim("bench", engine.clock.now_ms(), 60_000, 8)
+    claimed = time.perf_counter()
     for c in claims:
         store.ack(c.command_id, c.token)
+    acked = woken = time.perf_counter()
     gated = [c for c in claims if c.gates]
     if gated:  # as a worker does when claims under a limit end (once per commit)
         store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated))
+        woken = time.perf_counter()
+    if parts is not None:
+        for part, spent in (("claim", claimed - started), ("ack", acked - claimed), ("wake", woken - acked)):
+            parts[part] = parts.get(part, 0.0) + spent
     return len(claims)
 
 
 def claim_paired(
-    new_url: Any, cleanup: Any, n: int, running: int = 0, queued: int = 0, modes: tuple[bool | str, ...] = (False, True)
+    new_url: Any, cleanup: Any, n: int, running: int = 0, queued: int = 0,
+    modes: tuple[bool | str, ...] = (False, True), parts: dict[bool | str, dict[str, float]] | None = None,
 ) -> tuple[float, ...]:
     """The claim loop OFF and ON (``modes``: and SHARES, with "shares") on stores side by
     side, one batch of each in turn, so that what the machine does meanwhile (a slow disk
     flush, another process) falls on all: commands per second of each, in the order of
     ``modes``. With ``running``, each store first leases that many commands for an hour, as
     steps that run all along; with ``queued``, that many more commands wait behind the ones
-    drained, as a backlog does."""
+    drained, as a backlog does. With ``parts``, each mode's seconds in the claims, the acks
+    and the wakes are added to ``parts[mode]``."""
     urls = {on: new_url() for on in modes}
     engines = {on: fill(urls[on], on, running + n + queued) for on in modes}
     spent, done = dict.fromkeys(modes, 0.0), dict.fromkeys(modes, 0)
@@ -191,7 +202,7 @@ def claim_paired(
         while min(done.values()) < n:
             for on in modes:
                 started = time.perf_counter()
-                got = claim_batch(engines[on])
+                got = claim_batch(engines[on], parts.setdefault(on, {}) if parts is not None else None)
                 spent[on] += time.perf_counter() - started
                 if not got and done[on] < n:
                     raise RuntimeError(f"claimed {done[on]} of {n}, then nothing")
@@ -226,14 +237,19 @@ def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int, processe
     lines = [in_rounds(name, "(1) worker, tasks/s", worker_round, new_url, cleanup, n, rounds),
              in_rounds(name, "(2) claim loop, commands/s", claim_round, new_url, cleanup, n, rounds)]
     paired: dict[bool, list[float]] = {False: [], True: []}
+    parts: dict[bool | str, dict[str, float]] = {}
     for _ in range(rounds):
-        off, on_ = claim_paired(new_url, cleanup, n)
+        off, on_ = claim_paired(new_url, cleanup, n, parts=parts)
         paired[False].append(off)
         paired[True].append(on_)
     ratios = [b / a for a, b in zip(paired[False], paired[True], strict=True)]
+    batches = rounds * -(-n // 8)
+    per_batch = "; ".join(f"{mode_name(on)} " + ", ".join(f"{part} {spent / batches * 1e6:,.0f}"
+                                                          for part, spent in parts[on].items() if spent)
+                          for on in (False, True))
     line = (f"{name:<10} {'(3) claim loop, paired':<28} off {statistics.median(paired[False]):>8,.0f}   "
             f"on {statistics.median(paired[True]):>8,.0f}   on/off {statistics.median(ratios):5.2f}   "
-            f"round ratios {[round(r, 2) for r in ratios]}")
+            f"round ratios {[round(r, 2) for r in ratios]}   us per batch of 8: {per_batch}")
     print(line, flush=True)
     lines.append(line)
     if processes:
