@@ -18,7 +18,7 @@ from statewright.definition.loader import workflow_from_dict
 from statewright.runtime.clock import FakeClock
 from statewright.runtime.engine import Engine
 from statewright.store import NewCommand, open_store
-from statewright.store.base import StoreUnavailableError
+from statewright.store.base import StoreUnavailableError, Wake
 from statewright.store.postgres import PostgresStore, redact, split_url
 from statewright.store.schema import SCHEMA_VERSION
 
@@ -344,8 +344,6 @@ def test_an_outcome_commit_is_committed_before_its_wake_waits_for_an_admission(
     its COMMIT in the same round trip: the gates' lock is never held through that commit's
     flush. An admission under way holds the lock: the outcomes are committed while the wake
     waits for it, and then the wake makes due what the admission gave back."""
-    from statewright.store.base import Wake
-
     gate = "step:wf/s1"
     submit(pg, "t1", [run_step("t1/a/1")])
     submit(pg, "t2", [NewCommand("c2", "run_step", {}, T0)])
@@ -381,8 +379,6 @@ def test_an_outcome_commit_is_committed_before_its_wake_waits_for_an_admission(
 def test_a_refused_outcome_commit_sends_no_wake(pg: PostgresStore, pg_url: str) -> None:
     """The wake after an outcome commit runs only where the batch committed: a refused batch
     (here, a stale fencing token) writes nothing, and wakes nothing."""
-    from statewright.store.base import Wake
-
     gate = "step:wf/s1"
     submit(pg, "t1", [run_step("t1/a/1")])
     submit(pg, "t2", [NewCommand("c2", "run_step", {}, T0)])
