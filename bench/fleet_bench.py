@@ -77,11 +77,16 @@ def mode_name(on: bool | str) -> str:
     return on if isinstance(on, str) else "on" if on else "off"
 
 
-def fill(url: str, on: bool | str, n: int) -> Any:
+def open_engine(url: str) -> Any:
+    """An engine on the store at ``url``, its steps' workspaces under the temporary directory."""
     from statewright import Engine
     from statewright.store import open_store
 
-    engine = Engine(open_store(url), workspace_root=Path(tempfile.gettempdir()) / "sw-fleet-bench-ws")
+    return Engine(open_store(url), workspace_root=Path(tempfile.gettempdir()) / "sw-fleet-bench-ws")
+
+
+def fill(url: str, on: bool | str, n: int) -> Any:
+    engine = open_engine(url)
     if on:
         engine.store.put_fleet(fleet_on(limits=on is True), engine.clock.now_ms())
     wf = workflow(on)
@@ -107,11 +112,9 @@ def worker_round(url: str, on: bool, n: int) -> float:
 
 def _process_worker(url: str, ready: Any, done: Any) -> None:
     """One worker process of ``processes_round``: opens the store, waits for the start, drains."""
-    from statewright import Engine
     from statewright.runtime.worker import Worker
-    from statewright.store import open_store
 
-    engine = Engine(open_store(url), workspace_root=Path(tempfile.gettempdir()) / "sw-fleet-bench-ws")
+    engine = open_engine(url)
     try:
         ready.wait()
         done.put(Worker(engine, concurrency=4).run(until_idle=True).commands)

@@ -566,10 +566,10 @@ class PostgresStore(SqlStore):
         """Every request as its one statement (``_one_statement``) in ONE transaction, and
         ``wake`` as its one statement right after that transaction's COMMIT, all sent as one
         pipeline: one round trip and one commit for the batch. The wake runs only where the
-        batch committed, and holds the gates' lock for its own statement alone: in the batch's
-        transaction it held it through the commit's flush, which every admission and every
-        other worker's wake waited for. After the commit is as safe as within it (``wake``
-        says why). Any refusal rolls the whole batch back and returns None."""
+        batch committed, and holds the gates' lock for its own statement alone, never through
+        the commit's flush, which every admission and every other worker's wake would wait
+        for. After the commit is as safe as within it (``wake`` says why). Any refusal rolls
+        the whole batch back and returns None."""
         if getattr(self._local, "cur", None) is not None or any(r.complete_remote for r in requests):
             return super().append_batch(requests, wake=wake)  # closing a remote attempt: the shared SQL
         errors = self._psycopg.errors
