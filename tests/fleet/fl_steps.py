@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from statewright.executors import ExecContext
 
@@ -15,3 +16,14 @@ def record(ctx: ExecContext) -> bool:
         RAN.append(ctx.task_id)
     return True
 
+
+
+DURING: list[Callable[[], None]] = []  # what ``record_and_call`` calls while its step runs
+
+
+def record_and_call(ctx: ExecContext) -> bool:
+    """``record``, then each of ``DURING``: what other workers do while this step holds its slot."""
+    record(ctx)
+    for call in DURING:
+        call()
+    return True

@@ -145,6 +145,54 @@ def test_the_commit_of_an_outcome_frees_its_slot_and_wakes_the_waiter(
     assert clock.now_ms() - start < CONCURRENCY_RECHECK_MS
 
 
+def test_a_task_run_alone_wakes_the_waiter_for_its_slot_in_the_commit_of_its_outcome(
+    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Worker.run_one`` (``statewright run``) ends a claim under a limit as ``run`` does:
+    the commit of the step's outcome wakes the command that waited for its slot, with no
+    write of its own, and the waiter is due at once."""
+    wf = workflow("deploy-alone", step={"concurrency": 1, "run": {"callable": "fleet.fl_steps:record_and_call"}})
+    t1, t2 = engine.submit(wf, {"n": 1}), engine.submit(wf, {"n": 2})
+    store = engine.store
+    tried: list[list[str]] = []
+
+    def another_worker_claims() -> None:  # while t1's step holds the slot, t2 is given back to wait
+        tried.append([c.task_id for c in store.claim("w2", clock.now_ms(), LEASE_MS, 5)])
+
+    told: list[Wake] = []
+    alone: list[Sequence[str]] = []
+    committing = threading.local()
+    real_batch, real_wake = store.append_batch, store.wake
+
+    def append_batch(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
+        if wake is not None:
+            told.append(wake)
+        committing.on = True
+        try:
+            return real_batch(requests, wake=wake)
+        finally:
+            committing.on = False
+
+    def wake(gates: Sequence[str], now_ms: int, count: int = 1) -> None:
+        if not getattr(committing, "on", False):
+            alone.append(gates)
+        real_wake(gates, now_ms, count)
+
+    monkeypatch.setattr(store, "append_batch", append_batch)
+    monkeypatch.setattr(store, "wake", wake)
+    fl_steps.DURING.append(another_worker_claims)
+    try:
+        state = Worker(engine).run_one(t1)
+    finally:
+        fl_steps.DURING.clear()
+
+    assert state.status.value == "completed"
+    assert tried == [[]]
+    assert [(w.gates, w.count) for w in told] == [(("step:deploy-alone/work",), 1)]
+    assert alone == []
+    assert [c.task_id for c in store.claim("w2", clock.now_ms(), LEASE_MS, 5)] == [t2]  # due now: no clock moved
+
+
 def test_a_claim_whose_lease_expired_frees_its_slot_with_no_write(engine: Engine, clock: FakeClock) -> None:
     """A slot is held by the claim's lease: once a dead worker's lease has expired, the step
     waiting for the slot is admitted, though nothing told the store the claim ended."""

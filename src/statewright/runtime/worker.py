@@ -291,13 +291,16 @@ class Worker:
                 claim = None
                 continue
             claim_for = self._claim_for()
+            wake = self._ending([claim.command_id])  # told in the outcome's commit, as ``_commit`` does
             try:
-                res = self.engine.apply_many([report], claim_for=claim_for)[0]
+                res = self.engine.apply_many([report], claim_for=claim_for, wake=wake)[0]
             except StoreError:
                 raise
             except Exception:
                 res = self._commit_alone(report, claim_for)
-            self._unhold(claim.command_id, claim.token)
+                if wake is not None:
+                    self.store.wake(wake.gates, wake.now_ms, wake.count)
+            self._unhold(claim.command_id, claim.token, wake=False)
             claim = None
             if isinstance(res, IllegalEventError):
                 assert report.complete is not None
