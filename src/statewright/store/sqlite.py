@@ -159,16 +159,19 @@ class SQLiteStore(SqlStore):
             return self._x(cur, sql, params).fetchone() is not None
 
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
-        """The shared wake, written only when a command waits for one of ``gates``: outside
-        a transaction a read looks first. Writers are serialized, so an admission that counted
-        the slot of a claim and gave a command back to wait for it committed before the end of
-        that claim could, and a read after that end sees the waiter."""
-        with self._lock:
-            if not self._depth:
-                marks = ", ".join("?" * len(gates))
-                if not self._found(f"SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
-                                   " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1", (*gates, now_ms)):
-                    return
+        """The shared wake, written only when a command waits for one of ``gates``: a read
+        looks first, in the caller's transaction (the commit of outcomes that ends the
+        claims) or on its own. Writers are serialized, so an admission that counted the slot
+        of a claim and gave a command back to wait for it committed before the end of that
+        claim could, and a read after that end sees the waiter. The shared UPDATE picks its
+        waiters in their order with a sort of its own: a transaction that woke none took
+        about 80 us with the UPDATE alone, about 9 with the read first."""
+        marks = ", ".join("?" * len(gates))
+        with self._stmt() as cur:  # the lock; inside a transaction, the transaction's own cursor
+            if self._x(cur, f"SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
+                            " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1",
+                       (*gates, now_ms)).fetchone() is None:
+                return
             super().wake(gates, now_ms, count)
 
     def _is_unique_violation(self, exc: BaseException) -> bool:
