@@ -18,9 +18,10 @@ ordered by fair share and admitted under five gates):
       worker sends when a claim under a limit ends), until N commands are gone; commands
       per second. The claim path alone, without performing anything.
 
-  (3) claim loop, paired: (2) OFF and ON on two stores at once, one batch of each in turn,
-      so that the machine's own swings (a slow disk flush on PostgreSQL) fall on both; the
-      ratio is the median of each round's. Also printed: where a batch's time went, the
+  (3) claim loop, paired: (2) OFF, SHARES and ON on three stores at once, one batch of each
+      in turn, so that the machine's own swings (a slow disk flush on PostgreSQL) fall on
+      all; the ratios are the medians of each round's. SHARES is ON's four weighted tenants
+      with no limit: the fair order alone. Also printed: where a batch's time went, the
       claim, the acks and (ON) the wake, in microseconds per batch over all rounds.
   (4) with ``--processes P``: P worker processes (each as in (1)) drain the N one-step
       tasks from one database, each claim admitted across all of them; tasks per second
@@ -239,20 +240,21 @@ def drop_pg_schema(url: str) -> None:
 def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int, processes: int = 0) -> list[str]:
     lines = [in_rounds(name, "(1) worker, tasks/s", worker_round, new_url, cleanup, n, rounds),
              in_rounds(name, "(2) claim loop, commands/s", claim_round, new_url, cleanup, n, rounds)]
-    paired: dict[bool, list[float]] = {False: [], True: []}
+    modes: tuple[bool | str, ...] = (False, "shares", True)
+    paired: dict[bool | str, list[float]] = {on: [] for on in modes}
     parts: dict[bool | str, dict[str, float]] = {}
     for _ in range(rounds):
-        off, on_ = claim_paired(new_url, cleanup, n, parts=parts)
-        paired[False].append(off)
-        paired[True].append(on_)
-    ratios = [b / a for a, b in zip(paired[False], paired[True], strict=True)]
+        for on, got in zip(modes, claim_paired(new_url, cleanup, n, modes=modes, parts=parts), strict=True):
+            paired[on].append(got)
+    ratios = {on: [b / a for a, b in zip(paired[False], paired[on], strict=True)] for on in modes}
     batches = rounds * -(-n // 8)
     per_batch = "; ".join(f"{mode_name(on)} " + ", ".join(f"{part} {spent / batches * 1e6:,.0f}"
                                                           for part, spent in parts[on].items() if spent)
-                          for on in (False, True))
+                          for on in modes)
     line = (f"{name:<10} {'(3) claim loop, paired':<28} off {statistics.median(paired[False]):>8,.0f}   "
-            f"on {statistics.median(paired[True]):>8,.0f}   on/off {statistics.median(ratios):5.2f}   "
-            f"round ratios {[round(r, 2) for r in ratios]}   us per batch of 8: {per_batch}")
+            f"on {statistics.median(paired[True]):>8,.0f}   on/off {statistics.median(ratios[True]):5.2f}   "
+            f"round ratios {[round(r, 2) for r in ratios[True]]}   shares {statistics.median(paired['shares']):,.0f},"
+            f" shares/off {statistics.median(ratios['shares']):.2f}   us per batch of 8: {per_batch}")
     print(line, flush=True)
     lines.append(line)
     if processes:
