@@ -14,15 +14,17 @@ ordered by fair share and admitted under five gates):
   (1) worker: one in-process ``Worker(concurrency=4)`` drains N one-step tasks (a python
       callable that returns at once); tasks per second, submit excluded. This is what a
       worker claims in practice (batches of claims, one outcome commit per batch).
-  (2) claim loop: ``store.claim(limit=8)`` then ``ack`` of each (and, ON, the ``wake`` a
-      worker sends when a claim under a limit ends), until N commands are gone; commands
-      per second. The claim path alone, without performing anything.
+  (2) claim loop: ``store.claim(limit=8)`` then ``ack`` of each, the last one (ON) carrying
+      the wake of the claims under limits that ended, as a worker's commit of outcomes
+      does, until N commands are gone; commands per second. The claim path alone, without
+      performing anything.
 
   (3) claim loop, paired: (2) OFF, SHARES and ON on three stores at once, one batch of each
       in turn, so that the machine's own swings (a slow disk flush on PostgreSQL) fall on
       all; the ratios are the medians of each round's. SHARES is ON's four weighted tenants
       with no limit: the fair order alone. Also printed: where a batch's time went, the
-      claim, the acks and (ON) the wake, in microseconds per batch over all rounds.
+      claim, the first 7 acks and the last (ON, with the wake), in microseconds per batch
+      over all rounds.
   (4) with ``--processes P``: P worker processes (each as in (1)) drain the N one-step
       tasks from one database, each claim admitted across all of them; tasks per second
       from when every process has its store open.
@@ -162,21 +164,26 @@ def claim_round(url: str, on: bool, n: int) -> float:
 
 
 def claim_batch(engine: Any, parts: dict[str, float] | None = None) -> int:
-    """One claim of up to 8 commands, the ack of each and, ON, the wake; how many it claimed.
-    With ``parts``, the seconds each of the three took are added to it."""
+    """One claim of up to 8 commands and the ack of each; ON, the last ack carries the wake
+    of the claims under limits that ended, as a worker's commit of outcomes does (once per
+    commit, in the same write). How many it claimed. With ``parts``, the seconds the claim,
+    the acks before the last and the last ack took are added to it."""
+    from statewright.store.base import Wake
+
     store = engine.store
     started = time.perf_counter()
     claims = store.claim("bench", engine.clock.now_ms(), 60_000, 8)
     claimed = time.perf_counter()
-    for c in claims:
+    for c in claims[:-1]:
         store.ack(c.command_id, c.token)
-    acked = woken = time.perf_counter()
-    gated = [c for c in claims if c.gates]
-    if gated:  # as a worker does when claims under a limit end (once per commit)
-        store.wake(sorted({g for c in gated for g in c.gates}), engine.clock.now_ms(), len(gated))
-        woken = time.perf_counter()
+    acked = time.perf_counter()
+    if claims:
+        gated = [c for c in claims if c.gates]
+        wake = Wake(tuple(sorted({g for c in gated for g in c.gates})), engine.clock.now_ms(), len(gated))
+        store.ack(claims[-1].command_id, claims[-1].token, wake=wake if gated else None)
+    ended = time.perf_counter()
     if parts is not None:
-        for part, spent in (("claim", claimed - started), ("ack", acked - claimed), ("wake", woken - acked)):
+        for part, spent in (("claim", claimed - started), ("ack", acked - claimed), ("last ack", ended - acked)):
             parts[part] = parts.get(part, 0.0) + spent
     return len(claims)
 
@@ -190,8 +197,8 @@ def claim_paired(
     flush, another process) falls on all: commands per second of each, in the order of
     ``modes``. With ``running``, each store first leases that many commands for an hour, as
     steps that run all along; with ``queued``, that many more commands wait behind the ones
-    drained, as a backlog does. With ``parts``, each mode's seconds in the claims, the acks
-    and the wakes are added to ``parts[mode]``."""
+    drained, as a backlog does. With ``parts``, each mode's seconds in the claims and the acks
+    (``claim_batch``) are added to ``parts[mode]``."""
     urls = {on: new_url() for on in modes}
     engines = {on: fill(urls[on], on, running + n + queued) for on in modes}
     spent, done = dict.fromkeys(modes, 0.0), dict.fromkeys(modes, 0)

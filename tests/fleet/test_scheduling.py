@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from people.support import People
 from statewright._errors import InputError
 from statewright.cli import cli
 from statewright.definition.fleet import DAY_MS, FleetConfig, NamedLimit, TenantShare, parse_rate
@@ -191,6 +192,55 @@ def test_a_task_run_alone_wakes_the_waiter_for_its_slot_in_the_commit_of_its_out
     assert [(w.gates, w.count) for w in told] == [(("step:deploy-alone/work",), 1)]
     assert alone == []
     assert [c.task_id for c in store.claim("w2", clock.now_ms(), LEASE_MS, 5)] == [t2]  # due now: no clock moved
+
+
+def test_an_ack_that_carries_the_wake_frees_the_slot_and_makes_the_waiter_due(engine: Engine, clock: FakeClock) -> None:
+    """A claim that ends with no outcome to record (its ack) may tell its end in the same
+    write: the waiter for its slot is due at once; a stale token deletes nothing."""
+    wf = workflow("deploy-ack", step={"concurrency": 1})
+    t1, t2 = engine.submit(wf, {"n": 1}), engine.submit(wf, {"n": 2})
+    now = clock.now_ms()
+    [first] = engine.store.claim("w1", now, LEASE_MS, 5)
+    assert first.task_id == t1 and engine.store.claim("w2", now, LEASE_MS, 5) == []
+    engine.store.ack(first.command_id, first.token + 1, wake=Wake(first.gates, now, 1))  # not its claim
+    assert engine.store.claim("w2", now, LEASE_MS, 5) == []  # the slot is still held
+    engine.store.ack(first.command_id, first.token, wake=Wake(first.gates, now, 1))
+    assert [r["command_id"] for r in engine.store.outbox() if r["task_id"] == t1] == []
+    assert [c.task_id for c in engine.store.claim("w2", now, LEASE_MS, 5)] == [t2]
+
+
+@pytest.mark.parametrize("how", ["run", "run_one"])
+def test_the_ack_of_a_refused_outcome_tells_the_end_of_its_slot(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A step whose task was cancelled while it ran: its outcome is refused, and the ack that
+    ends its claim wakes the waiters for its slot in the same write. The commit that refused
+    the outcome ran while the claim still held the slot, so a waiter it woke may have been
+    given back to wait again."""
+    wf = workflow("deploy-cancelled", step={"concurrency": 1, "run": {"callable": "fleet.fl_steps:record_and_call"}})
+    t1 = engine.submit(wf, {"n": 1})
+    operator = People(engine).add("olga", "operator")
+    told: list[tuple[str, ...] | None] = []
+    real_ack = engine.store.ack
+
+    def ack(command_id: str, token: int, *, wake: Wake | None = None) -> None:
+        told.append(wake.gates if wake is not None else None)
+        real_ack(command_id, token, wake=wake)
+
+    monkeypatch.setattr(engine.store, "ack", ack)
+    fl_steps.DURING.append(lambda: engine.cancel(t1, operator, "no longer needed"))
+    try:
+        if how == "run":
+            Worker(engine, concurrency=1).run(until_idle=True)
+        else:
+            Worker(engine).run_one(t1)
+    finally:
+        fl_steps.DURING.clear()
+
+    assert [t1] == fl_steps.RAN
+    assert engine.state(t1).status.value == "cancelled"
+    assert told == [("step:deploy-cancelled/work",)]
+    assert engine.store.outbox() == []
 
 
 def test_a_claim_whose_lease_expired_frees_its_slot_with_no_write(engine: Engine, clock: FakeClock) -> None:

@@ -337,13 +337,15 @@ def test_a_wake_while_an_admission_holds_the_gates_lock_waits_for_it_and_wakes_i
     assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held
 
 
+@pytest.mark.parametrize("ending", ["outcome", "ack"])
 def test_an_outcome_commit_is_committed_before_its_wake_waits_for_an_admission(
-    pg: PostgresStore, pg_url: str
+    pg: PostgresStore, pg_url: str, ending: str
 ) -> None:
-    """A worker's outcome commit carries the wake of the claims that ended, sent right after
-    its COMMIT in the same round trip: the gates' lock is never held through that commit's
-    flush. An admission under way holds the lock: the outcomes are committed while the wake
-    waits for it, and then the wake makes due what the admission gave back."""
+    """A worker's outcome commit (or an ack, where a claim ends with no outcome) carries the
+    wake of the claims that ended, sent right after its COMMIT in the same round trip: the
+    gates' lock is never held through that commit's flush. An admission under way holds the
+    lock: the outcomes are committed while the wake waits for it, and then the wake makes
+    due what the admission gave back."""
     gate = "step:wf/s1"
     submit(pg, "t1", [run_step("t1/a/1")])
     submit(pg, "t2", [NewCommand("c2", "run_step", {}, T0)])
@@ -358,20 +360,29 @@ def test_an_outcome_commit_is_committed_before_its_wake_waits_for_an_admission(
                           (T0 + 60_000, gate))
         request = batch_step("t1", 1, "t1:r1", complete=("t1/a/1", claim.token))
         results: list[Any] = []
-        outcome = threading.Thread(
-            target=lambda: results.append(pg.append_batch([request], wake=Wake((gate,), T0 + 1, 1))))
+        wake = Wake((gate,), T0 + 1, 1)
+
+        def end() -> None:
+            if ending == "outcome":
+                results.append(pg.append_batch([request], wake=wake))
+            else:
+                pg.ack(claim.command_id, claim.token, wake=wake)
+
+        outcome = threading.Thread(target=end)
         outcome.start()
         deadline = time.monotonic() + 10
         while not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
             assert time.monotonic() < deadline, "the wake did not wait for the admission's lock"
             time.sleep(0.005)
         # the outcome is committed while its wake waits
-        assert raw_sql(pg_url, "SELECT version FROM sw_tasks WHERE task_id = 't1'") == [(2,)]
+        version = 2 if ending == "outcome" else 1
+        assert raw_sql(pg_url, "SELECT version FROM sw_tasks WHERE task_id = 't1'") == [(version,)]
         assert raw_sql(pg_url, "SELECT command_id FROM sw_outbox WHERE task_id = 't1'") == []
         admission.commit()
     outcome.join(10)
     assert not outcome.is_alive()
-    assert results and results[0] is not None and [r.version for r in results[0]] == [2]
+    if ending == "outcome":
+        assert results and results[0] is not None and [r.version for r in results[0]] == [2]
     assert [r["available_at_ms"] for r in pg.outbox("t2")] == [T0 + 1]  # woken
     assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held
 

@@ -291,6 +291,7 @@ class Worker:
                 claim = None
                 continue
             claim_for = self._claim_for()
+            gates = self._gates_held([claim.command_id]).get(claim.command_id)
             wake = self._ending([claim.command_id])  # told in the outcome's commit, as ``_commit`` does
             try:
                 res = self.engine.apply_many([report], claim_for=claim_for, wake=wake)[0]
@@ -304,7 +305,7 @@ class Worker:
             claim = None
             if isinstance(res, IllegalEventError):
                 assert report.complete is not None
-                self.store.ack(*report.complete)
+                self._ack_refused(*report.complete, gates)
                 continue
             if isinstance(res, StaleLeaseError):
                 log.warning("lease on %s was lost; the report was refused", report.complete)
@@ -638,6 +639,18 @@ class Worker:
         if not ended:
             return None
         return Wake(tuple(sorted({g for gs in ended for g in gs})), self.clock.now_ms(), len(ended))
+
+    def _gates_held(self, command_ids: list[str]) -> dict[str, tuple[str, ...]]:
+        """The gates whose slots each of ``command_ids``'s claims holds, read before
+        ``_ending`` forgets them."""
+        with self._held_lock:
+            return {c: gates for c in command_ids if (gates := self._gated.get(c))}
+
+    def _ack_refused(self, command_id: str, token: int, gates: tuple[str, ...] | None) -> None:
+        """Ack a claim whose outcome was refused (its task moved on), telling the end of its
+        slots in the same write. The commit that refused it told them too, but while this
+        claim still held them: a waiter woken then may have been given back to wait again."""
+        self.store.ack(command_id, token, wake=Wake(gates, self.clock.now_ms(), 1) if gates else None)
 
     def _note_gated(self, claims: list[Claim]) -> None:
         """Remember which claims hold a slot, to wake a waiter when each ends."""
@@ -986,7 +999,9 @@ class Worker:
 
     def _commit(self, batch: list[Report]) -> None:
         claim_for = None if self.stopping.is_set() else self._claim_for()
-        wake = self._ending([r.complete[0] for r in batch if r.complete is not None])
+        ids = [r.complete[0] for r in batch if r.complete is not None]
+        gates = self._gates_held(ids)
+        wake = self._ending(ids)
         try:
             results = self.engine.apply_many(batch, claim_for=claim_for, wake=wake)
         except StoreError:
@@ -1002,7 +1017,7 @@ class Worker:
             command_id, token = report.complete
             if isinstance(res, IllegalEventError):
                 stale += 1
-                self.store.ack(command_id, token)
+                self._ack_refused(command_id, token, gates.get(command_id))
             elif isinstance(res, StaleLeaseError):
                 stale += 1
                 log.warning("lease on %s was lost; the report was refused", command_id)

@@ -392,7 +392,13 @@ class Store(Protocol):
         command was never performed) takes its delivery back."""
         ...
 
-    def ack(self, command_id: str, token: int) -> None: ...
+    def ack(self, command_id: str, token: int, *, wake: Wake | None = None) -> None:
+        """Delete the command claimed with ``token`` (an older token changes nothing): its
+        claim ended with no outcome to record. With ``wake`` (the slots of claims under
+        limits that ended, this one's among them), what ``Store.wake`` does with it is done
+        too: in the same transaction, or right after its commit (PostgreSQL), as
+        ``append_batch`` does."""
+        ...
 
     def claim_timers(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10, *, task_id: str | None = None

@@ -350,11 +350,13 @@ class MemoryStore(PollingWaits, MemoryPeople, MemoryFleet):
                 failures=c.failures + (1 if failed else 0), last_error=error[:2000], deliveries=deliveries,
             )
 
-    def ack(self, command_id: str, token: int) -> None:
+    def ack(self, command_id: str, token: int, *, wake: Wake | None = None) -> None:
         with self.db.lock:
             c = self.db.outbox.get(command_id)
             if c is not None and c.token == token:
                 del self.db.outbox[command_id]
+            if wake is not None:
+                self.wake(wake.gates, wake.now_ms, wake.count)
 
     def claim_timers(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10, *, task_id: str | None = None

@@ -36,7 +36,7 @@ from statewright.store.base import (
     Wake,
 )
 from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated, with_gates
-from statewright.store.sql import _NEXT_COMMAND_SQL, _RELEASE_SQL, SqlStore, _Encoded, _release_params
+from statewright.store.sql import _ACK_SQL, _NEXT_COMMAND_SQL, _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
     import psycopg
@@ -453,6 +453,17 @@ class PostgresStore(SqlStore):
             return
         with self._classified(), self._pool.connection() as conn:
             conn.execute(*self._wake_statement(gates, now_ms, count))
+
+    def ack(self, command_id: str, token: int, *, wake: Wake | None = None) -> None:
+        """With ``wake``, the delete and the wake (``sw_wake``) go as one pipeline, the wake
+        right after the delete's COMMIT: one round trip, and the gates' lock is never held
+        through the commit's flush (``append_batch`` says why that is as safe)."""
+        if wake is None or getattr(self._local, "cur", None) is not None:
+            super().ack(command_id, token, wake=wake)
+            return
+        after = self._wake_statement(wake.gates, wake.now_ms, wake.count)
+        with self._classified(), self._pool.connection() as conn, self._one_trip(conn, after):
+            conn.execute(self._sql(_ACK_SQL), (command_id, token))
 
     def _wake_statement(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[str, tuple[Any, ...]]:
         return "SELECT sw_wake(%s, %s, %s, %s)", (list(gates), now_ms, count * len(gates), CHANNEL)

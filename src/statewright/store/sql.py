@@ -591,9 +591,14 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
             self._x(cur, _RELEASE_SQL, _release_params(command_id, token, available_at_ms, failed, error, started))
             self._work_added_txn(cur)
 
-    def ack(self, command_id: str, token: int) -> None:
-        with self._stmt() as cur:
-            self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
+    def ack(self, command_id: str, token: int, *, wake: Wake | None = None) -> None:
+        if wake is None:
+            with self._stmt() as cur:
+                self._x(cur, _ACK_SQL, (command_id, token))
+            return
+        with self._tx() as cur:
+            self._x(cur, _ACK_SQL, (command_id, token))
+            self.wake(wake.gates, wake.now_ms, wake.count)
 
     def claim_timers(
         self, worker_id: str, now_ms: int, lease_ms: int, limit: int = 10, *, task_id: str | None = None
@@ -658,6 +663,8 @@ class _Encoded:
             tuple("" if c.timer else canonical_json(c.body) for c in req.commands),
         )
 
+
+_ACK_SQL = "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?"  # only the claim of that token
 
 # A release frees the lease, and with it the slots it held. ``failures`` counts the
 # deliveries that ended in a reported failure (a transient error, a command no failure could
