@@ -108,58 +108,9 @@ def test_a_step_at_its_concurrency_waits_without_a_lease_and_says_why(engine: En
     assert [c.task_id for c in engine.store.claim("w2", now, LEASE_MS, 5)] == [t2]
 
 
-def test_the_commit_of_an_outcome_frees_its_slot_and_wakes_the_waiter(
-    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker tells the end of a claim under a limit in the commit of its outcome, not in a
-    write of its own: the waiter is due at once, well before it would look again."""
-    wf = workflow("deploy1", step={"concurrency": 1})
-    tids = [engine.submit(wf, {"n": i}) for i in range(3)]
-    store, start = engine.store, clock.now_ms()
-    told: list[int] = []  # how many ended claims each commit of outcomes told
-    alone: list[Sequence[str]] = []  # wakes written on their own, outside a commit of outcomes
-    committing = threading.local()
-    real_batch, real_wake = store.append_batch, store.wake
-
-    def append_batch(requests: Sequence[AppendRequest], *, wake: Wake | None = None) -> list[AppendResult] | None:
-        if wake is not None:
-            told.append(wake.count)
-        committing.on = True
-        try:
-            return real_batch(requests, wake=wake)
-        finally:
-            committing.on = False
-
-    def wake(gates: Sequence[str], now_ms: int, count: int = 1) -> None:
-        if not getattr(committing, "on", False):
-            alone.append(gates)
-        real_wake(gates, now_ms, count)
-
-    monkeypatch.setattr(store, "append_batch", append_batch)
-    monkeypatch.setattr(store, "wake", wake)
-    Worker(engine, concurrency=2).run(until_idle=True)
-
-    assert len(fl_steps.RAN) == 3
-    assert all(engine.state(t).status.value == "completed" for t in tids)
-    assert sum(told) == len(tids)
-    assert alone == []
-    assert clock.now_ms() - start < CONCURRENCY_RECHECK_MS
-
-
-def test_a_task_run_alone_wakes_the_waiter_for_its_slot_in_the_commit_of_its_outcome(
-    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``Worker.run_one`` (``statewright run``) ends a claim under a limit as ``run`` does:
-    the commit of the step's outcome wakes the command that waited for its slot, with no
-    write of its own, and the waiter is due at once."""
-    wf = workflow("deploy-alone", step={"concurrency": 1, "run": {"callable": "fleet.fl_steps:record_and_call"}})
-    t1, t2 = engine.submit(wf, {"n": 1}), engine.submit(wf, {"n": 2})
-    store = engine.store
-    tried: list[list[str]] = []
-
-    def another_worker_claims() -> None:  # while t1's step holds the slot, t2 is given back to wait
-        tried.append([c.task_id for c in store.claim("w2", clock.now_ms(), LEASE_MS, 5)])
-
+def spy_wakes(store: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Wake], list[Sequence[str]]]:
+    """(the wakes each commit of outcomes told, the gates of each wake written on its own,
+    outside a commit of outcomes), filled as the store is used."""
     told: list[Wake] = []
     alone: list[Sequence[str]] = []
     committing = threading.local()
@@ -181,6 +132,42 @@ def test_a_task_run_alone_wakes_the_waiter_for_its_slot_in_the_commit_of_its_out
 
     monkeypatch.setattr(store, "append_batch", append_batch)
     monkeypatch.setattr(store, "wake", wake)
+    return told, alone
+
+
+def test_the_commit_of_an_outcome_frees_its_slot_and_wakes_the_waiter(
+    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker tells the end of a claim under a limit in the commit of its outcome, not in a
+    write of its own: the waiter is due at once, well before it would look again."""
+    wf = workflow("deploy1", step={"concurrency": 1})
+    tids = [engine.submit(wf, {"n": i}) for i in range(3)]
+    store, start = engine.store, clock.now_ms()
+    told, alone = spy_wakes(store, monkeypatch)
+    Worker(engine, concurrency=2).run(until_idle=True)
+
+    assert len(fl_steps.RAN) == 3
+    assert all(engine.state(t).status.value == "completed" for t in tids)
+    assert sum(w.count for w in told) == len(tids)
+    assert alone == []
+    assert clock.now_ms() - start < CONCURRENCY_RECHECK_MS
+
+
+def test_a_task_run_alone_wakes_the_waiter_for_its_slot_in_the_commit_of_its_outcome(
+    engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Worker.run_one`` (``statewright run``) ends a claim under a limit as ``run`` does:
+    the commit of the step's outcome wakes the command that waited for its slot, with no
+    write of its own, and the waiter is due at once."""
+    wf = workflow("deploy-alone", step={"concurrency": 1, "run": {"callable": "fleet.fl_steps:record_and_call"}})
+    t1, t2 = engine.submit(wf, {"n": 1}), engine.submit(wf, {"n": 2})
+    store = engine.store
+    tried: list[list[str]] = []
+
+    def another_worker_claims() -> None:  # while t1's step holds the slot, t2 is given back to wait
+        tried.append([c.task_id for c in store.claim("w2", clock.now_ms(), LEASE_MS, 5)])
+
+    told, alone = spy_wakes(store, monkeypatch)
     fl_steps.DURING.append(another_worker_claims)
     try:
         state = Worker(engine).run_one(t1)
