@@ -154,9 +154,10 @@ class SQLiteStore(SqlStore):
                            f" OR lease_expires_ms <= ?){one} LIMIT 1", (now_ms, now_ms, *params))
 
     def _found(self, sql: str, params: Sequence[Any]) -> bool:
-        """Whether a read outside any transaction returns a row."""
+        """Whether a read (``LIMIT 1``) returns a row: on its own, or in the caller's
+        transaction. Read to its end, so that no read is left open under a write after it."""
         with self._stmt() as cur:
-            return self._x(cur, sql, params).fetchone() is not None
+            return bool(self._x(cur, sql, params).fetchall())
 
     def wake(self, gates: Sequence[str], now_ms: int, count: int = 1) -> None:
         """The shared wake, written only when a command waits for one of ``gates``: a read
@@ -167,10 +168,9 @@ class SQLiteStore(SqlStore):
         waiters in their order with a sort of its own: a transaction that woke none took
         about 80 us with the UPDATE alone, about 9 with the read first."""
         marks = ", ".join("?" * len(gates))
-        with self._stmt() as cur:  # the lock; inside a transaction, the transaction's own cursor
-            if self._x(cur, f"SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
-                            " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1",
-                       (*gates, now_ms)).fetchone() is None:
+        with self._lock:
+            if not self._found(f"SELECT 1 FROM sw_outbox WHERE wait_gate IN ({marks})"
+                               " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1", (*gates, now_ms)):
                 return
             super().wake(gates, now_ms, count)
 
