@@ -179,8 +179,9 @@ def claim_batch(engine: Any, parts: dict[str, float] | None = None) -> int:
     acked = time.perf_counter()
     if claims:
         gated = [c for c in claims if c.gates]
-        wake = Wake(tuple(sorted({g for c in gated for g in c.gates})), engine.clock.now_ms(), len(gated))
-        store.ack(claims[-1].command_id, claims[-1].token, wake=wake if gated else None)
+        gates = tuple(sorted({g for c in gated for g in c.gates}))
+        store.ack(claims[-1].command_id, claims[-1].token,
+                  wake=Wake(gates, engine.clock.now_ms(), len(gated)) if gated else None)
     ended = time.perf_counter()
     if parts is not None:
         for part, spent in (("claim", claimed - started), ("ack", acked - claimed), ("last ack", ended - acked)):

@@ -11,8 +11,8 @@ run, as an agent's step of minutes does.
 For each number of running steps, OFF and ON stores (as in fleet_bench.py: ON has four
 weighted tenants with a concurrency, the workflow's concurrency and the step's named limit
 with a concurrency and a rate, five gates a claim) first lease that many commands for an
-hour; then fleet_bench.py's claim loop (claim 8, ack each, and ON the wake) drains the next
-``--tasks`` commands, one batch OFF and one ON in turn, so that the machine's swings fall on
+hour; then fleet_bench.py's claim loop (claim 8, ack each, the last with ON's wake) drains
+the next ``--tasks`` commands, one batch OFF and one ON in turn, so that the machine's swings fall on
 both. With ``--queued``, that many more commands wait behind them all along, as a backlog
 does. With ``--shares``, a third store, SHARES, has the four tenants' weighted shares alone
 (no concurrency, no limit: claimed by fair share, admitted by nothing), drained in turn

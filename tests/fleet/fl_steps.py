@@ -17,7 +17,6 @@ def record(ctx: ExecContext) -> bool:
     return True
 
 
-
 DURING: list[Callable[[], None]] = []  # what ``record_and_call`` calls while its step runs
 
 
