@@ -291,8 +291,7 @@ class Worker:
                 claim = None
                 continue
             claim_for = self._claim_for()
-            gates = self._gates_held([claim.command_id]).get(claim.command_id)
-            wake = self._ending([claim.command_id])  # told in the outcome's commit, as ``_commit`` does
+            wake, held = self._ending([claim.command_id])  # told in the outcome's commit, as ``_commit`` does
             try:
                 res = self.engine.apply_many([report], claim_for=claim_for, wake=wake)[0]
             except StoreError:
@@ -305,7 +304,7 @@ class Worker:
             claim = None
             if isinstance(res, IllegalEventError):
                 assert report.complete is not None
-                self._ack_refused(*report.complete, gates)
+                self._ack_refused(*report.complete, held.get(report.complete[0]))
                 continue
             if isinstance(res, StaleLeaseError):
                 log.warning("lease on %s was lost; the report was refused", report.complete)
@@ -630,21 +629,17 @@ class Worker:
         if ended:
             self.store.wake(sorted({g for gs in ended for g in gs}), self.clock.now_ms(), len(ended))
 
-    def _ending(self, command_ids: list[str]) -> Wake | None:
+    def _ending(self, command_ids: list[str]) -> tuple[Wake | None, dict[str, tuple[str, ...]]]:
         """What the commit of the outcomes of ``command_ids`` frees: their claims' slots and
-        those of claims that ended before it unwoken, told in that commit (one write less)."""
+        those of claims that ended before it unwoken, told in that commit (one write less);
+        and the gates of each of ``command_ids`` that held slots, for an outcome refused."""
         with self._held_lock:
             ended, self._ended = self._ended, []
-            ended += [gates for c in command_ids if (gates := self._gated.pop(c, None))]
+            held = {c: gates for c in command_ids if (gates := self._gated.pop(c, None))}
+        ended += held.values()
         if not ended:
-            return None
-        return Wake(tuple(sorted({g for gs in ended for g in gs})), self.clock.now_ms(), len(ended))
-
-    def _gates_held(self, command_ids: list[str]) -> dict[str, tuple[str, ...]]:
-        """The gates whose slots each of ``command_ids``'s claims holds, read before
-        ``_ending`` forgets them."""
-        with self._held_lock:
-            return {c: gates for c in command_ids if (gates := self._gated.get(c))}
+            return None, held
+        return Wake(tuple(sorted({g for gs in ended for g in gs})), self.clock.now_ms(), len(ended)), held
 
     def _ack_refused(self, command_id: str, token: int, gates: tuple[str, ...] | None) -> None:
         """Ack a claim whose outcome was refused (its task moved on), telling the end of its
@@ -1000,8 +995,7 @@ class Worker:
     def _commit(self, batch: list[Report]) -> None:
         claim_for = None if self.stopping.is_set() else self._claim_for()
         ids = [r.complete[0] for r in batch if r.complete is not None]
-        gates = self._gates_held(ids)
-        wake = self._ending(ids)
+        wake, held = self._ending(ids)
         try:
             results = self.engine.apply_many(batch, claim_for=claim_for, wake=wake)
         except StoreError:
@@ -1017,7 +1011,7 @@ class Worker:
             command_id, token = report.complete
             if isinstance(res, IllegalEventError):
                 stale += 1
-                self._ack_refused(command_id, token, gates.get(command_id))
+                self._ack_refused(command_id, token, held.get(command_id))
             elif isinstance(res, StaleLeaseError):
                 stale += 1
                 log.warning("lease on %s was lost; the report was refused", command_id)
