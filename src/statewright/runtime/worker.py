@@ -291,7 +291,7 @@ class Worker:
                 claim = None
                 continue
             claim_for = self._claim_for()
-            wake, held = self._ending([claim.command_id])  # told in the outcome's commit, as ``_commit`` does
+            wake, gates_of = self._ending([claim.command_id])  # told in the outcome's commit, as ``_commit`` does
             try:
                 res = self.engine.apply_many([report], claim_for=claim_for, wake=wake)[0]
             except StoreError:
@@ -304,7 +304,7 @@ class Worker:
             claim = None
             if isinstance(res, IllegalEventError):
                 assert report.complete is not None
-                self._ack_refused(*report.complete, held.get(report.complete[0]))
+                self._ack_refused(*report.complete, gates_of.get(report.complete[0]))
                 continue
             if isinstance(res, StaleLeaseError):
                 log.warning("lease on %s was lost; the report was refused", report.complete)
@@ -635,11 +635,11 @@ class Worker:
         and the gates of each of ``command_ids`` that held slots, for an outcome refused."""
         with self._held_lock:
             ended, self._ended = self._ended, []
-            held = {c: gates for c in command_ids if (gates := self._gated.pop(c, None))}
-        ended += held.values()
+            gates_of = {c: gates for c in command_ids if (gates := self._gated.pop(c, None))}
+        ended += gates_of.values()
         if not ended:
-            return None, held
-        return Wake(tuple(sorted({g for gs in ended for g in gs})), self.clock.now_ms(), len(ended)), held
+            return None, gates_of
+        return Wake(tuple(sorted({g for gs in ended for g in gs})), self.clock.now_ms(), len(ended)), gates_of
 
     def _ack_refused(self, command_id: str, token: int, gates: tuple[str, ...] | None) -> None:
         """Ack a claim whose outcome was refused (its task moved on), telling the end of its
@@ -995,7 +995,7 @@ class Worker:
     def _commit(self, batch: list[Report]) -> None:
         claim_for = None if self.stopping.is_set() else self._claim_for()
         ids = [r.complete[0] for r in batch if r.complete is not None]
-        wake, held = self._ending(ids)
+        wake, gates_of = self._ending(ids)
         try:
             results = self.engine.apply_many(batch, claim_for=claim_for, wake=wake)
         except StoreError:
@@ -1011,7 +1011,7 @@ class Worker:
             command_id, token = report.complete
             if isinstance(res, IllegalEventError):
                 stale += 1
-                self._ack_refused(command_id, token, held.get(command_id))
+                self._ack_refused(command_id, token, gates_of.get(command_id))
             elif isinstance(res, StaleLeaseError):
                 stale += 1
                 log.warning("lease on %s was lost; the report was refused", command_id)
