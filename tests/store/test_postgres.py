@@ -342,8 +342,9 @@ def test_an_outcome_commit_is_committed_before_its_wake_waits_for_an_admission(
     pg: PostgresStore, pg_url: str, ending: str
 ) -> None:
     """A worker's outcome commit (or an ack, where a claim ends with no outcome) carries the
-    wake of the claims that ended, sent right after its COMMIT in the same round trip: the
-    gates' lock is never held through that commit's flush. An admission under way holds the
+    wake of the claims that ended, run after its COMMIT in the same round trip (the ack's,
+    inside the one statement ``sw_ack``): the gates' lock is never held through that
+    commit's flush. An admission under way holds the
     lock: the outcomes are committed while the wake waits for it, and then the wake makes
     due what the admission gave back."""
     gate = "step:wf/s1"
@@ -383,6 +384,26 @@ def test_an_outcome_commit_is_committed_before_its_wake_waits_for_an_admission(
     assert not outcome.is_alive()
     if ending == "outcome":
         assert results and results[0] is not None and [r.version for r in results[0]] == [2]
+    assert [r["available_at_ms"] for r in pg.outbox("t2")] == [T0 + 1]  # woken
+    assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held
+
+
+def test_a_database_made_before_the_ack_procedure_has_it_once_opened(pg: PostgresStore, pg_url: str) -> None:
+    """``sw_ack`` (an ack that carries a wake) is made when a store opens a database that
+    lacks it, and the ack then ends the claim and wakes its waiter."""
+    gate = "step:wf/s1"
+    submit(pg, "t1", [run_step("t1/a/1")])
+    submit(pg, "t2", [NewCommand("c2", "run_step", {}, T0)])
+    [claim] = pg.claim("w1", T0, LEASE_MS, 1, task_id="t1")
+    raw_sql(pg_url, "UPDATE sw_outbox SET available_at_ms = ?, wait_gate = ? WHERE command_id = 'c2'",
+            (T0 + 60_000, gate))
+    raw_sql(pg_url, "DROP PROCEDURE sw_ack")
+    reopened = PostgresStore(pg_url, min_size=1, max_size=1)
+    try:
+        reopened.ack(claim.command_id, claim.token, wake=Wake((gate,), T0 + 1, 1))
+    finally:
+        reopened.close()
+    assert pg.outbox("t1") == []
     assert [r["available_at_ms"] for r in pg.outbox("t2")] == [T0 + 1]  # woken
     assert not raw_sql(pg_url, "SELECT 1 FROM pg_locks WHERE locktype = 'advisory'")  # no lock left held
 

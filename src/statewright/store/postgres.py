@@ -36,7 +36,7 @@ from statewright.store.base import (
     Wake,
 )
 from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated, with_gates
-from statewright.store.sql import _ACK_SQL, _NEXT_COMMAND_SQL, _RELEASE_SQL, SqlStore, _Encoded, _release_params
+from statewright.store.sql import _NEXT_COMMAND_SQL, _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
     import psycopg
@@ -312,6 +312,7 @@ class PostgresStore(SqlStore):
                 version = super().ensure_schema(upgrade=upgrade)
                 for name, (create, body) in (("sw_due_commands", self._due_function()),
                                              ("sw_wake", self._wake_function()),
+                                             ("sw_ack", self._ack_procedure()),
                                              ("sw_config_version", self._version_function())):
                     found = cur.execute("SELECT prosrc FROM pg_proc WHERE proname = %s"
                                         " AND pronamespace = current_schema()::regnamespace", (name,)).fetchone()
@@ -385,6 +386,20 @@ class PostgresStore(SqlStore):
             body,
         )
 
+    def _ack_procedure(self) -> tuple[str, str]:
+        """The ack that carries a wake, as one statement (``ack``): the delete, its COMMIT,
+        then ``sw_wake`` in a transaction of its own. One round trip, as the pipeline of
+        BEGIN, the delete, COMMIT and the wake was, with none of their statements sent on
+        their own. A procedure that commits may not pin its search_path (``SET``), so it
+        names what it uses through the connection's, as every statement the store sends does."""
+        body = ("BEGIN DELETE FROM sw_outbox WHERE command_id = p_command_id AND token = p_token; COMMIT;"
+                " PERFORM sw_wake(p_gates, p_now, p_count, p_channel); END")
+        return (
+            "CREATE OR REPLACE PROCEDURE sw_ack(p_command_id TEXT, p_token INTEGER, p_gates TEXT[], p_now BIGINT,"
+            f" p_count INTEGER, p_channel TEXT) LANGUAGE plpgsql AS $fn${body}$fn$",
+            body,
+        )
+
     def _version_function(self) -> tuple[str, str]:
         """The fleet config's version as a claim reads it (``_version_sql``): after a
         shared hold of the config's lock, which a config put takes last and alone
@@ -455,18 +470,22 @@ class PostgresStore(SqlStore):
             conn.execute(*self._wake_statement(gates, now_ms, count))
 
     def ack(self, command_id: str, token: int, *, wake: Wake | None = None) -> None:
-        """With ``wake``, the delete and the wake (``sw_wake``) go as one pipeline, the wake
-        right after the delete's COMMIT: one round trip, and the gates' lock is never held
-        through the commit's flush (``append_batch`` says why that is as safe)."""
+        """With ``wake``, one statement (``sw_ack``, ``_ack_procedure``): the delete is
+        committed, then the wake runs in a transaction of its own, so the gates' lock is
+        never held through the commit's flush (``append_batch`` says why that is as safe)."""
         if wake is None or getattr(self._local, "cur", None) is not None:
             super().ack(command_id, token, wake=wake)
             return
-        after = self._wake_statement(wake.gates, wake.now_ms, wake.count)
-        with self._classified(), self._pool.connection() as conn, self._one_trip(conn, after):
-            conn.execute(self._sql(_ACK_SQL), (command_id, token))
+        with self._classified(), self._pool.connection() as conn:
+            conn.execute("CALL sw_ack(%s, %s, %s, %s, %s, %s)",
+                         (command_id, token, *self._wake_params(wake.gates, wake.now_ms, wake.count)))
 
     def _wake_statement(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[str, tuple[Any, ...]]:
-        return "SELECT sw_wake(%s, %s, %s, %s)", (list(gates), now_ms, count * len(gates), CHANNEL)
+        return "SELECT sw_wake(%s, %s, %s, %s)", self._wake_params(gates, now_ms, count)
+
+    def _wake_params(self, gates: Sequence[str], now_ms: int, count: int) -> tuple[Any, ...]:
+        """``sw_wake``'s parameters: up to ``count`` waiters of each of ``gates`` are made due."""
+        return list(gates), now_ms, count * len(gates), CHANNEL
 
     def _insert_rows(self, cur: Any, head: str, one: str, tail: str, rows: list[tuple[Any, ...]]) -> None:
         """All of ``rows`` in one multi-row INSERT: in a pipeline, one statement costs far
