@@ -161,10 +161,8 @@ class FleetSql:
             self._grant = None
             return None
         claimed = with_gates(rows)
-        needs = grant.needs([gates for _, gates in claimed], now_ms)
-        if needs is None:
+        if not grant.take([gates for _, gates in claimed], now_ms):
             return None
-        grant.spend(needs)
         return [claim_of(r, gate_names(gates)) for r, gates in claimed]
 
     def _claim_scope(self) -> AbstractContextManager[Any]:

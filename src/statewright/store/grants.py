@@ -24,8 +24,8 @@ the start. Pure: the store reads and writes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
     from statewright.definition.fleet import Rate
@@ -36,7 +36,10 @@ GRANT_MS = 1_000
 GRANT_SKEW_MS = 5_000
 """How long after its end a count of the live slots still adds a grant's slots: another
 worker's clock may be behind."""
-_AT_MOST = 256  # slots or starts of one gate a grant takes at most
+# Slots or starts of one gate a grant takes at most. A worker that claims thousands of
+# commands a second under a gate with that much room makes one admission per so many
+# claims (at 256, an admission came every 32 claims of 8).
+_AT_MOST = 1024
 _SHARE = 4  # a grant takes at most this fraction of the room a gate has left
 _AT_LEAST = 8  # a gate with room for fewer than this is granted nothing: it is near its limit
 
@@ -61,39 +64,63 @@ class Grant:
 
     version: int
     rooms: dict[str, Room]
+    # Per set of gates (by identity: ``claim_gates`` hands out one tuple per set): the set,
+    # and the rooms its commands draw on, or None where a room is missing or was not made
+    # for a capacity the set names. Rooms are never added to a grant (``with_rooms`` makes a
+    # new one), so what is looked up once holds for the grant's life.
+    _plans: dict[int, tuple[tuple[Gate, ...], tuple[Room, ...] | None]] = field(default_factory=dict, repr=False)
+    # From the first room's making to the last room's end: no room admits outside them.
+    _since_ms: int = field(init=False, repr=False)
+    _until_ms: int = field(init=False, repr=False)
 
-    def needs(self, claimed: Sequence[tuple[Gate, ...]], now_ms: int) -> dict[str, int] | None:
-        """How many of ``claimed`` (the gates of each command) pass each gate; None where a
-        gate's room has ended, is not there, or has too little left: then none is admitted
-        from the grant."""
+    def __post_init__(self) -> None:
+        self._since_ms = min((room.made_ms for room in self.rooms.values()), default=0)
+        self._until_ms = max((room.expires_ms for room in self.rooms.values()), default=0)
+
+    def take(self, claimed: Sequence[tuple[Gate, ...]], now_ms: int) -> bool:
+        """Spend from the rooms what ``claimed`` (the gates of each command) needs, and say
+        so; spend nothing and say False where a room one of them needs has ended, is not
+        there, or has too little left: then none is admitted from the grant."""
         from statewright.store.admission import by_set  # a claim with gates has loaded it
 
         count, sets = by_set(claimed)
-        rooms = self.rooms
-        need: dict[str, int] = {}
+        need: dict[int, list[Any]] = {}  # id of a room -> [the room, how many pass it]
         for key, gates in sets.items():
-            for g in gates:
-                room = rooms.get(g.name)
-                if room is None or not room.made_ms <= now_ms < room.expires_ms or g.capacity not in room.capacities:
-                    return None
-                need[g.name] = need.get(g.name, 0) + count[key]
-        for name, n in need.items():
-            room = self.rooms[name]
+            rooms = self._rooms_of(gates)
+            if rooms is None:
+                return False
+            n = count[key]
+            for room in rooms:
+                if not room.made_ms <= now_ms < room.expires_ms:
+                    return False
+                taken = need.get(id(room))
+                if taken is None:
+                    need[id(room)] = [room, n]
+                else:
+                    taken[1] += n
+        for room, n in need.values():
             if (room.slots is not None and n > room.slots) or (room.starts is not None and n > room.starts):
-                return None
-        return need
-
-    def live(self, now_ms: int) -> bool:
-        """Whether any of its rooms may still admit."""
-        return any(room.made_ms <= now_ms < room.expires_ms for room in self.rooms.values())
-
-    def spend(self, need: dict[str, int]) -> None:
-        for name, n in need.items():
-            room = self.rooms[name]
+                return False
+        for room, n in need.values():
             if room.slots is not None:
                 room.slots -= n
             if room.starts is not None:
                 room.starts -= n
+        return True
+
+    def _rooms_of(self, gates: tuple[Gate, ...]) -> tuple[Room, ...] | None:
+        plan = self._plans.get(id(gates))
+        if plan is None or plan[0] is not gates:
+            rooms = tuple(self.rooms.get(g.name) for g in gates)
+            covered = all(room is not None and g.capacity in room.capacities
+                          for g, room in zip(gates, rooms, strict=True))
+            plan = self._plans[id(gates)] = (gates, tuple(r for r in rooms if r is not None) if covered else None)
+        return plan[1]
+
+    def live(self, now_ms: int) -> bool:
+        """Whether a room may still admit (true from the first room's making to the last
+        one's end; ``take`` looks at each room)."""
+        return self._since_ms <= now_ms < self._until_ms
 
     def with_rooms(self, newer: Grant) -> Grant:
         """This grant with ``newer``'s rooms in place of its own, where they share a
