@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from statewright.definition.fleet import FleetConfig, TenantShare
 from statewright.store import NewCommand, open_store
 from statewright.store.sqlite import SQLiteStore
 
@@ -32,4 +33,56 @@ def test_an_idle_poll_is_a_read(tmp_path: Path) -> None:
     [timer] = store.claim_timers("w2", 5_000, 60_000)
     assert (due.command_id, timer.timer_id) == ("t1/later", "t1/timer")
     assert "UPDATE" in seen and "BEGIN" in seen
+    store.close()
+
+
+def _queue(store: SQLiteStore, tenant: str, n: int) -> None:
+    store.append(f"{tenant}-{n}", 0, {"event_id": f"{tenant}-{n}:submitted", "type": "Noted", "at_ms": 1},
+                 {"status": "running"}, [NewCommand(f"{tenant}-{n}/s/1", "RunStep", {"step": "s"}, 0, tenant=tenant)],
+                 workflow="wf", workflow_hash="h" * 64)
+
+
+def _stored(store: SQLiteStore) -> list[str]:
+    return [str(r[0]) for r in store._conn.execute("SELECT command_id FROM sw_outbox ORDER BY rowid")]
+
+
+def _drain(store: SQLiteStore) -> list[str]:
+    claimed: list[str] = []
+    while batch := store.claim("w1", 1_000, 60_000, 1):
+        claimed += [c.command_id for c in batch]
+    return claimed
+
+
+def test_commands_lie_in_the_table_in_the_order_claims_take_them(tmp_path: Path) -> None:
+    """An outbox row's rowid follows its place in the fair queue: the commands of tenants of
+    different weights, submitted in turn, lie in the table in the order claims take them, so
+    the rows a claim takes lie together, not in as many places as there are tenants."""
+    store = open_store(f"sqlite:///{tmp_path / 'sw.db'}")
+    assert isinstance(store, SQLiteStore)
+    store.put_fleet(FleetConfig(tenants={"a": TenantShare("a", weight=1), "b": TenantShare("b", weight=4)}), 0)
+    for n in range(6):
+        for tenant in ("a", "b"):
+            _queue(store, tenant, n)
+    stored = _stored(store)
+    claimed = _drain(store)
+    assert claimed == stored and len(claimed) == 12
+    assert claimed[:6] == ["a-0/s/1", "b-0/s/1", "b-1/s/1", "b-2/s/1", "b-3/s/1", "a-1/s/1"]  # b's 4 to a's 1
+    store.close()
+
+
+def test_a_place_in_the_queue_whose_rowids_are_taken_leaves_the_row_to_sqlite(tmp_path: Path) -> None:
+    """Each place in the fair queue has 64 rowids. Past them (here 71 first commands of as
+    many tenants, all at the head of the queue), a command takes SQLite's next rowid, after
+    every row there is: it is written, and claimed in its turn all the same."""
+    store = open_store(f"sqlite:///{tmp_path / 'sw.db'}")
+    assert isinstance(store, SQLiteStore)
+    _queue(store, "z", 0)
+    _queue(store, "z", 1)  # one place further on, at rowid 64 * 1,000,000
+    tenants = [f"t{i:02d}" for i in range(70)]
+    for tenant in tenants:
+        _queue(store, tenant, 0)
+    stored = _stored(store)
+    assert stored[:64] == ["z-0/s/1"] + [f"{t}-0/s/1" for t in tenants[:63]]
+    assert stored[64:] == ["z-1/s/1"] + [f"{t}-0/s/1" for t in tenants[63:]]
+    assert _drain(store) == stored[:64] + stored[65:] + ["z-1/s/1"]  # in the queue's order, not the table's
     store.close()

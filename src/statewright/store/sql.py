@@ -368,8 +368,8 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
                 continue
             self._x(
                 cur,
-                "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms, priority, tenant, gates,"
-                f" fair) VALUES (?, ?, ?, ?, ?, ?, ?, ?, {self._fair_sql()})",
+                self._outbox_insert("command_id, task_id, type, body, available_at_ms, priority, tenant, gates",
+                                    "?, ?, ?, ?, ?, ?, ?, ?"),
                 (c.command_id, task_id, c.type, body_json, c.available_at_ms, c.priority, c.tenant, c.gates,
                  c.tenant, c.tenant, c.priority),
             )
@@ -382,6 +382,11 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
         """The recorded result when ``event_id`` is already in the log."""
         dup = self._x(cur, "SELECT task_id, version FROM sw_events WHERE event_id = ?", (event_id,)).fetchone()
         return AppendResult(version=int(dup[1]), duplicate=True) if dup is not None else None
+
+    def _outbox_insert(self, columns: str, values: str) -> str:
+        """An INSERT of one outbox row: ``columns`` and their ``values``, then its place in
+        the fair queue (``_fair_sql``, whose parameters follow theirs)."""
+        return f"INSERT INTO sw_outbox ({columns}, fair) VALUES ({values}, {self._fair_sql()})"
 
     def _finish_command_txn(self, cur: Any, command_id: str, token: int) -> None:
         gone = self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
@@ -397,9 +402,8 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
         deliveries 0 -> 1)."""
         self._x(
             cur,
-            "INSERT INTO sw_outbox (command_id, task_id, type, body, available_at_ms, lease_owner,"
-            f" lease_expires_ms, token, deliveries, priority, fair) VALUES (?, ?, ?, ?, ?, ?, ?, 1, 1, ?,"
-            f" {self._fair_sql()})",
+            self._outbox_insert("command_id, task_id, type, body, available_at_ms, lease_owner, lease_expires_ms,"
+                                " token, deliveries, priority", "?, ?, ?, ?, ?, ?, ?, 1, 1, ?"),
             (c.command_id, task_id, c.type, body_json, c.available_at_ms, worker_id, lease_expires_ms,
              c.priority, c.tenant, c.tenant, c.priority),
         )
