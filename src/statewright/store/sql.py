@@ -366,12 +366,10 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
             if claim_for is not None and claimed is None and c.type in CLAIMABLE_AT_ONCE and c.chainable:
                 claimed = self._insert_claimed_txn(cur, task_id, c, body_json, *claim_for)
                 continue
-            self._x(
-                cur,
-                self._outbox_insert("command_id, task_id, type, body, available_at_ms, priority, tenant, gates",
-                                    "?, ?, ?, ?, ?, ?, ?, ?"),
-                (c.command_id, task_id, c.type, body_json, c.available_at_ms, c.priority, c.tenant, c.gates,
-                 c.tenant, c.tenant, c.priority),
+            self._insert_outbox_txn(
+                cur, "command_id, task_id, type, body, available_at_ms, priority, tenant, gates",
+                "?, ?, ?, ?, ?, ?, ?, ?",
+                (c.command_id, task_id, c.type, body_json, c.available_at_ms, c.priority, c.tenant, c.gates), c,
             )
         if any(c.timer or claimed is None or c.command_id != claimed.command_id for c in req.commands):
             self._work_added_txn(cur)
@@ -383,10 +381,11 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
         dup = self._x(cur, "SELECT task_id, version FROM sw_events WHERE event_id = ?", (event_id,)).fetchone()
         return AppendResult(version=int(dup[1]), duplicate=True) if dup is not None else None
 
-    def _outbox_insert(self, columns: str, values: str) -> str:
-        """An INSERT of one outbox row: ``columns`` and their ``values``, then its place in
-        the fair queue (``_fair_sql``, whose parameters follow theirs)."""
-        return f"INSERT INTO sw_outbox ({columns}, fair) VALUES ({values}, {self._fair_sql()})"
+    def _insert_outbox_txn(self, cur: Any, columns: str, values: str, params: tuple[Any, ...], c: NewCommand) -> None:
+        """Insert one outbox row: ``columns``, their ``values`` and ``params``, and the
+        place in the fair queue of ``c`` (``_fair_sql``)."""
+        self._x(cur, f"INSERT INTO sw_outbox ({columns}, fair) VALUES ({values}, {self._fair_sql()})",
+                (*params, *fair_params(c)))
 
     def _finish_command_txn(self, cur: Any, command_id: str, token: int) -> None:
         gone = self._x(cur, "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?", (command_id, token))
@@ -400,12 +399,10 @@ class SqlStore(PollingWaits, PeopleSql, RemoteSql, FleetSql, ABC):
         """Insert a new command already claimed by ``worker_id``: one statement that leaves the
         row, and returns the Claim, that inserting it and then claiming it would (token and
         deliveries 0 -> 1)."""
-        self._x(
-            cur,
-            self._outbox_insert("command_id, task_id, type, body, available_at_ms, lease_owner, lease_expires_ms,"
-                                " token, deliveries, priority", "?, ?, ?, ?, ?, ?, ?, 1, 1, ?"),
-            (c.command_id, task_id, c.type, body_json, c.available_at_ms, worker_id, lease_expires_ms,
-             c.priority, c.tenant, c.tenant, c.priority),
+        self._insert_outbox_txn(
+            cur, "command_id, task_id, type, body, available_at_ms, lease_owner, lease_expires_ms, token, deliveries,"
+            " priority", "?, ?, ?, ?, ?, ?, ?, 1, 1, ?",
+            (c.command_id, task_id, c.type, body_json, c.available_at_ms, worker_id, lease_expires_ms, c.priority), c,
         )
         return Claim(
             command_id=c.command_id, task_id=task_id, type=c.type, body=json.loads(body_json),
@@ -666,6 +663,11 @@ class _Encoded:
             canonical_json(req.event), compact_json(req.state),
             tuple("" if c.timer else canonical_json(c.body) for c in req.commands),
         )
+
+
+def fair_params(c: NewCommand) -> tuple[Any, ...]:
+    """The parameters of ``_fair_sql`` for a new command ``c``."""
+    return c.tenant, c.tenant, c.priority
 
 
 _ACK_SQL = "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?"  # only the claim of that token

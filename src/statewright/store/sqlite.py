@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from statewright._errors import NotAStatewrightDatabaseError, StoreError
-from statewright.store.base import Claim, TimerClaim
-from statewright.store.sql import SqlStore
+from statewright.store.base import Claim, NewCommand, TimerClaim
+from statewright.store.sql import SqlStore, fair_params
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -174,7 +174,7 @@ class SQLiteStore(SqlStore):
                 return
             super().wake(gates, now_ms, count)
 
-    def _outbox_insert(self, columns: str, values: str) -> str:
+    def _insert_outbox_txn(self, cur: Any, columns: str, values: str, params: tuple[Any, ...], c: NewCommand) -> None:
         """The row's rowid follows its place in the fair queue: each place has 64 rowids,
         and the row takes the one after the last taken; past them (or past 2**56 places),
         SQLite's own next rowid. So the commands claimed together lie together in the table,
@@ -182,13 +182,20 @@ class SQLiteStore(SqlStore):
         four tenants of weights 1 to 4 submitted in turn, a claim of 8 in the order of
         insertion wrote 8.8 pages to the WAL against 4.8 with no tenants, from four places
         in the table; in the queue's order, 6.3 (bench/README.md, the run of 2026-12-07
-        19:59 UTC)."""
+        19:59 UTC). The place and its rowid are read first, in the caller's transaction
+        (writers are serialized): an INSERT that reads its own table copies its rows first.
+        A command of no tenant is inserted as SQLite would: those take their places in the
+        order they come, so SQLite's next rowid keeps them in it."""
+        if not c.tenant:
+            super()._insert_outbox_txn(cur, columns, values, params, c)
+            return
         place = "f.v * 64"
-        rowid = (f"CASE WHEN f.v < {2 ** 56} THEN (SELECT CASE WHEN n.r < {place} + 64 THEN n.r END FROM"
-                 f" (SELECT COALESCE(MAX(rowid) + 1, {place}) AS r FROM sw_outbox"
-                 f" WHERE rowid >= {place} AND rowid < {place} + 64) n) END")
-        return (f"INSERT INTO sw_outbox (rowid, {columns}, fair) SELECT {rowid}, {values}, f.v"
-                f" FROM (SELECT {self._fair_sql()} AS v) f")
+        fair, rowid = self._x(cur, (
+            f"SELECT f.v, CASE WHEN f.v < {2 ** 56} THEN (SELECT CASE WHEN n.r < {place} + 64 THEN n.r END FROM"
+            f" (SELECT COALESCE(MAX(rowid) + 1, {place}) AS r FROM sw_outbox"
+            f" WHERE rowid >= {place} AND rowid < {place} + 64) n) END FROM (SELECT {self._fair_sql()} AS v) f"),
+            fair_params(c)).fetchone()
+        self._x(cur, f"INSERT INTO sw_outbox (rowid, {columns}, fair) VALUES (?, {values}, ?)", (rowid, *params, fair))
 
     def _is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc).upper()
