@@ -181,8 +181,8 @@ class SQLiteStore(SqlStore):
         as they lie in the queue's index, whatever order their tenants' tasks came in. With
         four tenants of weights 1 to 4 submitted in turn, a claim of 8 in the order of
         insertion wrote 8.8 pages to the WAL against 4.8 with no tenants, from four places
-        in the table; in the queue's order, 6.3 (bench/README.md, the run of 2026-12-07
-        19:59 UTC). The place and its rowid are read first, in the caller's transaction
+        in the table; in the queue's order, 6.2 (bench/README.md, the run of 2026-12-07
+        20:09 UTC). The place and its rowid are read first, in the caller's transaction
         (writers are serialized): an INSERT that reads its own table copies its rows first.
         A command of no tenant is inserted as SQLite would: those take their places in the
         order they come, so SQLite's next rowid keeps them in it."""
