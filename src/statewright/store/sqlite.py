@@ -176,8 +176,8 @@ class SQLiteStore(SqlStore):
 
     def _insert_outbox_txn(self, cur: Any, columns: str, values: str, params: tuple[Any, ...], c: NewCommand) -> None:
         """The row's rowid follows its place in the fair queue: each place has 64 rowids,
-        and the row takes the one after the last taken; past them (or past 2**56 places),
-        SQLite's own next rowid. So the commands claimed together lie together in the table,
+        and the row takes the one after the last taken; past them (or at a place of 2**56
+        or more), SQLite's own next rowid. So the commands claimed together lie together in the table,
         as they lie in the queue's index, whatever order their tenants' tasks came in. With
         four tenants of weights 1 to 4 submitted in turn, a claim of 8 in the order of
         insertion wrote 8.8 pages to the WAL against 4.8 with no tenants, from four places
