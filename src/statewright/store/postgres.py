@@ -36,7 +36,14 @@ from statewright.store.base import (
     Wake,
 )
 from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated, with_gates
-from statewright.store.sql import _NEXT_COMMAND_SQL, _RELEASE_SQL, SqlStore, _Encoded, _release_params
+from statewright.store.sql import (
+    _NEXT_COMMAND_SQL,
+    _RELEASE_SQL,
+    SqlStore,
+    _Encoded,
+    _release_params,
+    fair_params,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -678,14 +685,14 @@ class PostgresStore(SqlStore):
                 worker_id, lease_expires_ms = claim_for
                 params += (c.command_id, task_id, c.type, body_json, c.available_at_ms,
                            worker_id, lease_expires_ms, 1, 1, c.priority, c.tenant, c.gates,
-                           c.tenant, c.tenant, c.priority)
+                           *fair_params(c))
                 claimed = Claim(
                     command_id=c.command_id, task_id=task_id, type=c.type, body=json.loads(body_json),
                     token=1, deliveries=1, failures=0, lease_expires_ms=int(lease_expires_ms),
                 )
             else:
                 params += (c.command_id, task_id, c.type, body_json, c.available_at_ms, None, None, 0, 0,
-                           c.priority, c.tenant, c.gates, c.tenant, c.tenant, c.priority)
+                           c.priority, c.tenant, c.gates, *fair_params(c))
         notify = any(c.timer or claimed is None or c.command_id != claimed.command_id for c in req.commands)
         if notify:
             params.append(CHANNEL)

@@ -24,6 +24,7 @@ _LONGEST_PAUSE_SECONDS = 0.001
 
 
 class SQLiteStore(SqlStore):
+    _place = ""  # _place_sql's text, once made
     # SQLite would read the gate's rows by the key instead, every one of them.
     _horizon_of = ("(SELECT MAX(at_ms) FROM sw_rate_log INDEXED BY sw_rate_log_marks"
                    " WHERE command_id = '' AND gate = ?)")
@@ -177,10 +178,10 @@ class SQLiteStore(SqlStore):
     def _insert_outbox_txn(self, cur: Any, columns: str, values: str, params: tuple[Any, ...], c: NewCommand) -> None:
         """The row's rowid follows its place in the fair queue: each place has 64 rowids,
         and the row takes the one after the last taken; past them (or at a place of 2**56
-        or more), SQLite's own next rowid. So the commands claimed together lie together in the table,
-        as they lie in the queue's index, whatever order their tenants' tasks came in. With
-        four tenants of weights 1 to 4 submitted in turn, a claim of 8 in the order of
-        insertion wrote 8.8 pages to the WAL against 4.8 with no tenants, from four places
+        or more), SQLite's own next rowid. So the commands claimed together lie together in
+        the table, as they lie in the queue's index, whatever order their tenants' tasks came
+        in. With four tenants of weights 1 to 4 submitted in turn, a claim of 8 in the order
+        of insertion wrote 8.8 pages to the WAL against 4.8 with no tenants, from four places
         in the table; in the queue's order, 6.2 (bench/README.md, the run of 2026-12-07
         20:09 UTC). The place and its rowid are read first, in the caller's transaction
         (writers are serialized): an INSERT that reads its own table copies its rows first.
@@ -189,13 +190,19 @@ class SQLiteStore(SqlStore):
         if not c.tenant:
             super()._insert_outbox_txn(cur, columns, values, params, c)
             return
-        place = "f.v * 64"
-        fair, rowid = self._x(cur, (
-            f"SELECT f.v, CASE WHEN f.v < {2 ** 56} THEN (SELECT CASE WHEN n.r < {place} + 64 THEN n.r END FROM"
-            f" (SELECT COALESCE(MAX(rowid) + 1, {place}) AS r FROM sw_outbox"
-            f" WHERE rowid >= {place} AND rowid < {place} + 64) n) END FROM (SELECT {self._fair_sql()} AS v) f"),
-            fair_params(c)).fetchone()
+        fair, rowid = self._x(cur, self._place_sql(), fair_params(c)).fetchone()
         self._x(cur, f"INSERT INTO sw_outbox (rowid, {columns}, fair) VALUES (?, {values}, ?)", (rowid, *params, fair))
+
+    def _place_sql(self) -> str:
+        """A new command's place in the fair queue and the rowid it takes (parameters:
+        ``fair_params``), made once."""
+        if not self._place:
+            place = "f.v * 64"
+            self._place = (
+                f"SELECT f.v, CASE WHEN f.v < {2 ** 56} THEN (SELECT CASE WHEN n.r < {place} + 64 THEN n.r END FROM"
+                f" (SELECT COALESCE(MAX(rowid) + 1, {place}) AS r FROM sw_outbox"
+                f" WHERE rowid >= {place} AND rowid < {place} + 64) n) END FROM (SELECT {self._fair_sql()} AS v) f")
+        return self._place
 
     def _is_unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc).upper()
