@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.fleet import DAY_MS, SHARE_SCALE, FleetConfig, NamedLimit, TenantShare, parse_rate
-from statewright.store.base import Claim
+from statewright.store.base import Claim, NewCommand
 from statewright.store.grants import GRANT_SKEW_MS, grant_of
 
 if TYPE_CHECKING:  # admission is imported where a claim has gates: most claims have none
@@ -106,7 +106,7 @@ class FleetSql:
 
     def _fair_sql(self) -> str:
         """Where a new command of a tenant takes its place in the fair queue (parameters:
-        tenant, tenant, priority): one step past the tenant's last queued command (a step
+        ``fair_params``: tenant, tenant, priority): one step past the tenant's last queued command (a step
         of SHARE_SCALE / weight), and never before the oldest command queued at its
         priority (a running step is not queued), so a tenant that was idle starts level with
         the others, not ahead."""
@@ -632,6 +632,11 @@ def tenant_from_row(name: str, body: dict[str, Any]) -> TenantShare:
                        float(usd) if usd is not None else None)
 
 
+def fair_params(c: NewCommand) -> tuple[Any, ...]:
+    """The parameters of ``FleetSql._fair_sql`` for a new command ``c``."""
+    return c.tenant, c.tenant, c.priority
+
+
 def with_gates(rows: list[Any]) -> list[tuple[Any, tuple[Gate, ...]]]:
     """Each claimed row with its gates, and its tenant's where the tenant has a limit or a
     budget (``claim_gates`` is imported once for all of them)."""
@@ -670,6 +675,6 @@ def claim_of(r: Any, gates: tuple[str, ...] = ()) -> Claim:
 
 
 __all__ = [
-    "CLAIM_RETURNING", "FleetSql", "claim_of", "in_claim_order", "is_gated",
+    "CLAIM_RETURNING", "FleetSql", "claim_of", "fair_params", "in_claim_order", "is_gated",
     "limit_from_row", "tenant_from_row", "with_gates",
 ]

@@ -35,15 +35,8 @@ from statewright.store.base import (
     StoreUnavailableError,
     Wake,
 )
-from statewright.store.fleet_sql import claim_of, in_claim_order, is_gated, with_gates
-from statewright.store.sql import (
-    _NEXT_COMMAND_SQL,
-    _RELEASE_SQL,
-    SqlStore,
-    _Encoded,
-    _release_params,
-    fair_params,
-)
+from statewright.store.fleet_sql import claim_of, fair_params, in_claim_order, is_gated, with_gates
+from statewright.store.sql import _NEXT_COMMAND_SQL, _RELEASE_SQL, SqlStore, _Encoded, _release_params
 
 if TYPE_CHECKING:
     import psycopg

@@ -35,7 +35,7 @@ from statewright.store.base import (
     Wake,
 )
 from statewright.store.chain import GENESIS_HASH, Chain, RawEvent
-from statewright.store.fleet_sql import FleetSql
+from statewright.store.fleet_sql import FleetSql, fair_params
 from statewright.store.people import PeopleSql
 from statewright.store.remote import RemoteSql
 from statewright.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -663,11 +663,6 @@ class _Encoded:
             canonical_json(req.event), compact_json(req.state),
             tuple("" if c.timer else canonical_json(c.body) for c in req.commands),
         )
-
-
-def fair_params(c: NewCommand) -> tuple[Any, ...]:
-    """The parameters of ``_fair_sql`` for a new command ``c``."""
-    return c.tenant, c.tenant, c.priority
 
 
 _ACK_SQL = "DELETE FROM sw_outbox WHERE command_id = ? AND token = ?"  # only the claim of that token

@@ -12,7 +12,8 @@ from typing import Any
 
 from statewright._errors import NotAStatewrightDatabaseError, StoreError
 from statewright.store.base import Claim, NewCommand, TimerClaim
-from statewright.store.sql import SqlStore, fair_params
+from statewright.store.fleet_sql import fair_params
+from statewright.store.sql import SqlStore
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 BUSY_TIMEOUT_SECONDS = 30.0
