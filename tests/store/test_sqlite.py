@@ -7,6 +7,7 @@ from pathlib import Path
 
 from statewright.definition.fleet import FleetConfig, TenantShare
 from statewright.store import NewCommand, open_store
+from statewright.store.base import Wake
 from statewright.store.sqlite import SQLiteStore
 
 
@@ -85,4 +86,62 @@ def test_a_place_in_the_queue_whose_rowids_are_taken_leaves_the_row_to_sqlite(tm
     assert stored[:64] == ["z-0/s/1"] + [f"{t}-0/s/1" for t in tenants[:63]]
     assert stored[64:] == ["z-1/s/1"] + [f"{t}-0/s/1" for t in tenants[63:]]
     assert _drain(store) == stored[:64] + stored[65:] + ["z-1/s/1"]  # in the queue's order, not the table's
+    store.close()
+
+
+def _gated(store: SQLiteStore, n: int, gate: str = "step:wf/s") -> None:
+    store.append(f"g-{n}", 0, {"event_id": f"g-{n}:submitted", "type": "Noted", "at_ms": 1}, {"status": "running"},
+                 [NewCommand(f"g-{n}/s/1", "RunStep", {"step": "s"}, 0, gates=f'[["{gate}",1]]')],
+                 workflow="wf", workflow_hash="h" * 64)
+
+
+def _due_at(store: SQLiteStore, task_id: str) -> int:
+    [row] = [r for r in store.outbox() if r["task_id"] == task_id]
+    return int(row["available_at_ms"])
+
+
+def test_an_ack_with_a_wake_is_one_delete_while_no_command_waits(tmp_path: Path) -> None:
+    """An ack that carries a wake is one DELETE while no command waits for a slot at all.
+    Where one waits for a gate of the wake, the wake is written and the waiter is due at
+    once; where one waits for another gate only, it stays waiting; an ack of another
+    claim's token deletes nothing and still wakes."""
+    store = open_store(f"sqlite:///{tmp_path / 'sw.db'}")
+    assert isinstance(store, SQLiteStore)
+    _gated(store, 1)
+    [first] = store.claim("w1", 1_000, 60_000, 5)
+    seen: list[str] = []
+    store._conn.set_trace_callback(lambda sql: seen.append(" ".join(sql.split()[:3]).upper()))
+    store.ack(first.command_id, first.token, wake=Wake(first.gates, 1_000, 1))
+    assert seen == ["DELETE FROM SW_OUTBOX"] and store.outbox() == []
+
+    _gated(store, 2, "step:other/s")
+    _gated(store, 3, "step:other/s")
+    _gated(store, 4)
+    held = store.claim("w1", 2_000, 60_000, 5)
+    assert [c.task_id for c in held] == ["g-2", "g-4"] and _due_at(store, "g-3") > 2_000  # g-3 waits
+    seen.clear()
+    [mine] = [c for c in held if c.task_id == "g-4"]
+    store.ack(mine.command_id, mine.token, wake=Wake(mine.gates, 2_000, 1))
+    assert "UPDATE SW_OUTBOX SET" not in seen and _due_at(store, "g-3") > 2_000  # it waits for another gate
+    assert [r["task_id"] for r in store.outbox()] == ["g-2", "g-3"]
+
+    [other] = [c for c in held if c.task_id == "g-2"]
+    store.ack(other.command_id, other.token + 1, wake=Wake(other.gates, 2_000, 1))  # not its claim
+    assert _due_at(store, "g-3") == 2_000  # woken: and given back again, the slot still held
+    assert store.claim("w2", 2_000, 60_000, 5) == [] and _due_at(store, "g-3") > 2_000
+    store.ack(other.command_id, other.token, wake=Wake(other.gates, 2_000, 1))
+    assert [c.task_id for c in store.claim("w2", 2_000, 60_000, 5)] == ["g-3"]
+    store.close()
+
+
+def test_whether_a_command_waits_is_one_seek_past_those_that_waited_before(tmp_path: Path) -> None:
+    """Commands that once waited for a slot and now run or are due keep their gate of
+    waiting; the read of whether any command waits seeks the index of the waiting ones by
+    when they are due, and does not read those."""
+    store = open_store(f"sqlite:///{tmp_path / 'sw.db'}")
+    assert isinstance(store, SQLiteStore)
+    from statewright.store.sqlite import _ANY_WAITER
+
+    plan = " ".join(str(r[3]) for r in store._conn.execute(f"EXPLAIN QUERY PLAN {_ANY_WAITER}", (0,)))
+    assert "USING INDEX sw_outbox_waiters (available_at_ms>?)" in plan, plan
     store.close()

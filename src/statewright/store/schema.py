@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15
 
 MIGRATIONS: dict[int, list[str]] = {
     1: [
@@ -256,5 +256,12 @@ MIGRATIONS: dict[int, list[str]] = {
             version BIGINT NOT NULL
         )""",
         "INSERT INTO sw_fleet_version (id, version) SELECT 1, 0 WHERE NOT EXISTS (SELECT 1 FROM sw_fleet_version)",
+    ],
+    # The commands waiting for a slot, by when they are due: whether any command waits at
+    # all is one seek, however many commands that once waited are running or due now
+    # (``sw_outbox_waiting`` holds every command that ever waited, until it is done).
+    15: [
+        "CREATE INDEX IF NOT EXISTS sw_outbox_waiters ON sw_outbox (available_at_ms)"
+        " WHERE wait_gate IS NOT NULL AND lease_expires_ms IS NULL",
     ],
 }
