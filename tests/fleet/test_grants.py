@@ -117,6 +117,29 @@ def test_a_fleet_put_or_the_grants_end_sends_claims_through_an_admission(
     assert live_slots(store_url) == 16
 
 
+def test_claims_alike_spend_the_grant_each_until_it_has_too_little_left(
+    store_url: str, open_engine: Callable[..., Engine], tmp_path: Path
+) -> None:
+    """Claims whose rows pass the same gates are worked out once per grant, and each spends
+    from it: once it has too little left for the next, that one goes through an admission,
+    and the slots held never pass the grant and what its admission admitted."""
+    clock = FakeClock()
+    engine = open_engine(clock=clock, workspace_root=tmp_path / "ws")
+    engine.store.put_fleet(FleetConfig(limits={"api": NamedLimit("api", concurrency=64)}), clock.now_ms())
+    wf = workflow("alike", limits=["api"])
+    for i in range(40):
+        engine.submit(wf, {"n": i})
+    assert len(engine.store.claim("w1", clock.now_ms(), LEASE_MS, 2)) == 2
+    [(granted,)] = raw_sql(store_url, "SELECT amount FROM sw_grants WHERE gate = 'limit:api'")
+    bound = bounds(store_url)
+    for i in range(int(granted) // 2):
+        assert len(engine.store.claim("w1", clock.now_ms(), LEASE_MS, 2)) == 2
+        assert bounds(store_url) == bound, f"claim {i + 1} of the grant went through an admission"
+    assert live_slots(store_url) == 2 + int(granted) // 2 * 2
+    assert len(engine.store.claim("w1", clock.now_ms(), LEASE_MS, 2)) == 2
+    assert bounds(store_url) != bound  # the grant had too little left: admitted, and granted again
+
+
 @pytest.mark.parametrize(("concurrency", "rate", "most"), [(64, "100000/min", 64), (100000, "100/min", 100)])
 def test_several_workers_taking_grants_never_exceed_a_limit(
     store_url: str, open_engine: Callable[..., Engine], tmp_path: Path, concurrency: int, rate: str, most: int

@@ -57,6 +57,11 @@ class Room:
     expires_ms: int
 
 
+Need = tuple[tuple[Room, int], ...]
+"""What a claim draws from a grant (``Grant.need``): each room it passes, with how many of
+its commands pass it."""
+
+
 @dataclass
 class Grant:
     """What one worker may admit from without an admission, per gate, while the fleet
@@ -81,6 +86,14 @@ class Grant:
         """Spend from the rooms what ``claimed`` (the gates of each command) needs, and say
         so; spend nothing and say False where a room one of them needs has ended, is not
         there, or has too little left: then none is admitted from the grant."""
+        need = self.need(claimed)
+        return need is not None and self.spend(need, now_ms)
+
+    def need(self, claimed: Sequence[tuple[Gate, ...]]) -> Need | None:
+        """What ``claimed`` (the gates of each command) draws from the rooms: each room it
+        passes, with how many of its commands pass it; None where a room one of them needs
+        is not there, or was not made for a capacity it names. It holds for the grant's life
+        (its rooms are never replaced), so a claim like another may spend it again."""
         from statewright.store.admission import by_set  # a claim with gates has loaded it
 
         count, sets = by_set(claimed)
@@ -88,20 +101,25 @@ class Grant:
         for key, gates in sets.items():
             rooms = self._rooms_of(gates)
             if rooms is None:
-                return False
+                return None
             n = count[key]
             for room in rooms:
-                if not room.made_ms <= now_ms < room.expires_ms:
-                    return False
                 taken = need.get(id(room))
                 if taken is None:
                     need[id(room)] = [room, n]
                 else:
                     taken[1] += n
-        for room, n in need.values():
+        return tuple((room, n) for room, n in need.values())
+
+    def spend(self, need: Need, now_ms: int) -> bool:
+        """Spend ``need`` (``need``) from its rooms, and say so; spend nothing and say False
+        where one of them has ended, is not yet made, or has too little left."""
+        for room, n in need:
+            if not room.made_ms <= now_ms < room.expires_ms:
+                return False
             if (room.slots is not None and n > room.slots) or (room.starts is not None and n > room.starts):
                 return False
-        for room, n in need.values():
+        for room, n in need:
             if room.slots is not None:
                 room.slots -= n
             if room.starts is not None:
@@ -176,4 +194,4 @@ def grant_of(ledger: Ledger, claimed: Sequence[tuple[Gate, ...]], version: int, 
     return Grant(version, rooms) if rooms else None
 
 
-__all__ = ["GRANT_MS", "GRANT_SKEW_MS", "Grant", "Room", "grant_of"]
+__all__ = ["GRANT_MS", "GRANT_SKEW_MS", "Grant", "Need", "Room", "grant_of"]
