@@ -161,8 +161,8 @@ class FleetSql:
         grant, and their gates' names, are worked out once per grant for each run of rows
         with the same gates, tenants and gating (``_plans``): claims in fair order repeat a
         few such runs. Worked out at each claim (the gates of each row, the rooms of each set,
-        the sum per room), they made a claim of 8 from a grant cost 30 to 35 us more than one
-        with no gates on SQLite; once per grant, 19 to 21 (bench/README.md)."""
+        the sum per room), they made a claim of 8 from a grant cost 28 to 31 us more than one
+        of tenants with no limit on SQLite; once per grant, 19 to 21 (bench/README.md)."""
         grant = self._grant
         if grant is None:
             return None

@@ -192,7 +192,7 @@ class SQLiteStore(SqlStore):
         that deletes only if none waits, read in its own write: writers are serialized, so
         no command can be given back to wait meanwhile, and none waits once it commits. In
         the claim loop, the shared ack (BEGIN, the delete, the reads, COMMIT) made the last
-        ack of a batch cost about 25 us more than one without a wake (bench/README.md). Where
+        ack of a batch cost 26 to 33 us more than one without a wake (bench/README.md). Where
         a command waits, or no claim of ``token`` is there, the shared ack follows."""
         if wake is not None and not self._depth:
             with self._stmt() as cur:
