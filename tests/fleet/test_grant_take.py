@@ -4,6 +4,8 @@ commands name, and large enough."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from statewright.store.admission import Gate
 from statewright.store.grants import Grant, Room
 
@@ -59,3 +61,34 @@ def test_a_grant_is_live_from_its_first_room_to_the_end_of_its_last() -> None:
     assert both.take([OTHER], T0 + 600)  # the step's room from the older grant, the tenant's from the newer
     assert not both.take([OTHER], T0 + 1_200)  # the step's room has ended
     assert not Grant(1, {}).live(T0)
+
+
+def test_claims_on_threads_at_once_never_spend_more_than_a_room_holds() -> None:
+    """A worker's claiming threads share its grant: however their spends interleave (a
+    thread switch as often as the interpreter allows), they take exactly what the rooms
+    hold, never more."""
+    import sys
+    import threading
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            g = grant(slots=20_000, starts=20_000)
+            need = g.need([STEP])
+            assert need is not None
+            taken = [0] * 8
+
+            def spend(i: int, g: Grant = g, need: Any = need, taken: list[int] = taken) -> None:
+                while g.spend(need, T0 + 1):
+                    taken[i] += 1
+
+            threads = [threading.Thread(target=spend, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sum(taken) == 20_000
+            assert left(g) == {"step:wf/s": (0, None), "limit:api": (None, 0)}
+    finally:
+        sys.setswitchinterval(before)

@@ -135,12 +135,22 @@ def test_an_ack_with_a_wake_is_one_delete_while_no_command_waits(tmp_path: Path)
 
 
 def test_whether_a_command_waits_is_one_seek_past_those_that_waited_before(tmp_path: Path) -> None:
-    """Commands that once waited for a slot and now run or are due keep their gate of
-    waiting; the read of whether any command waits seeks the index of the waiting ones by
-    when they are due, and does not read those."""
+    """A command that once waited for a slot and now runs keeps its gate of waiting; the
+    read of whether any command waits seeks the index of the waiting ones by when they are
+    due, and neither reads it nor counts it as waiting."""
+    from statewright.store.sqlite import _ANY_WAITER
+
     store = open_store(f"sqlite:///{tmp_path / 'sw.db'}")
     assert isinstance(store, SQLiteStore)
-    from statewright.store.sqlite import _ANY_WAITER
+    _gated(store, 1)
+    _gated(store, 2)
+    [first] = store.claim("w1", 1_000, 60_000, 5)
+    assert store._found(_ANY_WAITER, (1_000,))  # g-2 waits for g-1's slot
+    store.ack(first.command_id, first.token, wake=Wake(first.gates, 1_000, 1))
+    [second] = store.claim("w1", 1_000, 60_000, 5)
+    assert second.task_id == "g-2"
+    assert store._conn.execute("SELECT COUNT(*) FROM sw_outbox WHERE wait_gate IS NOT NULL").fetchone() == (1,)
+    assert not store._found(_ANY_WAITER, (1_000,))  # it ran: it waits no more
 
     plan = " ".join(str(r[3]) for r in store._conn.execute(f"EXPLAIN QUERY PLAN {_ANY_WAITER}", (0,)))
     assert "USING INDEX sw_outbox_waiters (available_at_ms>?)" in plan, plan

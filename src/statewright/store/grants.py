@@ -23,6 +23,7 @@ the start. Pure: the store reads and writes."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,10 @@ worker's clock may be behind."""
 _AT_MOST = 1024
 _SHARE = 4  # a grant takes at most this fraction of the room a gate has left
 _AT_LEAST = 8  # a gate with room for fewer than this is granted nothing: it is near its limit
+# A worker's claiming threads share its store, and with it the grant and its rooms (which a
+# grant made by ``with_rooms`` shares too): each spend checks and takes under this lock, so
+# two claims never both take the last of a room.
+_SPENDING = threading.Lock()
 
 
 @dataclass
@@ -112,19 +117,20 @@ class Grant:
         return tuple((room, n) for room, n in need.values())
 
     def spend(self, need: Need, now_ms: int) -> bool:
-        """Spend ``need`` (``need``) from its rooms, and say so; spend nothing and say False
-        where one of them has ended, is not yet made, or has too little left."""
-        for room, n in need:
-            if not room.made_ms <= now_ms < room.expires_ms:
-                return False
-            if (room.slots is not None and n > room.slots) or (room.starts is not None and n > room.starts):
-                return False
-        for room, n in need:
-            if room.slots is not None:
-                room.slots -= n
-            if room.starts is not None:
-                room.starts -= n
-        return True
+        """Spend ``need`` (from ``Grant.need``) from its rooms, and say so; spend nothing
+        and say False where one of them has ended, is not yet made, or has too little left."""
+        with _SPENDING:
+            for room, n in need:
+                if not room.made_ms <= now_ms < room.expires_ms:
+                    return False
+                if (room.slots is not None and n > room.slots) or (room.starts is not None and n > room.starts):
+                    return False
+            for room, n in need:
+                if room.slots is not None:
+                    room.slots -= n
+                if room.starts is not None:
+                    room.starts -= n
+            return True
 
     def _rooms_of(self, gates: tuple[Gate, ...]) -> tuple[Room, ...] | None:
         plan = self._plans.get(id(gates))

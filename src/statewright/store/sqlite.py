@@ -28,7 +28,7 @@ _LONGEST_PAUSE_SECONDS = 0.001
 _ANY_WAITER = ("SELECT 1 FROM sw_outbox INDEXED BY sw_outbox_waiters WHERE wait_gate IS NOT NULL"
                " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1")
 # An ack (parameters: command, token, now) that deletes only while no command waits.
-_ACK_UNLESS_WAITING = (f"DELETE FROM sw_outbox WHERE command_id = ? AND token = ? AND NOT EXISTS ({_ANY_WAITER})")
+_ACK_UNLESS_WAITING = f"DELETE FROM sw_outbox WHERE command_id = ? AND token = ? AND NOT EXISTS ({_ANY_WAITER})"
 
 
 class SQLiteStore(SqlStore):
