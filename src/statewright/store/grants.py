@@ -87,13 +87,6 @@ class Grant:
         self._since_ms = min((room.made_ms for room in self.rooms.values()), default=0)
         self._until_ms = max((room.expires_ms for room in self.rooms.values()), default=0)
 
-    def take(self, claimed: Sequence[tuple[Gate, ...]], now_ms: int) -> bool:
-        """Spend from the rooms what ``claimed`` (the gates of each command) needs, and say
-        so; spend nothing and say False where a room one of them needs has ended, is not
-        there, or has too little left: then none is admitted from the grant."""
-        need = self.need(claimed)
-        return need is not None and self.spend(need, now_ms)
-
     def need(self, claimed: Sequence[tuple[Gate, ...]]) -> Need | None:
         """What ``claimed`` (the gates of each command) draws from the rooms: each room it
         passes, with how many of its commands pass it; None where a room one of them needs
@@ -143,7 +136,7 @@ class Grant:
 
     def live(self, now_ms: int) -> bool:
         """Whether a room may still admit (true from the first room's making to the last
-        one's end; ``take`` looks at each room)."""
+        one's end; ``spend`` looks at each room)."""
         return self._since_ms <= now_ms < self._until_ms
 
     def with_rooms(self, newer: Grant) -> Grant:
