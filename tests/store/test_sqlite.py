@@ -155,3 +155,21 @@ def test_whether_a_command_waits_is_one_seek_past_those_that_waited_before(tmp_p
     plan = " ".join(str(r[3]) for r in store._conn.execute(f"EXPLAIN QUERY PLAN {_ANY_WAITER}", (0,)))
     assert "USING INDEX sw_outbox_waiters (available_at_ms>?)" in plan, plan
     store.close()
+
+
+def test_a_command_parked_on_a_spent_budget_waits_for_no_slot(tmp_path: Path) -> None:
+    """A command parked until its tenant's budget is raised or the day turns waits for no
+    slot (a fleet config put wakes it): an ack with a wake is still the one DELETE."""
+    store = open_store(f"sqlite:///{tmp_path / 'sw.db'}")
+    assert isinstance(store, SQLiteStore)
+    _gated(store, 1)
+    _gated(store, 2, "step:other/s")
+    [first, parked] = store.claim("w1", 1_000, 60_000, 5)
+    store.release(parked.command_id, parked.token, 86_400_000, failed=False, started=False)
+    store._conn.execute("UPDATE sw_outbox SET wait_gate = 'budget:acme' WHERE task_id = 'g-2'")
+    seen: list[str] = []
+    store._conn.set_trace_callback(lambda sql: seen.append(" ".join(sql.split()[:3]).upper()))
+    store.ack(first.command_id, first.token, wake=Wake(first.gates, 1_000, 1))
+    assert seen == ["DELETE FROM SW_OUTBOX"]
+    assert [r["task_id"] for r in store.outbox()] == ["g-2"] and _due_at(store, "g-2") == 86_400_000
+    store.close()

@@ -259,9 +259,10 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # The commands waiting for a slot, by when they are due: whether any command waits at
     # all is one seek, however many commands that once waited are running or due now
-    # (``sw_outbox_waiting`` holds every command that ever waited, until it is done).
+    # (``sw_outbox_waiting`` holds every command that ever waited, until it is done). A
+    # command parked on a spent budget waits for no slot: a fleet config put wakes it.
     15: [
         "CREATE INDEX IF NOT EXISTS sw_outbox_waiters ON sw_outbox (available_at_ms)"
-        " WHERE wait_gate IS NOT NULL AND lease_expires_ms IS NULL",
+        " WHERE wait_gate IS NOT NULL AND wait_gate NOT LIKE 'budget:%' AND lease_expires_ms IS NULL",
     ],
 }

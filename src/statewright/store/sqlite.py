@@ -25,8 +25,9 @@ _LONGEST_PAUSE_SECONDS = 0.001
 
 
 # Whether any command waits for a slot (parameter: now): one seek into the index of waiters.
+# A command parked on a spent budget waits for none (its gate is the budget's).
 _ANY_WAITER = ("SELECT 1 FROM sw_outbox INDEXED BY sw_outbox_waiters WHERE wait_gate IS NOT NULL"
-               " AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1")
+               " AND wait_gate NOT LIKE 'budget:%' AND lease_expires_ms IS NULL AND available_at_ms > ? LIMIT 1")
 # An ack (parameters: command, token, now) that deletes only while no command waits.
 _ACK_UNLESS_WAITING = f"DELETE FROM sw_outbox WHERE command_id = ? AND token = ? AND NOT EXISTS ({_ANY_WAITER})"
 
