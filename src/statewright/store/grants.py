@@ -74,11 +74,6 @@ class Grant:
 
     version: int
     rooms: dict[str, Room]
-    # Per set of gates (by identity: ``claim_gates`` hands out one tuple per set): the set,
-    # and the rooms its commands draw on, or None where a room is missing or was not made
-    # for a capacity the set names. Rooms are never added to a grant (``with_rooms`` makes a
-    # new one), so what is looked up once holds for the grant's life.
-    _plans: dict[int, tuple[tuple[Gate, ...], tuple[Room, ...] | None]] = field(default_factory=dict, repr=False)
     # From the first room's making to the last room's end: no room admits outside them.
     _since_ms: int = field(init=False, repr=False)
     _until_ms: int = field(init=False, repr=False)
@@ -95,18 +90,17 @@ class Grant:
         from statewright.store.admission import by_set  # a claim with gates has loaded it
 
         count, sets = by_set(claimed)
-        need: dict[int, list[Any]] = {}  # id of a room -> [the room, how many pass it]
+        need: dict[str, list[Any]] = {}  # gate -> [its room, how many pass it]
         for key, gates in sets.items():
-            rooms = self._rooms_of(gates)
-            if rooms is None:
-                return None
-            n = count[key]
-            for room in rooms:
-                taken = need.get(id(room))
+            for g in gates:
+                room = self.rooms.get(g.name)
+                if room is None or g.capacity not in room.capacities:
+                    return None
+                taken = need.get(g.name)
                 if taken is None:
-                    need[id(room)] = [room, n]
+                    need[g.name] = [room, count[key]]
                 else:
-                    taken[1] += n
+                    taken[1] += count[key]
         return tuple((room, n) for room, n in need.values())
 
     def spend(self, need: Need, now_ms: int) -> bool:
@@ -124,15 +118,6 @@ class Grant:
                 if room.starts is not None:
                     room.starts -= n
             return True
-
-    def _rooms_of(self, gates: tuple[Gate, ...]) -> tuple[Room, ...] | None:
-        plan = self._plans.get(id(gates))
-        if plan is None or plan[0] is not gates:
-            rooms = tuple(self.rooms.get(g.name) for g in gates)
-            covered = all(room is not None and g.capacity in room.capacities
-                          for g, room in zip(gates, rooms, strict=True))
-            plan = self._plans[id(gates)] = (gates, tuple(r for r in rooms if r is not None) if covered else None)
-        return plan[1]
 
     def live(self, now_ms: int) -> bool:
         """Whether a room may still admit (true from the first room's making to the last
