@@ -29,8 +29,9 @@ ordered by fair share and admitted under five gates):
       tasks from one database, each claim admitted across all of them; tasks per second
       from when every process has its store open.
 
-Rounds alternate OFF and ON; the figures are medians over rounds, and (1), (2) and (4)
-also print each round's ON/OFF (against the OFF round just before it) and their median.
+Each round runs OFF and ON, each on a database of its own (removed after it, with its steps'
+workspaces), OFF first in one round and ON first in the next; the figures are medians over
+rounds, and (1), (2) and (4) also print each round's ON/OFF and their median.
 bench/README.md has a run."""
 
 from __future__ import annotations
@@ -81,11 +82,30 @@ def mode_name(on: bool | str) -> str:
 
 
 def open_engine(url: str) -> Any:
-    """An engine on the store at ``url``, its steps' workspaces under the temporary directory."""
+    """An engine on the store at ``url``, its steps' workspaces in ``workspaces(url)``."""
     from statewright import Engine
     from statewright.store import open_store
 
-    return Engine(open_store(url), workspace_root=Path(tempfile.gettempdir()) / "sw-fleet-bench-ws")
+    return Engine(open_store(url), workspace_root=workspaces(url))
+
+
+def workspaces(url: str) -> Path:
+    """The folder of the steps' workspaces of the database at ``url``, one per database, so
+    that no round makes its workspaces in a folder that earlier rounds filled (``cleanup``
+    removes it with the database)."""
+    name = url.rpartition("schema=")[2] if "schema=" in url else url.rpartition("/")[2].partition("?")[0]
+    return Path(tempfile.gettempdir()) / "sw-fleet-bench-ws" / name.replace(".", "-")
+
+
+def cleanup_sqlite(url: str) -> None:
+    """Remove the SQLite database at ``url`` (its WAL and shared memory too) and its
+    workspaces, so that no round's disk writes back what earlier rounds left behind."""
+    import shutil
+
+    db = Path(url.removeprefix("sqlite:///").partition("?")[0])
+    for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        path.unlink(missing_ok=True)
+    shutil.rmtree(workspaces(url), ignore_errors=True)
 
 
 def fill(url: str, on: bool | str, n: int) -> Any:
@@ -236,6 +256,8 @@ def pg_url(base: str) -> str:
 
 
 def drop_pg_schema(url: str) -> None:
+    import shutil
+
     import psycopg
 
     from statewright.store.postgres import split_url
@@ -243,6 +265,7 @@ def drop_pg_schema(url: str) -> None:
     conninfo, schema = split_url(url)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    shutil.rmtree(workspaces(url), ignore_errors=True)
 
 
 def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int, processes: int = 0) -> list[str]:
@@ -272,10 +295,12 @@ def measure(name: str, new_url: Any, cleanup: Any, n: int, rounds: int, processe
 
 
 def in_rounds(name: str, label: str, fn: Any, new_url: Any, cleanup: Any, n: int, rounds: int) -> str:
-    """``fn(url, on, n)`` OFF then ON on a fresh database each, ``rounds`` times: the line printed."""
+    """``fn(url, on, n)`` OFF and ON on a fresh database each, ``rounds`` times, OFF first in
+    one round and ON first in the next, so that neither mode always runs after the other:
+    the line printed."""
     figures: dict[bool, list[float]] = {False: [], True: []}
-    for _ in range(rounds):
-        for on in (False, True):
+    for i in range(rounds):
+        for on in (False, True) if i % 2 == 0 else (True, False):
             url = new_url()
             try:
                 figures[on].append(fn(url, on, n))
@@ -305,9 +330,10 @@ def main() -> None:
           f"{platform.machine()}, Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
           f"{n} one-step tasks per round, {rounds} rounds, medians", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="sw-fleet-bench-"))
-    measure("sqlite", lambda: sqlite_url(tmp), lambda url: None, n, rounds, args.processes)
+    measure("sqlite", lambda: sqlite_url(tmp), cleanup_sqlite, n, rounds, args.processes)
     if not args.no_postgres:
         measure("postgres", lambda: pg_url(args.url), drop_pg_schema, n, rounds, args.processes)
+    tmp.rmdir()
     print(f"load at the end {os.getloadavg()[0]:.2f}", flush=True)
 
 
